@@ -1,0 +1,1 @@
+#include "alloc/caching_allocator.h"

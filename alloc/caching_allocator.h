@@ -1,0 +1,2 @@
+#pragma once
+// Caching allocator policy: in progress.

@@ -1,0 +1,71 @@
+// The `shardscope` command: dispatches to one subcommand (cli/commands.h).
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+const Subcommand kSubcommands[] = {
+    {"plan", shardscope::cli::cmd_plan, "FSDP units and step schedule of a model under a policy"},
+    {"simulate", shardscope::cli::cmd_simulate, "predict step time, peak memory and overlap"},
+    {"sweep", shardscope::cli::cmd_sweep, "what-if sweep over a policy grid, Pareto front"},
+    {"run", shardscope::cli::cmd_run, "train for real on CPU ranks or CUDA/NCCL and measure"},
+    {"profile", shardscope::cli::cmd_profile, "profile any CUDA program with the CUPTI recorder"},
+    {"report", shardscope::cli::cmd_report, "metrics of a trace"},
+    {"diff", shardscope::cli::cmd_diff, "metric deltas between two traces"},
+    {"export", shardscope::cli::cmd_export, "export a trace to Chrome/Perfetto JSON"},
+    {"import", shardscope::cli::cmd_import, "import PyTorch profiler (Kineto) traces"},
+    {"calibrate", shardscope::cli::cmd_calibrate, "fit a hardware model to measured traces"},
+    {"view", shardscope::cli::cmd_view, "timeline GUI for measured and predicted runs"},
+    {"demo", shardscope::cli::cmd_demo, "the guided tour on an embedded default"},
+};
+
+void print_usage(FILE* out) {
+  std::fprintf(out,
+               "shardscope: memory and communication simulator/profiler for FSDP training\n\n"
+               "usage: shardscope <command> [options]   (shardscope <command> --help)\n\n"
+               "commands:\n");
+  for (const Subcommand& s : kSubcommands) std::fprintf(out, "  %-10s %s\n", s.name, s.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const char* name = argv[1];
+  if (!std::strcmp(name, "--help") || !std::strcmp(name, "-h") || !std::strcmp(name, "help")) {
+    print_usage(stdout);
+    return 0;
+  }
+  if (!std::strcmp(name, "--version")) {
+    std::printf("shardscope 0.1.0\n");
+    return 0;
+  }
+  for (const Subcommand& s : kSubcommands) {
+    if (std::strcmp(s.name, name) != 0) continue;
+    try {
+      return s.run(argc - 1, argv + 1);
+    } catch (const shardscope::cli::UsageError& e) {
+      std::fprintf(stderr, "shardscope %s: %s (see shardscope %s --help)\n", name, e.what(), name);
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "shardscope %s: error: %s\n", name, e.what());
+      return 2;
+    }
+  }
+  std::fprintf(stderr, "shardscope: unknown command '%s'\n\n", name);
+  print_usage(stderr);
+  return 2;
+}

@@ -1,0 +1,19 @@
+// What compute devices this process can use. Backends ask here before they
+// start, so that a machine without a GPU or driver gets a clear error rather
+// than a crash deep inside a CUDA call.
+#pragma once
+
+#include <string>
+
+namespace shardscope::engine {
+
+struct CudaAvailability {
+  bool built = false;      // the binary was compiled with CUDA support
+  bool usable = false;     // at least one device and a working driver
+  int device_count = 0;
+  std::string message;     // why not usable, or a one-line device summary
+};
+
+CudaAvailability query_cuda();
+
+}  // namespace shardscope::engine

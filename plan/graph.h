@@ -1,0 +1,96 @@
+// Model graph IR: a module tree whose leaves own ops, the parameters the ops
+// use, and the activation tensors that flow between ops. This is what the
+// planner wraps into FSDP units, what the simulator costs and what the engine
+// executes. Sizes that depend on the workload are Polys in (B, T).
+//
+// Invariants (checked by Graph::validate):
+//  - modules[0] is the root (parent -1, name ""); every other module's parent
+//    index is smaller than its own (modules are stored in pre-order), and its
+//    name is "<parent name>.<local>" (or "<local>" under the root);
+//  - ops are stored in forward execution order; every op belongs to one module
+//    and reads only tensors produced earlier (or graph inputs);
+//  - every parameter is declared by exactly one module and used by >= 1 op;
+//  - parameter names are unique; tensor names are unique; op names are unique.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/expr.h"
+
+namespace shardscope::plan {
+
+enum class DType : uint8_t { f32, bf16, f16, f64, i64, i32 };
+
+int dtype_bytes(DType dtype);
+const char* dtype_name(DType dtype);
+// Throws plan::Error naming `field` on an unknown name.
+DType parse_dtype(const std::string& name, const std::string& field);
+bool is_floating(DType dtype);
+
+struct Param {
+  std::string name;            // Hugging Face style: "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> shape;  // dim 0 is the dim FSDP2 shards on
+  DType dtype = DType::f32;    // storage dtype of the full-precision parameter
+  int module = -1;             // index of the module that declares it
+  int64_t numel() const;
+};
+
+// An activation value. Floating tensors are listed as f32; at run time they take
+// the compute dtype (the policy's mixed_precision.param_dtype). Token ids are i64.
+struct Tensor {
+  std::string name;
+  std::vector<Poly> shape;  // each dim a polynomial in (B, T), usually a monomial
+  DType dtype = DType::f32;
+  Poly numel() const;  // product of the dims
+};
+
+struct Op {
+  std::string name;  // unique; usually the module path plus a suffix
+  // One of: embedding, linear, layernorm, rmsnorm, attention, gelu, swiglu,
+  // residual, cross_entropy, rope (applied inside attention for Llama), relu.
+  std::string type;
+  int module = -1;                // leaf module the op belongs to
+  std::vector<int> inputs;        // tensor indices
+  std::vector<int> outputs;       // tensor indices (produced here)
+  std::vector<int> params;        // parameter indices read by the op (tied ones too)
+  std::vector<int> saved;         // tensors kept from forward for backward
+  Poly fwd_flops, bwd_flops;      // floating point operations (multiply-add = 2)
+  Poly fwd_bytes, bwd_bytes;      // bytes read + written in fp32 (scaled by dtype at cost time)
+  Poly workspace_bytes;           // transient scratch during the op, fp32 bytes
+  nlohmann::json attrs = nlohmann::json::object();  // op-specific: eps, n_head, n_kv_head, ...
+};
+
+struct Module {
+  std::string name;        // dotted path; "" for the root
+  std::string class_name;  // Hugging Face class name: GPT2Block, LlamaDecoderLayer, ...
+  int parent = -1;
+  std::vector<int> children;  // module indices, in forward order
+  bool is_container = false;  // nn.ModuleList / ModuleDict: never wrapped by the size policy
+};
+
+struct Graph {
+  static constexpr int kSchemaVersion = 1;
+
+  std::string model_name;        // "gpt2-small", or the config file it came from
+  std::string family;            // "gpt2" | "llama" | "mlp"
+  int64_t max_seq_len = 1;       // longest sequence the model accepts
+  int64_t vocab_size = 0;        // 0 for models without token input
+  std::vector<Module> modules;   // modules[0] is the root; pre-order
+  std::vector<Param> params;
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;           // forward execution order
+  std::vector<int> inputs;       // tensors fed from the data (input ids, labels)
+  int loss = -1;                 // scalar tensor whose backward starts the backward pass
+
+  int64_t params_total() const;
+  int find_module(const std::string& name) const;  // -1 if absent
+  int find_param(const std::string& name) const;   // -1 if absent
+  // Throws plan::Error describing the first broken invariant (see the file comment).
+  void validate() const;
+};
+
+}  // namespace shardscope::plan

@@ -1,0 +1,1 @@
+#include "traces/trace.h"

@@ -1,0 +1,2 @@
+#pragma once
+// The trace model lands with the traces issue.
