@@ -51,7 +51,9 @@ Args::Args(int argc, char** argv, const std::vector<FlagSpec>& specs, bool allow
   }
 }
 
-bool Args::has(const std::string& name) const { return values_.count(name) != 0; }
+bool Args::has(const std::string& name) const {
+  return values_.count(name) != 0;
+}
 
 std::string Args::get(const std::string& name, const std::string& fallback) const {
   auto it = values_.find(name);
@@ -93,10 +95,16 @@ int64_t parse_size(const std::string& text, const std::string& field) {
   double v = number.empty() ? NAN : std::strtod(number.c_str(), &end);
   if (number.empty() || *end != '\0' || !std::isfinite(v) || v < 0)
     throw UsageError(field + ": '" + text + "' is not a size (e.g. 80GiB, 512MB, 4096)");
-  static const std::map<std::string, double> kScale = {
-      {"", 1},        {"B", 1},         {"KiB", 1024.0},  {"MiB", 1048576.0},
-      {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
-      {"GB", 1e9},    {"TB", 1e12}};
+  static const std::map<std::string, double> kScale = {{"", 1},
+                                                       {"B", 1},
+                                                       {"KiB", 1024.0},
+                                                       {"MiB", 1048576.0},
+                                                       {"GiB", 1073741824.0},
+                                                       {"TiB", 1099511627776.0},
+                                                       {"KB", 1e3},
+                                                       {"MB", 1e6},
+                                                       {"GB", 1e9},
+                                                       {"TB", 1e12}};
   auto it = kScale.find(suffix);
   if (it == kScale.end())
     throw UsageError(field + ": unknown size suffix '" + suffix +

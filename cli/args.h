@@ -18,9 +18,9 @@ class UsageError : public std::runtime_error {
 };
 
 struct FlagSpec {
-  std::string name;          // without dashes: "model"
-  bool takes_value = true;   // false: a switch such as --json
-  bool repeatable = false;   // --set may be given many times
+  std::string name;         // without dashes: "model"
+  bool takes_value = true;  // false: a switch such as --json
+  bool repeatable = false;  // --set may be given many times
 };
 
 class Args {

@@ -10,8 +10,7 @@
 namespace shardscope::cli {
 
 int cmd_view(int argc, char** argv) {
-  static const char* kUsage =
-      "shardscope view [TRACE [TRACE_B]] [--sweep FILE] [--screenshot PNG]";
+  static const char* kUsage = "shardscope view [TRACE [TRACE_B]] [--sweep FILE] [--screenshot PNG]";
 #ifdef SHARDSCOPE_HAVE_GUI
   Args args(argc, argv, {{"sweep"}, {"screenshot"}}, true);
   if (args.help()) {

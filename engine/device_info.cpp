@@ -15,8 +15,9 @@ CudaAvailability query_cuda() {
   out.device_count = q.device_count;
   out.message = q.message;
 #else
-  out.message = "this build of shardscope has no CUDA support (built with SHARDSCOPE_CUDA=OFF "
-                "or without the CUDA toolkit)";
+  out.message =
+      "this build of shardscope has no CUDA support (built with SHARDSCOPE_CUDA=OFF "
+      "or without the CUDA toolkit)";
 #endif
   return out;
 }

@@ -8,10 +8,10 @@
 namespace shardscope::engine {
 
 struct CudaAvailability {
-  bool built = false;      // the binary was compiled with CUDA support
-  bool usable = false;     // at least one device and a working driver
+  bool built = false;   // the binary was compiled with CUDA support
+  bool usable = false;  // at least one device and a working driver
   int device_count = 0;
-  std::string message;     // why not usable, or a one-line device summary
+  std::string message;  // why not usable, or a one-line device summary
 };
 
 CudaAvailability query_cuda();

@@ -53,14 +53,14 @@ struct Op {
   // One of: embedding, linear, layernorm, rmsnorm, attention, gelu, swiglu,
   // residual, cross_entropy, rope (applied inside attention for Llama), relu.
   std::string type;
-  int module = -1;                // leaf module the op belongs to
-  std::vector<int> inputs;        // tensor indices
-  std::vector<int> outputs;       // tensor indices (produced here)
-  std::vector<int> params;        // parameter indices read by the op (tied ones too)
-  std::vector<int> saved;         // tensors kept from forward for backward
-  Poly fwd_flops, bwd_flops;      // floating point operations (multiply-add = 2)
-  Poly fwd_bytes, bwd_bytes;      // bytes read + written in fp32 (scaled by dtype at cost time)
-  Poly workspace_bytes;           // transient scratch during the op, fp32 bytes
+  int module = -1;            // leaf module the op belongs to
+  std::vector<int> inputs;    // tensor indices
+  std::vector<int> outputs;   // tensor indices (produced here)
+  std::vector<int> params;    // parameter indices read by the op (tied ones too)
+  std::vector<int> saved;     // tensors kept from forward for backward
+  Poly fwd_flops, bwd_flops;  // floating point operations (multiply-add = 2)
+  Poly fwd_bytes, bwd_bytes;  // bytes read + written in fp32 (scaled by dtype at cost time)
+  Poly workspace_bytes;       // transient scratch during the op, fp32 bytes
   nlohmann::json attrs = nlohmann::json::object();  // op-specific: eps, n_head, n_kv_head, ...
 };
 
@@ -75,16 +75,16 @@ struct Module {
 struct Graph {
   static constexpr int kSchemaVersion = 1;
 
-  std::string model_name;        // "gpt2-small", or the config file it came from
-  std::string family;            // "gpt2" | "llama" | "mlp"
-  int64_t max_seq_len = 1;       // longest sequence the model accepts
-  int64_t vocab_size = 0;        // 0 for models without token input
-  std::vector<Module> modules;   // modules[0] is the root; pre-order
+  std::string model_name;       // "gpt2-small", or the config file it came from
+  std::string family;           // "gpt2" | "llama" | "mlp"
+  int64_t max_seq_len = 1;      // longest sequence the model accepts
+  int64_t vocab_size = 0;       // 0 for models without token input
+  std::vector<Module> modules;  // modules[0] is the root; pre-order
   std::vector<Param> params;
   std::vector<Tensor> tensors;
-  std::vector<Op> ops;           // forward execution order
-  std::vector<int> inputs;       // tensors fed from the data (input ids, labels)
-  int loss = -1;                 // scalar tensor whose backward starts the backward pass
+  std::vector<Op> ops;      // forward execution order
+  std::vector<int> inputs;  // tensors fed from the data (input ids, labels)
+  int loss = -1;            // scalar tensor whose backward starts the backward pass
 
   int64_t params_total() const;
   int find_module(const std::string& name) const;  // -1 if absent

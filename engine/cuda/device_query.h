@@ -9,7 +9,7 @@
 namespace shardscope::engine::cuda {
 
 struct DeviceQuery {
-  bool ok = false;        // the runtime answered without error
+  bool ok = false;  // the runtime answered without error
   int device_count = 0;
   int runtime_error = 0;  // cudaError_t value when !ok
   std::string message;    // device names, or the runtime's error string

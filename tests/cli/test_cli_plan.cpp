@@ -1,1 +1,102 @@
+// `shardscope plan` and the CLI contract, run as a user would.
 #include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/run_cli.h"
+
+using shardscope::test::run_cli;
+
+TEST_CASE("plan --json prints the contract's fields", "[cli][plan]") {
+  auto r = run_cli("plan --model gpt2-small --world 8 --json");
+  REQUIRE(r.status == 0);
+  nlohmann::json j = nlohmann::json::parse(r.output);
+  CHECK(j["params_total"] == 124439808);
+  CHECK(j["world_size"] == 8);
+  REQUIRE(j["units"].size() == 1);
+  CHECK(j["units"][0]["name"] == "<root>");
+  CHECK(j["units"][0].contains("shard_numel"));
+  CHECK(j["comm_bytes_per_rank"].contains("all_gather"));
+  CHECK(j["comm_bytes_per_rank"].contains("reduce_scatter"));
+  CHECK(j["comm_bytes_per_rank"].contains("all_reduce"));
+  // AdamW fp32: 16 bytes per shard element.
+  CHECK(j["persistent_bytes_per_rank"].get<int64_t>() ==
+        16 * j["units"][0]["shard_numel"].get<int64_t>());
+}
+
+TEST_CASE("plan prints a unit table with --set overrides", "[cli][plan]") {
+  auto r = run_cli(
+      "plan --model gpt2-tiny --world 2 --set wrap.type=class "
+      "--set 'wrap.classes=[\"GPT2Block\"]'");
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("transformer.h.0"));
+  CHECK_THAT(r.output, Catch::Contains("transformer.h.1"));
+  CHECK_THAT(r.output, Catch::Contains("communication per rank per step"));
+}
+
+TEST_CASE("rejected policies exit 2 with the key named", "[cli][plan][validation]") {
+  struct Case {
+    std::string args, needle;
+  };
+  const std::vector<Case> cases = {
+      {"--set reshard_after_forward=3", "reshard_after_forward"},
+      {"--set shard_group_size=3", "shard_group_size"},
+      {"--set backward_prefetch=post", "backward_prefetch"},
+      {"--set nonsense=1", "nonsense"},
+      {"--set flavor=fsdp3", "flavor"},
+      {"--set world_size=4", "world_size"},
+      {"--set seq_len=100000", "seq_len"},
+      {"--set wrap.type=modules --set 'wrap.modules=[\"transformer.h.9\"]'", "transformer.h.9"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.args);
+    auto r = run_cli("plan --model gpt2-tiny --world 8 " + c.args);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Catch::Contains(c.needle));
+  }
+}
+
+TEST_CASE("usage errors exit 2; --help exits 0", "[cli]") {
+  CHECK(run_cli("plan").status == 2);                     // missing --model
+  CHECK(run_cli("plan --model nope-model").status == 2);  // unknown preset
+  CHECK(run_cli("plan --model gpt2-tiny --world 0").status == 2);
+  CHECK(run_cli("plan --model gpt2-tiny --bogus").status == 2);
+  CHECK(run_cli("frobnicate").status == 2);
+  CHECK(run_cli("plan --help").status == 0);
+  CHECK(run_cli("--help").status == 0);
+  for (const char* sub : {"simulate", "sweep", "run", "profile", "calibrate", "view", "demo"}) {
+    INFO(sub);
+    CHECK(run_cli(std::string(sub) + " --help").status == 0);
+  }
+}
+
+TEST_CASE("plan --graph-out writes a graph that --model reads back", "[cli][plan][json]") {
+  const auto dir = std::filesystem::temp_directory_path() / "shardscope_cli_graph";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "llama.json").string();
+  auto w = run_cli("plan --model llama-tiny --world 2 --graph-out " + path + " --json");
+  REQUIRE(w.status == 0);
+  auto r = run_cli("plan --model " + path + " --world 2 --json");
+  REQUIRE(r.status == 0);
+  CHECK(nlohmann::json::parse(r.output)["params_total"] ==
+        nlohmann::json::parse(w.output)["params_total"]);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("plan --schedule-out writes the schedule JSON", "[cli][plan][json]") {
+  const auto dir = std::filesystem::temp_directory_path() / "shardscope_cli_sched";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "s.json").string();
+  auto r = run_cli("plan --model gpt2-tiny --world 2 --schedule-out " + path);
+  REQUIRE(r.status == 0);
+  std::ifstream in(path);
+  nlohmann::json s = nlohmann::json::parse(in);
+  CHECK(s["format"] == "shardscope.schedule");
+  CHECK(s["streams"][0] == "host");
+  CHECK(s["ops"].size() > 10);
+  std::filesystem::remove_all(dir);
+}

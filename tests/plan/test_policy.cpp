@@ -1,1 +1,140 @@
+// Policy defaults, JSON round trips, --set overrides and validation messages.
 #include <catch2/catch.hpp>
+
+#include "plan/error.h"
+#include "plan/policy.h"
+#include "tests/plan/toy_graph.h"
+
+using namespace shardscope;
+using nlohmann::json;
+
+namespace {
+
+plan::World validate(const json& doc, int64_t world) {
+  plan::Graph g = test::toy_graph();
+  return plan::validate_policy(plan::policy_from_json(doc), g, world);
+}
+
+}  // namespace
+
+TEST_CASE("flavor defaults follow PyTorch", "[policy]") {
+  plan::Policy p1 = plan::policy_from_json({{"flavor", "fsdp1"}});
+  CHECK(p1.limit_all_gathers);                                 // FSDP1 limit_all_gathers=True
+  CHECK(p1.backward_prefetch == plan::BackwardPrefetch::pre);  // BACKWARD_PRE
+  CHECK(p1.reshard_after_forward.flag);                        // FULL_SHARD
+  CHECK(p1.forward_prefetch == 0);
+  plan::Policy p2 = plan::policy_from_json(json::object());
+  CHECK(p2.flavor == plan::Flavor::fsdp2);
+  CHECK_FALSE(p2.limit_all_gathers);
+  CHECK(p2.mixed_precision.param_dtype == plan::DType::f32);
+  CHECK(p2.optimizer.type == "adamw");
+  CHECK(p2.batch_size == 1);
+  CHECK(p2.grad_accum_steps == 1);
+}
+
+TEST_CASE("reduce_dtype defaults to param_dtype (PyTorch reduce_dtype=None)", "[policy]") {
+  plan::Policy p = plan::policy_from_json({{"mixed_precision", {{"param_dtype", "bf16"}}}});
+  CHECK(p.mixed_precision.reduce_dtype == plan::DType::bf16);
+  plan::Policy q = plan::policy_from_json(
+      {{"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}});
+  CHECK(q.mixed_precision.reduce_dtype == plan::DType::f32);
+}
+
+TEST_CASE("policy JSON round trip is lossless", "[policy][json]") {
+  json doc = {{"flavor", "fsdp2"},
+              {"world_size", 8},
+              {"shard_group_size", 4},
+              {"wrap", {{"type", "class"}, {"classes", {"Block"}}}},
+              {"reshard_after_forward", 2},
+              {"backward_prefetch", "none"},
+              {"forward_prefetch", 3},
+              {"mixed_precision", {{"param_dtype", "fp16"}, {"reduce_dtype", "fp32"}}},
+              {"cpu_offload", true},
+              {"activation_checkpointing", {{"every", 2}}},
+              {"optimizer", {{"type", "sgd"}, {"lr", 0.5}, {"momentum", 0.9}}},
+              {"grad_clip_norm", 1.0},
+              {"loss_scale", "dynamic"},
+              {"batch_size", 4},
+              {"seq_len", 8},
+              {"grad_accum_steps", 3},
+              {"seed", 7}};
+  json once = plan::policy_to_json(plan::policy_from_json(doc));
+  json twice = plan::policy_to_json(plan::policy_from_json(once));
+  CHECK(once == twice);
+  CHECK(once["reshard_after_forward"] == 2);
+  CHECK(once["optimizer"]["momentum"] == 0.9);
+  CHECK(once["activation_checkpointing"]["every"] == 2);
+  CHECK(once["loss_scale"] == "dynamic");
+  for (const char* flavor : {"fsdp1", "fsdp2"}) {
+    json d = plan::policy_to_json(plan::default_policy(
+        std::string(flavor) == "fsdp1" ? plan::Flavor::fsdp1 : plan::Flavor::fsdp2));
+    CHECK(plan::policy_to_json(plan::policy_from_json(d)) == d);
+  }
+}
+
+TEST_CASE("--set overrides: dotted keys, JSON values, bare strings", "[policy][set]") {
+  json doc = json::object();
+  plan::apply_set(doc, "wrap.type=class");
+  plan::apply_set(doc, "wrap.classes=[\"Block\"]");
+  plan::apply_set(doc, "reshard_after_forward=2");
+  plan::apply_set(doc, "flavor=fsdp2");
+  plan::apply_set(doc, "optimizer=sgd");
+  plan::apply_set(doc, "optimizer.lr=0.1");
+  CHECK(doc["wrap"]["type"] == "class");
+  CHECK(doc["wrap"]["classes"] == json::array({"Block"}));
+  CHECK(doc["reshard_after_forward"] == 2);
+  CHECK(doc["optimizer"]["type"] == "sgd");
+  CHECK(doc["optimizer"]["lr"] == 0.1);
+  plan::Policy p = plan::policy_from_json(doc);
+  CHECK(p.wrap.type == plan::WrapType::class_name);
+  CHECK(p.optimizer.lr == 0.1);
+  CHECK_THROWS_WITH(plan::apply_set(doc, "novalue"), Catch::Contains("KEY=VALUE"));
+}
+
+TEST_CASE("validation rejects impossible policies, naming the key", "[policy][validation]") {
+  CHECK_THROWS_WITH(validate({{"reshard_after_forward", 3}}, 8),
+                    Catch::Contains("reshard_after_forward") && Catch::Contains("does not divide"));
+  CHECK_THROWS_WITH(validate({{"shard_group_size", 3}}, 8),
+                    Catch::Contains("shard_group_size") && Catch::Contains("does not divide"));
+  CHECK_THROWS_WITH(validate({{"flavor", "fsdp2"}, {"backward_prefetch", "post"}}, 8),
+                    Catch::Contains("backward_prefetch") && Catch::Contains("fsdp1 only"));
+  CHECK_THROWS_WITH(validate({{"bogus", 1}}, 8),
+                    Catch::Contains("bogus") && Catch::Contains("unknown key"));
+  CHECK_THROWS_WITH(validate({{"wrap", {{"type", "size"}, {"min_params", 3}}}}, 8),
+                    Catch::Contains("wrap.min_params") && Catch::Contains("unknown key"));
+  CHECK_THROWS_WITH(validate({{"flavor", "fsdp2"}, {"limit_all_gathers", true}}, 8),
+                    Catch::Contains("limit_all_gathers") && Catch::Contains("fsdp1 only"));
+  CHECK_THROWS_WITH(validate({{"flavor", "fsdp1"}, {"forward_prefetch", 2}}, 8),
+                    Catch::Contains("forward_prefetch"));
+  CHECK_THROWS_WITH(validate({{"flavor", "fsdp1"}, {"reshard_after_forward", 2}}, 8),
+                    Catch::Contains("reshard_after_forward") && Catch::Contains("fsdp2 only"));
+  CHECK_THROWS_WITH(
+      validate({{"mixed_precision", {{"param_dtype", "bf16"}}}, {"loss_scale", "dynamic"}}, 8),
+      Catch::Contains("loss_scale") && Catch::Contains("fp16"));
+  CHECK_THROWS_WITH(validate({{"world_size", 4}}, 8),
+                    Catch::Contains("world_size") && Catch::Contains("8"));
+  CHECK_THROWS_WITH(validate({{"seq_len", 9}}, 8),  // the toy model's maximum is 8
+                    Catch::Contains("seq_len") && Catch::Contains("maximum"));
+  CHECK_THROWS_WITH(validate({{"batch_size", 0}}, 8), Catch::Contains("batch_size"));
+  CHECK_THROWS_WITH(validate({{"cpu_offload", "yes"}}, 8),
+                    Catch::Contains("cpu_offload") && Catch::Contains("true or false"));
+  CHECK_THROWS_WITH(validate({{"mixed_precision", {{"param_dtype", "fp8"}}}}, 8),
+                    Catch::Contains("mixed_precision.param_dtype"));
+  CHECK_THROWS_WITH(validate({{"wrap", {{"type", "class"}}}}, 8), Catch::Contains("wrap.classes"));
+  CHECK_THROWS_WITH(validate({{"optimizer", {{"type", "adamw"}, {"momentum", 0.9}}}}, 8),
+                    Catch::Contains("optimizer.momentum"));
+  CHECK_THROWS_WITH(validate({{"grad_clip_norm", -1.0}}, 8), Catch::Contains("grad_clip_norm"));
+  CHECK_THROWS_WITH(validate({{"activation_checkpointing", "some"}}, 8),
+                    Catch::Contains("activation_checkpointing"));
+}
+
+TEST_CASE("valid corner cases pass: k = 1 and k = N, shard group 1 (DDP)", "[policy][validation]") {
+  CHECK(validate({{"reshard_after_forward", 1}}, 8).shard_group_size == 8);
+  CHECK(validate({{"reshard_after_forward", 8}}, 8).shard_group_size == 8);
+  plan::World ddp = validate({{"shard_group_size", 1}}, 8);
+  CHECK(ddp.replicas == 8);
+  plan::Policy p = plan::policy_from_json({{"reshard_after_forward", 4}});
+  CHECK(plan::reshard_degree(p, validate({{"reshard_after_forward", 4}}, 8)) == 4);
+  plan::Policy f = plan::policy_from_json({{"reshard_after_forward", false}});
+  CHECK(plan::reshard_degree(f, validate(json::object(), 8)) == 1);
+}

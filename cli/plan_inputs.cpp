@@ -1,0 +1,58 @@
+#include "cli/plan_inputs.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "plan/error.h"
+#include "plan/models.h"
+
+namespace shardscope::cli {
+
+PlanInputs load_plan_inputs(const Args& args, int64_t world_size) {
+  PlanInputs in;
+  in.graph = plan::load_model(args.require("model"));
+  in.policy_doc = nlohmann::json::object();
+  if (args.has("policy")) {
+    const std::string path = args.get("policy");
+    std::ifstream f(path);
+    if (!f) throw plan::Error("--policy: cannot open '" + path + "'");
+    try {
+      in.policy_doc = nlohmann::json::parse(f);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw plan::Error("--policy: '" + path + "' is not valid JSON: " + e.what());
+    }
+  }
+  for (const std::string& s : args.all("set")) plan::apply_set(in.policy_doc, s);
+  in.policy = plan::policy_from_json(in.policy_doc);
+  in.world = plan::validate_policy(in.policy, in.graph, world_size);
+  return in;
+}
+
+std::string with_commas(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+std::string human_bytes(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double v = bytes;
+  while (std::fabs(v) >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%.0f B", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
+  return buf;
+}
+
+}  // namespace shardscope::cli

@@ -1,0 +1,31 @@
+// Shared by every subcommand that plans (plan, simulate, sweep, run): reads
+// --model, --policy, --set and the world size into a validated plan input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "plan/graph.h"
+#include "plan/policy.h"
+
+namespace shardscope::cli {
+
+struct PlanInputs {
+  plan::Graph graph;
+  nlohmann::json policy_doc;  // after --set overrides
+  plan::Policy policy;
+  plan::World world;
+};
+
+// `world_size` comes from the subcommand (--world, --nproc, ...).
+PlanInputs load_plan_inputs(const Args& args, int64_t world_size);
+
+// "1,234,567"
+std::string with_commas(int64_t v);
+// "1.50 GiB", "512.00 KiB", "12 B"
+std::string human_bytes(double bytes);
+
+}  // namespace shardscope::cli

@@ -1,0 +1,121 @@
+#include "plan/activations.h"
+
+#include <algorithm>
+
+namespace shardscope::plan {
+
+ActivationPlan::ActivationPlan(const Graph& g) : g_(g) {
+  const size_t nt = g.tensors.size();
+  producer_.assign(nt, -1);
+  last_use_.assign(nt, -1);
+  for (size_t o = 0; o < g.ops.size(); ++o) {
+    for (int t : g.ops[o].outputs) {
+      producer_[t] = static_cast<int>(o);
+      last_use_[t] = std::max(last_use_[t], static_cast<int>(o));
+    }
+    for (int t : g.ops[o].inputs) last_use_[t] = std::max(last_use_[t], static_cast<int>(o));
+  }
+}
+
+bool ActivationPlan::needs_grad(int t) const {
+  return producer_[t] >= 0 && is_floating(g_.tensors[t].dtype);
+}
+
+int64_t ActivationPlan::bytes(int t, const Workload& w, int compute_bytes) const {
+  const Tensor& tensor = g_.tensors[t];
+  const int64_t per = is_floating(tensor.dtype) ? compute_bytes : dtype_bytes(tensor.dtype);
+  return tensor.numel().eval(w) * per;
+}
+
+void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool>& ckpt) {
+  const size_t nt = g_.tensors.size(), no = g_.ops.size();
+  // Checkpointed block of each op (-1 when none).
+  std::vector<int> block(no, -1);
+  for (size_t u = 0; u < up.units.size(); ++u) {
+    if (!ckpt[u]) continue;
+    for (int o = up.units[u].first_op; o <= up.units[u].last_op && o >= 0; ++o)
+      block[o] = static_cast<int>(u);
+  }
+  const int kNone = static_cast<int>(no);
+  std::vector<int> release(nt, kNone);     // kept: freed after this op's backward
+  std::vector<int> rc_release(nt, kNone);  // kept through recompute
+  for (size_t o = 0; o < no; ++o) {
+    const Op& op = g_.ops[o];
+    if (block[o] < 0) {
+      for (int t : op.saved) release[t] = std::min(release[t], static_cast<int>(o));
+    } else {
+      const Unit& b = up.units[block[o]];
+      for (int t : op.inputs)
+        if (producer_[t] < b.first_op) release[t] = std::min(release[t], b.first_op);
+    }
+  }
+  if (g_.loss >= 0 && producer_[g_.loss] >= 0)
+    release[g_.loss] = std::min(release[g_.loss], producer_[g_.loss]);
+  for (size_t o = 0; o < no; ++o) {
+    if (block[o] < 0) continue;
+    for (int t : g_.ops[o].saved)
+      if (release[t] == kNone && producer_[t] >= 0 && block[producer_[t]] == block[o])
+        rc_release[t] = std::min(rc_release[t], static_cast<int>(o));
+  }
+  dead_fwd_.assign(no, {});
+  dead_rc_.assign(no, {});
+  released_bwd_.assign(no, {});
+  for (size_t ti = 0; ti < nt; ++ti) {
+    const int t = static_cast<int>(ti);
+    if (last_use_[t] < 0) continue;  // not touched by any op
+    if (release[t] != kNone) {
+      released_bwd_[release[t]].push_back(t);
+    } else {
+      dead_fwd_[last_use_[t]].push_back(t);
+    }
+    const int p = producer_[t];
+    if (p < 0 || block[p] < 0) continue;
+    // Recompute of the producer's block (it runs before the backward of the
+    // block's last op).
+    const int block_last = up.units[block[p]].last_op;
+    if (rc_release[t] != kNone) {
+      released_bwd_[rc_release[t]].push_back(t);
+    } else if (release[t] > block_last) {
+      // Not live at the recompute (never kept, or already released by a later
+      // op's backward): the recomputed value dies after its last use inside
+      // the block. Tensors still kept from the first forward are recomputed as
+      // duplicates that the builder drops right after the op.
+      int last_in_block = p;
+      for (size_t o = p; o < no && block[o] == block[p]; ++o)
+        for (int in : g_.ops[o].inputs)
+          if (in == t) last_in_block = static_cast<int>(o);
+      dead_rc_[last_in_block].push_back(t);
+    }
+  }
+}
+
+const std::vector<int>& ActivationPlan::dead_after_forward(int op, bool recompute) const {
+  return recompute ? dead_rc_[op] : dead_fwd_[op];
+}
+
+const std::vector<int>& ActivationPlan::released_after_backward(int op) const {
+  return released_bwd_[op];
+}
+
+std::vector<int> ActivationPlan::units_entering(int op, const UnitPlan& up) const {
+  std::vector<int> out;
+  for (size_t u = 0; u < up.units.size(); ++u)
+    if (up.units[u].first_op == op) out.push_back(static_cast<int>(u));
+  return out;  // units are in module pre-order: outer before inner
+}
+
+std::vector<int> ActivationPlan::units_leaving(int op, const UnitPlan& up) const {
+  std::vector<int> out;
+  for (size_t u = 0; u < up.units.size(); ++u)
+    if (up.units[u].last_op == op) out.push_back(static_cast<int>(u));
+  return out;
+}
+
+std::vector<int> ActivationPlan::backward_unit_order(const UnitPlan& up) const {
+  std::vector<int> order;
+  for (size_t o = g_.ops.size(); o-- > 0;)
+    for (int u : units_leaving(static_cast<int>(o), up)) order.push_back(u);
+  return order;
+}
+
+}  // namespace shardscope::plan

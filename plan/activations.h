@@ -1,0 +1,59 @@
+// Activation liveness for the step schedule: when each activation tensor is
+// allocated and freed in forward, in activation-checkpointing recompute and in
+// backward, and where each unit's forward span begins and ends.
+//
+// Rules (per micro-step):
+//  - a tensor is allocated by the op that produces it (graph inputs at the
+//    start of the micro-step);
+//  - it is *kept* for backward when an op outside a checkpointed block saves
+//    it, when it is an input of a checkpointed block (produced outside, used
+//    inside), or when it is the loss; a kept tensor is freed after the
+//    backward of the earliest op that needs it;
+//  - otherwise it is freed after its last forward use (or right after the
+//    producing op when nothing reads it);
+//  - during a block's recompute, tensors produced in the block and saved by
+//    ops of the block are kept until the earliest such op's backward; the
+//    others die after their last use inside the block;
+//  - the gradient of a tensor appears at the backward of its last consumer and
+//    is freed after the backward of its producer.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "plan/graph.h"
+#include "plan/units.h"
+
+namespace shardscope::plan {
+
+class ActivationPlan {
+ public:
+  explicit ActivationPlan(const Graph& graph);
+
+  // Marks the checkpointed units (indexed like UnitPlan::units) and derives
+  // what is kept; must be called once before the queries below.
+  void set_checkpointed(const UnitPlan& units, const std::vector<bool>& checkpointed);
+
+  bool needs_grad(int tensor) const;  // floating and produced by an op
+  // Bytes of a tensor: floating tensors take the compute dtype (`compute_bytes`).
+  int64_t bytes(int tensor, const Workload& w, int compute_bytes) const;
+
+  // Tensors to free right after op `op` runs forward (recompute: inside a block's recompute).
+  const std::vector<int>& dead_after_forward(int op, bool recompute) const;
+  // Tensors to free right after the backward of `op`.
+  const std::vector<int>& released_after_backward(int op) const;
+
+  // Units whose forward span starts (ends) at `op`, outermost first.
+  std::vector<int> units_entering(int op, const UnitPlan& units) const;
+  std::vector<int> units_leaving(int op, const UnitPlan& units) const;
+  // Units in the order their backward starts.
+  std::vector<int> backward_unit_order(const UnitPlan& units) const;
+
+ private:
+  const Graph& g_;
+  std::vector<int> producer_;  // tensor -> op (-1: graph input)
+  std::vector<int> last_use_;  // tensor -> last forward consumer (or producer)
+  std::vector<std::vector<int>> dead_fwd_, dead_rc_, released_bwd_;
+};
+
+}  // namespace shardscope::plan

@@ -1,0 +1,505 @@
+#include "plan/policy.h"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "plan/error.h"
+
+namespace shardscope::plan {
+
+using nlohmann::json;
+
+const char* flavor_name(Flavor f) {
+  return f == Flavor::fsdp1 ? "fsdp1" : "fsdp2";
+}
+
+const char* wrap_type_name(WrapType w) {
+  switch (w) {
+    case WrapType::none:
+      return "none";
+    case WrapType::size:
+      return "size";
+    case WrapType::class_name:
+      return "class";
+    case WrapType::modules:
+      return "modules";
+  }
+  return "?";
+}
+
+const char* backward_prefetch_name(BackwardPrefetch b) {
+  switch (b) {
+    case BackwardPrefetch::none:
+      return "none";
+    case BackwardPrefetch::pre:
+      return "pre";
+    case BackwardPrefetch::post:
+      return "post";
+  }
+  return "?";
+}
+
+int OptimizerConfig::state_tensors() const {
+  if (type == "adamw") return 2;
+  return momentum != 0.0 ? 1 : 0;
+}
+
+Policy default_policy(Flavor flavor) {
+  Policy p;
+  p.flavor = flavor;
+  p.backward_prefetch = BackwardPrefetch::pre;
+  p.limit_all_gathers = flavor == Flavor::fsdp1;
+  return p;
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& key, const std::string& what) {
+  throw Error("policy: " + key + ": " + what);
+}
+
+std::string type_name(const json& v) {
+  return v.type_name();
+}
+
+bool get_bool(const json& v, const std::string& key) {
+  if (!v.is_boolean()) fail(key, "expected true or false, got " + type_name(v));
+  return v.get<bool>();
+}
+
+int64_t get_int(const json& v, const std::string& key, int64_t lo) {
+  if (!v.is_number_integer()) fail(key, "expected an integer, got " + v.dump());
+  int64_t x = v.get<int64_t>();
+  if (x < lo) fail(key, "must be >= " + std::to_string(lo) + ", got " + std::to_string(x));
+  return x;
+}
+
+double get_number(const json& v, const std::string& key) {
+  if (!v.is_number()) fail(key, "expected a number, got " + v.dump());
+  double x = v.get<double>();
+  if (!std::isfinite(x)) fail(key, "must be finite");
+  return x;
+}
+
+std::string get_string(const json& v, const std::string& key) {
+  if (!v.is_string()) fail(key, "expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+std::vector<std::string> get_string_list(const json& v, const std::string& key) {
+  if (!v.is_array()) fail(key, "expected an array of strings, got " + v.dump());
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i)
+    out.push_back(get_string(v[i], key + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+DType get_float_dtype(const json& v, const std::string& key) {
+  std::string s = get_string(v, key);
+  if (s == "fp32" || s == "float32") return DType::f32;
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "fp16" || s == "float16") return DType::f16;
+  fail(key, "unknown dtype '" + s + "' (use fp32, bf16 or fp16)");
+}
+
+const char* mp_dtype_name(DType d) {
+  switch (d) {
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "fp16";
+    default:
+      return "fp32";
+  }
+}
+
+void read_wrap(const json& v, WrapPolicy& w) {
+  if (!v.is_object()) fail("wrap", "expected an object like {\"type\": \"class\", ...}");
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string key = "wrap." + it.key();
+    if (it.key() == "type") {
+      std::string t = get_string(*it, key);
+      if (t == "none")
+        w.type = WrapType::none;
+      else if (t == "size")
+        w.type = WrapType::size;
+      else if (t == "class")
+        w.type = WrapType::class_name;
+      else if (t == "modules")
+        w.type = WrapType::modules;
+      else
+        fail(key, "unknown wrap type '" + t + "' (use none, size, class, modules)");
+    } else if (it.key() == "min_num_params") {
+      w.min_num_params = get_int(*it, key, 1);
+    } else if (it.key() == "classes") {
+      w.classes = get_string_list(*it, key);
+    } else if (it.key() == "modules") {
+      w.modules = get_string_list(*it, key);
+    } else {
+      fail(key, "unknown key (wrap takes type, min_num_params, classes, modules)");
+    }
+  }
+  if (w.type == WrapType::class_name && w.classes.empty())
+    fail("wrap.classes", "the class policy needs a non-empty list of class names");
+  if (w.type == WrapType::modules && w.modules.empty())
+    fail("wrap.modules", "the modules policy needs a non-empty list of module paths");
+  if (w.type != WrapType::class_name && !w.classes.empty())
+    fail("wrap.classes", std::string("only applies to wrap.type \"class\", not \"") +
+                             wrap_type_name(w.type) + "\"");
+  if (w.type != WrapType::modules && !w.modules.empty())
+    fail("wrap.modules", std::string("only applies to wrap.type \"modules\", not \"") +
+                             wrap_type_name(w.type) + "\"");
+}
+
+void read_mixed_precision(const json& v, MixedPrecision& mp) {
+  if (v.is_null()) {
+    mp = MixedPrecision{};
+    return;
+  }
+  if (!v.is_object()) fail("mixed_precision", "expected an object or null");
+  bool reduce_given = false;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string key = "mixed_precision." + it.key();
+    if (it.key() == "param_dtype") {
+      mp.param_dtype = get_float_dtype(*it, key);
+    } else if (it.key() == "reduce_dtype") {
+      if (!it->is_null()) {
+        mp.reduce_dtype = get_float_dtype(*it, key);
+        reduce_given = true;
+      }
+    } else if (it.key() == "output_dtype") {
+      if (it->is_null())
+        mp.output_dtype.reset();
+      else
+        mp.output_dtype = get_float_dtype(*it, key);
+    } else {
+      fail(key, "unknown key (mixed_precision takes param_dtype, reduce_dtype, output_dtype)");
+    }
+  }
+  // PyTorch: reduce_dtype None reduces in the param dtype.
+  if (!reduce_given) mp.reduce_dtype = mp.param_dtype;
+}
+
+void read_optimizer(const json& v, OptimizerConfig& o) {
+  if (v.is_string()) {
+    std::string t = v.get<std::string>();
+    if (t != "adamw" && t != "sgd") fail("optimizer", "unknown optimizer '" + t + "' (adamw, sgd)");
+    o = OptimizerConfig{};
+    o.type = t;
+    if (t == "sgd") o.weight_decay = 0.0;
+    return;
+  }
+  if (!v.is_object()) fail("optimizer", "expected \"adamw\", \"sgd\" or an object");
+  if (v.contains("type")) read_optimizer(v.at("type"), o);
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string key = "optimizer." + it.key();
+    const std::string& k = it.key();
+    if (k == "type") continue;
+    if (k == "lr") {
+      o.lr = get_number(*it, key);
+      if (o.lr < 0) fail(key, "must be >= 0");
+    } else if (k == "betas") {
+      if (!it->is_array() || it->size() != 2) fail(key, "expected [beta1, beta2]");
+      o.beta1 = get_number((*it)[0], key + "[0]");
+      o.beta2 = get_number((*it)[1], key + "[1]");
+      if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1)
+        fail(key, "betas must lie in [0, 1)");
+    } else if (k == "eps") {
+      o.eps = get_number(*it, key);
+      if (o.eps <= 0) fail(key, "must be > 0");
+    } else if (k == "weight_decay") {
+      o.weight_decay = get_number(*it, key);
+      if (o.weight_decay < 0) fail(key, "must be >= 0");
+    } else if (k == "momentum") {
+      o.momentum = get_number(*it, key);
+      if (o.momentum < 0 || o.momentum >= 1) fail(key, "must lie in [0, 1)");
+    } else {
+      fail(key, "unknown key (optimizer takes type, lr, betas, eps, weight_decay, momentum)");
+    }
+  }
+  if (o.type == "adamw" && o.momentum != 0.0)
+    fail("optimizer.momentum", "applies to sgd only (adamw uses betas)");
+}
+
+}  // namespace
+
+Policy policy_from_json(const json& doc) {
+  if (!doc.is_object()) throw Error("policy: expected a JSON object at the top level");
+  Flavor flavor = Flavor::fsdp2;
+  if (doc.contains("flavor")) {
+    std::string f = get_string(doc.at("flavor"), "flavor");
+    if (f == "fsdp1")
+      flavor = Flavor::fsdp1;
+    else if (f == "fsdp2")
+      flavor = Flavor::fsdp2;
+    else
+      fail("flavor", "unknown flavor '" + f + "' (use fsdp1 or fsdp2)");
+  }
+  Policy p = default_policy(flavor);
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string& k = it.key();
+    const json& v = *it;
+    if (k == "flavor") continue;
+    if (k == "world_size") {
+      if (!v.is_null()) p.world_size = get_int(v, k, 1);
+    } else if (k == "shard_group_size") {
+      if (v.is_null())
+        p.shard_group_size.reset();
+      else
+        p.shard_group_size = get_int(v, k, 1);
+    } else if (k == "wrap") {
+      p.wrap = WrapPolicy{};
+      read_wrap(v, p.wrap);
+    } else if (k == "reshard_after_forward") {
+      if (v.is_boolean()) {
+        p.reshard_after_forward = ReshardAfterForward{false, v.get<bool>(), 0};
+      } else if (v.is_number_integer()) {
+        if (flavor != Flavor::fsdp2)
+          fail(k, "an integer applies to fsdp2 only (fsdp1 takes true or false)");
+        p.reshard_after_forward = ReshardAfterForward{true, true, get_int(v, k, 1)};
+      } else {
+        fail(k, "expected true, false or an integer, got " + v.dump());
+      }
+    } else if (k == "backward_prefetch") {
+      std::string b = v.is_null() ? "none" : get_string(v, k);
+      if (b == "none")
+        p.backward_prefetch = BackwardPrefetch::none;
+      else if (b == "pre")
+        p.backward_prefetch = BackwardPrefetch::pre;
+      else if (b == "post")
+        p.backward_prefetch = BackwardPrefetch::post;
+      else
+        fail(k, "unknown value '" + b + "' (use none, pre or post)");
+      if (p.backward_prefetch == BackwardPrefetch::post && flavor == Flavor::fsdp2)
+        fail(k,
+             "\"post\" (BACKWARD_POST) exists in fsdp1 only; fsdp2 prefetches before "
+             "(\"pre\") or not at all (\"none\")");
+    } else if (k == "forward_prefetch") {
+      if (v.is_boolean())
+        p.forward_prefetch = v.get<bool>() ? 1 : 0;
+      else
+        p.forward_prefetch = get_int(v, k, 0);
+      if (flavor == Flavor::fsdp1 && p.forward_prefetch > 1)
+        fail(k,
+             "fsdp1 prefetches one unit ahead at most (true or false); an integer depth "
+             "is fsdp2's explicit prefetch list");
+    } else if (k == "limit_all_gathers") {
+      bool b = get_bool(v, k);
+      if (flavor == Flavor::fsdp2 && b)
+        fail(k, "applies to fsdp1 only (fsdp2 has no all-gather rate limiter)");
+      p.limit_all_gathers = b;
+    } else if (k == "mixed_precision") {
+      p.mixed_precision = MixedPrecision{};
+      read_mixed_precision(v, p.mixed_precision);
+    } else if (k == "cpu_offload") {
+      p.cpu_offload = get_bool(v, k);
+    } else if (k == "activation_checkpointing") {
+      if (v.is_string()) {
+        std::string a = v.get<std::string>();
+        if (a == "none")
+          p.activation_checkpointing = CheckpointMode::none;
+        else if (a == "full")
+          p.activation_checkpointing = CheckpointMode::full;
+        else
+          fail(k, "unknown value '" + a + "' (use \"none\", \"full\" or {\"every\": k})");
+      } else if (v.is_object()) {
+        if (v.size() != 1 || !v.contains("every")) fail(k, "the object form is {\"every\": k}");
+        p.activation_checkpointing = CheckpointMode::every;
+        p.checkpoint_every = get_int(v.at("every"), k + ".every", 1);
+      } else {
+        fail(k, "expected \"none\", \"full\" or {\"every\": k}");
+      }
+    } else if (k == "optimizer") {
+      read_optimizer(v, p.optimizer);
+    } else if (k == "grad_clip_norm") {
+      if (v.is_null()) {
+        p.grad_clip_norm.reset();
+      } else {
+        double c = get_number(v, k);
+        if (c <= 0) fail(k, "must be > 0 (or null for no clipping)");
+        p.grad_clip_norm = c;
+      }
+    } else if (k == "loss_scale") {
+      if (v.is_null()) {
+        p.loss_scale_mode.reset();
+      } else if (v.is_string()) {
+        if (v.get<std::string>() != "dynamic") fail(k, "expected null, \"dynamic\" or a number");
+        p.loss_scale_mode = "dynamic";
+      } else {
+        double s = get_number(v, k);
+        if (s <= 0) fail(k, "a fixed loss scale must be > 0");
+        p.loss_scale_mode = "static";
+        p.loss_scale_value = s;
+      }
+    } else if (k == "batch_size") {
+      p.batch_size = get_int(v, k, 1);
+    } else if (k == "seq_len") {
+      p.seq_len = v.is_null() ? 0 : get_int(v, k, 1);  // null: min(1024, model max)
+    } else if (k == "grad_accum_steps") {
+      p.grad_accum_steps = get_int(v, k, 1);
+    } else if (k == "seed") {
+      p.seed = get_int(v, k, 0);
+    } else {
+      fail(k, "unknown key");
+    }
+  }
+  if (p.loss_scale_mode && p.mixed_precision.param_dtype != DType::f16)
+    fail("loss_scale", "applies to fp16 mixed precision only (mixed_precision.param_dtype is " +
+                           std::string(mp_dtype_name(p.mixed_precision.param_dtype)) + ")");
+  return p;
+}
+
+json policy_to_json(const Policy& p) {
+  json j;
+  j["flavor"] = flavor_name(p.flavor);
+  j["world_size"] = p.world_size ? json(*p.world_size) : json(nullptr);
+  j["shard_group_size"] = p.shard_group_size ? json(*p.shard_group_size) : json(nullptr);
+  json w;
+  w["type"] = wrap_type_name(p.wrap.type);
+  w["min_num_params"] = p.wrap.min_num_params;
+  if (p.wrap.type == WrapType::class_name) w["classes"] = p.wrap.classes;
+  if (p.wrap.type == WrapType::modules) w["modules"] = p.wrap.modules;
+  j["wrap"] = w;
+  if (p.reshard_after_forward.is_int)
+    j["reshard_after_forward"] = p.reshard_after_forward.k;
+  else
+    j["reshard_after_forward"] = p.reshard_after_forward.flag;
+  j["backward_prefetch"] = backward_prefetch_name(p.backward_prefetch);
+  if (p.forward_prefetch <= 1)
+    j["forward_prefetch"] = p.forward_prefetch == 1;
+  else
+    j["forward_prefetch"] = p.forward_prefetch;
+  j["limit_all_gathers"] = p.limit_all_gathers;
+  json mp;
+  mp["param_dtype"] = mp_dtype_name(p.mixed_precision.param_dtype);
+  mp["reduce_dtype"] = mp_dtype_name(p.mixed_precision.reduce_dtype);
+  mp["output_dtype"] = p.mixed_precision.output_dtype
+                           ? json(mp_dtype_name(*p.mixed_precision.output_dtype))
+                           : json(nullptr);
+  j["mixed_precision"] = mp;
+  j["cpu_offload"] = p.cpu_offload;
+  switch (p.activation_checkpointing) {
+    case CheckpointMode::none:
+      j["activation_checkpointing"] = "none";
+      break;
+    case CheckpointMode::full:
+      j["activation_checkpointing"] = "full";
+      break;
+    case CheckpointMode::every:
+      j["activation_checkpointing"] = json{{"every", p.checkpoint_every}};
+      break;
+  }
+  json o;
+  o["type"] = p.optimizer.type;
+  o["lr"] = p.optimizer.lr;
+  o["betas"] = {p.optimizer.beta1, p.optimizer.beta2};
+  o["eps"] = p.optimizer.eps;
+  o["weight_decay"] = p.optimizer.weight_decay;
+  o["momentum"] = p.optimizer.momentum;
+  j["optimizer"] = o;
+  j["grad_clip_norm"] = p.grad_clip_norm ? json(*p.grad_clip_norm) : json(nullptr);
+  if (!p.loss_scale_mode)
+    j["loss_scale"] = nullptr;
+  else if (*p.loss_scale_mode == "dynamic")
+    j["loss_scale"] = "dynamic";
+  else
+    j["loss_scale"] = p.loss_scale_value;
+  j["batch_size"] = p.batch_size;
+  j["seq_len"] = p.seq_len == 0 ? json(nullptr) : json(p.seq_len);
+  j["grad_accum_steps"] = p.grad_accum_steps;
+  j["seed"] = p.seed;
+  return j;
+}
+
+Policy load_policy_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("policy: cannot open '" + path + "'");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw Error("policy: '" + path + "' is not valid JSON: " + e.what());
+  }
+  return policy_from_json(doc);
+}
+
+void apply_set(json& doc, const std::string& assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw Error("--set: expected KEY=VALUE, got '" + assignment + "'");
+  const std::string key = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  json value;
+  try {
+    value = json::parse(text);
+  } catch (const json::parse_error&) {
+    value = text;  // bare string: --set wrap.type=class
+  }
+  if (!doc.is_object()) doc = json::object();
+  json* node = &doc;
+  std::stringstream ss(key);
+  std::string part;
+  std::vector<std::string> parts;
+  while (std::getline(ss, part, '.')) parts.push_back(part);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].empty()) throw Error("--set: empty key segment in '" + key + "'");
+    if (i + 1 == parts.size()) {
+      (*node)[parts[i]] = value;
+    } else {
+      json& child = (*node)[parts[i]];
+      if (!child.is_object()) {
+        // A string shorthand ("optimizer": "sgd") becomes its object form.
+        json replacement = json::object();
+        if (child.is_string()) replacement["type"] = child;
+        child = replacement;
+      }
+      node = &child;
+    }
+  }
+}
+
+int64_t resolve_seq_len(const Policy& policy, const Graph& graph) {
+  if (policy.seq_len > 0) return policy.seq_len;
+  return std::min<int64_t>(1024, graph.max_seq_len);
+}
+
+World validate_policy(const Policy& p, const Graph& graph, int64_t world_size) {
+  if (world_size < 1) fail("world_size", "must be >= 1");
+  if (p.world_size && *p.world_size != world_size)
+    fail("world_size", "the policy says " + std::to_string(*p.world_size) + " but the run has " +
+                           std::to_string(world_size) + " ranks");
+  World w;
+  w.world_size = world_size;
+  w.shard_group_size = p.shard_group_size.value_or(world_size);
+  if (w.shard_group_size > world_size || world_size % w.shard_group_size != 0)
+    fail("shard_group_size", std::to_string(w.shard_group_size) + " does not divide world_size " +
+                                 std::to_string(world_size));
+  w.replicas = world_size / w.shard_group_size;
+  if (p.reshard_after_forward.is_int) {
+    int64_t k = p.reshard_after_forward.k;
+    if (k < 1 || w.shard_group_size % k != 0)
+      fail("reshard_after_forward", std::to_string(k) + " does not divide the shard group size " +
+                                        std::to_string(w.shard_group_size));
+  }
+  if (p.flavor == Flavor::fsdp2 && p.limit_all_gathers)
+    fail("limit_all_gathers", "applies to fsdp1 only");
+  if (p.flavor == Flavor::fsdp2 && p.backward_prefetch == BackwardPrefetch::post)
+    fail("backward_prefetch", "\"post\" exists in fsdp1 only");
+  int64_t seq = resolve_seq_len(p, graph);
+  if (seq > graph.max_seq_len)
+    fail("seq_len", std::to_string(seq) + " exceeds the model's maximum of " +
+                        std::to_string(graph.max_seq_len));
+  if (p.loss_scale_mode && p.mixed_precision.param_dtype != DType::f16)
+    fail("loss_scale", "applies to fp16 mixed precision only");
+  return w;
+}
+
+int64_t reshard_degree(const Policy& policy, const World& world) {
+  const ReshardAfterForward& r = policy.reshard_after_forward;
+  if (r.is_int) return r.k;
+  return r.flag ? world.shard_group_size : 1;
+}
+
+}  // namespace shardscope::plan

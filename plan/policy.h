@@ -1,0 +1,117 @@
+// FSDP policy: every key of ARCHITECTURE.md's policy JSON, for both flavors,
+// with PyTorch's defaults for the chosen flavor. Reading is strict: unknown
+// keys, wrong types and knobs that do not apply to the flavor are errors that
+// name the key (plan::Error).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/graph.h"
+
+namespace shardscope::plan {
+
+enum class Flavor : uint8_t { fsdp1, fsdp2 };
+enum class WrapType : uint8_t { none, size, class_name, modules };
+enum class BackwardPrefetch : uint8_t { none, pre, post };
+enum class CheckpointMode : uint8_t { none, full, every };
+
+const char* flavor_name(Flavor f);
+const char* wrap_type_name(WrapType w);
+const char* backward_prefetch_name(BackwardPrefetch b);
+
+struct WrapPolicy {
+  WrapType type = WrapType::none;
+  int64_t min_num_params = 100000000;  // size policy threshold, elements (PyTorch default 1e8)
+  std::vector<std::string> classes;    // class policy: module class names
+  std::vector<std::string> modules;    // modules policy: module paths
+};
+
+// true | false | k (fsdp2). Resolved against the shard group size N by
+// reshard_degree(): the number of ranks the backward all-gather runs over.
+struct ReshardAfterForward {
+  bool is_int = false;
+  bool flag = true;  // when !is_int
+  int64_t k = 0;     // when is_int
+};
+
+struct MixedPrecision {
+  DType param_dtype = DType::f32;
+  DType reduce_dtype = DType::f32;
+  std::optional<DType> output_dtype;  // unset: outputs not cast
+  bool enabled() const { return param_dtype != DType::f32 || reduce_dtype != DType::f32; }
+};
+
+struct OptimizerConfig {
+  std::string type = "adamw";  // "adamw" | "sgd"
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  double momentum = 0.0;  // sgd only
+  // fp32 tensors of optimizer state per parameter element: adamw 2, sgd 1 with momentum else 0.
+  int state_tensors() const;
+};
+
+struct Policy {
+  Flavor flavor = Flavor::fsdp2;
+  std::optional<int64_t> world_size;        // must agree with the CLI's world when set
+  std::optional<int64_t> shard_group_size;  // unset = world; 1 = DDP
+  WrapPolicy wrap;
+  ReshardAfterForward reshard_after_forward;
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::pre;
+  int64_t forward_prefetch = 0;   // false = 0, true = 1, or units ahead (fsdp2 explicit list)
+  bool limit_all_gathers = true;  // fsdp1 only (fsdp2 stores false)
+  MixedPrecision mixed_precision;
+  bool cpu_offload = false;
+  CheckpointMode activation_checkpointing = CheckpointMode::none;
+  int64_t checkpoint_every = 1;  // for CheckpointMode::every: every k-th wrapped block
+  OptimizerConfig optimizer;
+  std::optional<double> grad_clip_norm;
+  // null | "dynamic" | a fixed scale (fp16 only)
+  std::optional<std::string> loss_scale_mode;  // "dynamic" or "static"
+  double loss_scale_value = 0.0;
+  int64_t batch_size = 1;
+  int64_t seq_len = 0;  // 0 = min(1024, model max), resolved by resolve_seq_len
+  int64_t grad_accum_steps = 1;
+  int64_t seed = 0;
+};
+
+// PyTorch's defaults for a flavor: fsdp1 FULL_SHARD, BACKWARD_PRE,
+// limit_all_gathers=True; fsdp2 reshard_after_forward=True, implicit prefetch.
+Policy default_policy(Flavor flavor);
+
+// Reads a policy document. The flavor is read first and its defaults applied;
+// then every other key. Throws plan::Error naming the key.
+Policy policy_from_json(const nlohmann::json& doc);
+nlohmann::json policy_to_json(const Policy& policy);
+Policy load_policy_file(const std::string& path);
+
+// Applies `--set KEY=VALUE` to a policy document: KEY dotted for nested keys,
+// VALUE parsed as JSON, or taken as a bare string when it is not JSON.
+void apply_set(nlohmann::json& doc, const std::string& assignment);
+
+// The world a policy is planned for, and the sharding it implies.
+struct World {
+  int64_t world_size = 1;
+  int64_t shard_group_size = 1;  // N
+  int64_t replicas = 1;          // R = world / N
+};
+
+// Checks everything that needs the world and the model: shard_group_size
+// divides world, reshard k divides N, world_size agrees, flavor-only knobs,
+// seq_len fits the model, loss_scale only with fp16, ... Returns the resolved
+// world; throws plan::Error naming the key.
+World validate_policy(const Policy& policy, const Graph& graph, int64_t world_size);
+
+// Backward all-gather degree for non-root units: N when resharding (true), 1
+// when not (false), k for an integer.
+int64_t reshard_degree(const Policy& policy, const World& world);
+
+int64_t resolve_seq_len(const Policy& policy, const Graph& graph);
+
+}  // namespace shardscope::plan

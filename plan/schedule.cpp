@@ -1,0 +1,145 @@
+// Names and small helpers of the schedule types; the builder is in
+// schedule_builder.cpp, the checker in schedule_check.cpp.
+#include "plan/schedule.h"
+
+namespace shardscope::plan {
+
+const char* stream_role_name(StreamRole role) {
+  switch (role) {
+    case StreamRole::host:
+      return "host";
+    case StreamRole::compute:
+      return "compute";
+    case StreamRole::unshard:
+      return "unshard";
+    case StreamRole::pre_unshard:
+      return "pre_unshard";
+    case StreamRole::ag_copy_in:
+      return "ag_copy_in";
+    case StreamRole::all_gather:
+      return "all_gather";
+    case StreamRole::reduce_scatter:
+      return "reduce_scatter";
+    case StreamRole::all_reduce:
+      return "all_reduce";
+  }
+  return "?";
+}
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::forward:
+      return "forward";
+    case OpKind::backward:
+      return "backward";
+    case OpKind::recompute:
+      return "recompute";
+    case OpKind::cast_params:
+      return "cast_params";
+    case OpKind::copy_out:
+      return "copy_out";
+    case OpKind::reshard_copy:
+      return "reshard_copy";
+    case OpKind::all_gather:
+      return "all_gather";
+    case OpKind::reduce_scatter:
+      return "reduce_scatter";
+    case OpKind::all_reduce:
+      return "all_reduce";
+    case OpKind::grad_cast:
+      return "grad_cast";
+    case OpKind::grad_accumulate:
+      return "grad_accumulate";
+    case OpKind::grad_norm:
+      return "grad_norm";
+    case OpKind::grad_scale:
+      return "grad_scale";
+    case OpKind::inf_check:
+      return "inf_check";
+    case OpKind::optimizer:
+      return "optimizer";
+    case OpKind::h2d:
+      return "h2d";
+    case OpKind::d2h:
+      return "d2h";
+  }
+  return "?";
+}
+
+bool is_collective(OpKind kind) {
+  return kind == OpKind::all_gather || kind == OpKind::reduce_scatter || kind == OpKind::all_reduce;
+}
+
+bool is_compute(OpKind kind) {
+  return !is_collective(kind) && kind != OpKind::h2d && kind != OpKind::d2h;
+}
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::forward:
+      return "forward";
+    case Phase::backward:
+      return "backward";
+    case Phase::optimizer:
+      return "optimizer";
+  }
+  return "?";
+}
+
+const char* buffer_category_name(BufferCategory c) {
+  switch (c) {
+    case BufferCategory::parameters:
+      return "parameters";
+    case BufferCategory::gradients:
+      return "gradients";
+    case BufferCategory::optimizer_state:
+      return "optimizer_state";
+    case BufferCategory::unsharded_params:
+      return "unsharded_params";
+    case BufferCategory::unsharded_grads:
+      return "unsharded_grads";
+    case BufferCategory::comm_buffers:
+      return "comm_buffers";
+    case BufferCategory::activations:
+      return "activations";
+    case BufferCategory::workspace:
+      return "workspace";
+  }
+  return "?";
+}
+
+const char* action_kind_name(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::launch:
+      return "launch";
+    case ActionKind::alloc:
+      return "alloc";
+    case ActionKind::free:
+      return "free";
+    case ActionKind::host_wait:
+      return "host_wait";
+  }
+  return "?";
+}
+
+int Schedule::stream_index(StreamRole role) const {
+  for (size_t i = 0; i < stream_roles.size(); ++i)
+    if (stream_roles[i] == role) return static_cast<int>(i);
+  return -1;
+}
+
+int64_t Schedule::persistent_device_bytes() const {
+  int64_t s = 0;
+  for (const Buffer& b : buffers)
+    if (b.persistent && !b.on_host) s += b.bytes;
+  return s;
+}
+
+int64_t Schedule::persistent_host_bytes() const {
+  int64_t s = 0;
+  for (const Buffer& b : buffers)
+    if (b.persistent && b.on_host) s += b.bytes;
+  return s;
+}
+
+}  // namespace shardscope::plan

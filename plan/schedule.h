@@ -1,0 +1,166 @@
+// The per-rank step schedule (ARCHITECTURE.md "The step schedule";
+// docs/schedule.md has the schema and a worked example). One training step:
+// every micro-step's forward and backward, then the optimizer step.
+//
+// The schedule is a list of *actions in host issue order*:
+//   launch    an op on a stream (the host does not wait for it);
+//   alloc     a named buffer of N bytes on a stream's memory pool;
+//   free      that buffer; it becomes reusable for its pool once the ops on
+//             other streams that used it (`pending_ops`) have completed
+//             (PyTorch's record_stream semantics); `allocated` drops at once;
+//   host_wait the host blocks until an op has completed (fsdp1's rate limiter,
+//             the clip-norm / inf-check .item(), offload waits).
+// Ops on one stream run in launch order; an op also waits for the ops in
+// `waits` (cudaStreamWaitEvent). Collectives on one process group run one at
+// a time in sequence-number order, whatever stream issued them.
+//
+// Sizes are bytes; collective `bytes` is the full (unsharded) buffer S of the
+// collective: all-gather output, reduce-scatter input, all-reduce buffer. Wire
+// bytes per rank follow nccl-tests: (n-1)/n * S for all-gather and
+// reduce-scatter, 2(n-1)/n * S for all-reduce.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/graph.h"
+#include "plan/policy.h"
+#include "plan/units.h"
+
+namespace shardscope::plan {
+
+enum class StreamRole : uint8_t {
+  host,            // the CPU thread issuing work; host ops (offloaded optimizer) run here
+  compute,         // default stream: forward, backward, fsdp2 copy-out and RS copy-in
+  unshard,         // fsdp1: all-gather
+  pre_unshard,     // fsdp1: casts to param dtype, host-to-device copies of offloaded shards
+  ag_copy_in,      // fsdp2: all-gather copy-in (cast into the all-gather buffer), h2d
+  all_gather,      // fsdp2: all-gather
+  reduce_scatter,  // both: reduce-scatter (fsdp1's post-backward stream), grad accumulation, d2h
+  all_reduce,      // hybrid sharding and DDP: all-reduce across replicas
+};
+const char* stream_role_name(StreamRole role);
+
+enum class OpKind : uint8_t {
+  forward,          // graph op forward (compute)
+  backward,         // graph op backward (compute)
+  recompute,        // graph op forward again under activation checkpointing
+  cast_params,      // fp32 shard -> param-dtype shard (fsdp1 pre-unshard, fsdp2 copy-in)
+  copy_out,         // fsdp2: all-gather output -> per-parameter unsharded storage
+  reshard_copy,     // fsdp2 reshard_after_forward=k: keep a 1/k slice after forward
+  all_gather,       // collective
+  reduce_scatter,   // collective
+  all_reduce,       // collective
+  grad_cast,        // unsharded grads -> reduce-dtype padded buffer (RS input)
+  grad_accumulate,  // reduced shard (or unsharded grads without sync) added into the accumulator
+  grad_norm,        // local squared norm of the gradient shards (clipping)
+  grad_scale,       // multiply gradient shards by the clip coefficient / unscale
+  inf_check,        // fp16 dynamic loss scaling: look for inf/nan in the shards
+  optimizer,        // optimizer update of one unit's shards
+  h2d,              // host -> device copy (offload)
+  d2h,              // device -> host copy (offload)
+};
+const char* op_kind_name(OpKind kind);
+bool is_collective(OpKind kind);
+bool is_compute(
+    OpKind kind);  // runs kernels that compete for SMs (everything but copies/collectives)
+
+enum class Phase : uint8_t { forward, backward, optimizer };
+const char* phase_name(Phase phase);
+
+enum class BufferCategory : uint8_t {
+  parameters,        // sharded fp32 parameters (persistent)
+  gradients,         // sharded fp32 gradients (persistent)
+  optimizer_state,   // optimizer state (persistent)
+  unsharded_params,  // all-gathered parameters in param dtype (transient)
+  unsharded_grads,   // unsharded gradients in compute/reduce dtype (transient)
+  comm_buffers,      // all-gather / reduce-scatter staging buffers (transient)
+  activations,       // activations and their gradients (transient)
+  workspace,         // op scratch (transient)
+};
+const char* buffer_category_name(BufferCategory c);
+
+struct ProcessGroup {
+  std::string name;        // "shard0", "replica1", "world", "reshard0" ...
+  std::vector<int> ranks;  // global ranks, ascending
+};
+
+struct Buffer {
+  std::string name;  // unique within the schedule: "m0.u3.unsharded", "u3.param_shard"
+  int64_t bytes = 0;
+  BufferCategory category = BufferCategory::activations;
+  int stream = 0;  // index into Schedule::streams: the pool it comes from
+  int unit = -1;
+  bool persistent = false;  // lives across steps (allocated before the step, never freed in it)
+  bool on_host = false;     // host memory (cpu_offload): not counted on the device
+};
+
+struct ScheduleOp {
+  OpKind kind = OpKind::forward;
+  Phase phase = Phase::forward;
+  int stream = 0;
+  int unit = -1;      // FSDP unit the op belongs to (-1: none)
+  int graph_op = -1;  // index into Graph::ops for forward/backward/recompute
+  int micro_step = 0;
+  std::vector<int> waits;    // op indices that must complete before this op starts
+  std::vector<int> buffers;  // buffers the op reads or writes
+  // Collectives only.
+  int group = -1;            // index into Schedule::groups
+  int64_t seq = -1;          // per-group sequence number, equal across the group's ranks
+  int64_t bytes = 0;         // collective: S (see file comment); copies/casts: bytes moved
+  DType dtype = DType::f32;  // element type of a collective or copy
+};
+
+enum class ActionKind : uint8_t { launch, alloc, free, host_wait };
+const char* action_kind_name(ActionKind kind);
+
+struct Action {
+  ActionKind kind = ActionKind::launch;
+  int op = -1;                   // launch, host_wait
+  int buffer = -1;               // alloc, free
+  std::vector<int> pending_ops;  // free: ops on other streams still using the buffer
+};
+
+struct Schedule {
+  static constexpr int kSchemaVersion = 1;
+  int rank = 0;
+  World world;
+  Workload workload;  // B = batch_size, T = seq_len
+  int64_t grad_accum_steps = 1;
+  std::vector<std::string> streams;  // stream names; index 0 is "host"
+  std::vector<StreamRole> stream_roles;
+  std::vector<ProcessGroup> groups;  // identical on every rank
+  std::vector<Buffer> buffers;       // persistent ones first
+  std::vector<ScheduleOp> ops;
+  std::vector<Action> actions;  // the step, in host issue order (persistent buffers excluded)
+
+  int stream_index(StreamRole role) const;  // -1 if the schedule has no such stream
+  int64_t persistent_device_bytes() const;
+  int64_t persistent_host_bytes() const;
+};
+
+// Builds rank `rank`'s schedule. Throws plan::Error for policies it cannot plan.
+Schedule build_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units, int rank);
+
+// Wire bytes per rank of one collective op (nccl-tests bus factors).
+double collective_wire_bytes(const ScheduleOp& op, const Schedule& schedule);
+
+struct CommBytes {
+  double all_gather = 0, reduce_scatter = 0, all_reduce = 0;
+  double total() const { return all_gather + reduce_scatter + all_reduce; }
+};
+// Sum over the schedule's collectives of their wire bytes per rank.
+CommBytes schedule_comm_bytes(const Schedule& schedule);
+// The closed forms of FSDP_SEMANTICS.md section 9 with its refinements,
+// computed from the units alone (not from a schedule): what the schedule must match.
+CommBytes closed_form_comm_bytes(const Graph& graph, const Policy& policy, const UnitPlan& units);
+
+// Checks the schedule's invariants; returns human-readable violations (empty
+// when valid): every compute use of a unit's parameters is ordered after the
+// all-gather that filled them; no buffer is used outside [alloc, free]; every
+// transient buffer is freed by the end of the step; waits point backwards.
+std::vector<std::string> check_schedule(const Graph& graph, const UnitPlan& units,
+                                        const Schedule& schedule);
+
+}  // namespace shardscope::plan

@@ -1,0 +1,31 @@
+// Runs the built `shardscope` binary (SHARDSCOPE_CLI) and captures its exit
+// status and output (stdout and stderr together).
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace shardscope::test {
+
+struct CliResult {
+  int status = -1;
+  std::string output;
+};
+
+inline CliResult run_cli(const std::string& args) {
+  CliResult r;
+  const std::string cmd = std::string(SHARDSCOPE_CLI) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+}  // namespace shardscope::test
