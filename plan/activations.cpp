@@ -36,6 +36,13 @@ void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool
     for (int o = up.units[u].first_op; o <= up.units[u].last_op && o >= 0; ++o)
       block[o] = static_cast<int>(u);
   }
+  entering_.assign(no, {});
+  leaving_.assign(no, {});
+  for (size_t u = 0; u < up.units.size(); ++u) {  // pre-order: outer units first
+    if (up.units[u].first_op < 0) continue;
+    entering_[up.units[u].first_op].push_back(static_cast<int>(u));
+    leaving_[up.units[u].last_op].push_back(static_cast<int>(u));
+  }
   const int kNone = static_cast<int>(no);
   std::vector<int> release(nt, kNone);     // kept: freed after this op's backward
   std::vector<int> rc_release(nt, kNone);  // kept through recompute
@@ -97,24 +104,10 @@ const std::vector<int>& ActivationPlan::released_after_backward(int op) const {
   return released_bwd_[op];
 }
 
-std::vector<int> ActivationPlan::units_entering(int op, const UnitPlan& up) const {
-  std::vector<int> out;
-  for (size_t u = 0; u < up.units.size(); ++u)
-    if (up.units[u].first_op == op) out.push_back(static_cast<int>(u));
-  return out;  // units are in module pre-order: outer before inner
-}
-
-std::vector<int> ActivationPlan::units_leaving(int op, const UnitPlan& up) const {
-  std::vector<int> out;
-  for (size_t u = 0; u < up.units.size(); ++u)
-    if (up.units[u].last_op == op) out.push_back(static_cast<int>(u));
-  return out;
-}
-
-std::vector<int> ActivationPlan::backward_unit_order(const UnitPlan& up) const {
+std::vector<int> ActivationPlan::backward_unit_order() const {
   std::vector<int> order;
   for (size_t o = g_.ops.size(); o-- > 0;)
-    for (int u : units_leaving(static_cast<int>(o), up)) order.push_back(u);
+    for (int u : leaving_[o]) order.push_back(u);
   return order;
 }
 

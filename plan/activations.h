@@ -44,16 +44,18 @@ class ActivationPlan {
   const std::vector<int>& released_after_backward(int op) const;
 
   // Units whose forward span starts (ends) at `op`, outermost first.
-  std::vector<int> units_entering(int op, const UnitPlan& units) const;
-  std::vector<int> units_leaving(int op, const UnitPlan& units) const;
+  // Precomputed by set_checkpointed.
+  const std::vector<int>& units_entering(int op) const { return entering_[op]; }
+  const std::vector<int>& units_leaving(int op) const { return leaving_[op]; }
   // Units in the order their backward starts.
-  std::vector<int> backward_unit_order(const UnitPlan& units) const;
+  std::vector<int> backward_unit_order() const;
 
  private:
   const Graph& g_;
   std::vector<int> producer_;  // tensor -> op (-1: graph input)
   std::vector<int> last_use_;  // tensor -> last forward consumer (or producer)
   std::vector<std::vector<int>> dead_fwd_, dead_rc_, released_bwd_;
+  std::vector<std::vector<int>> entering_, leaving_;
 };
 
 }  // namespace shardscope::plan

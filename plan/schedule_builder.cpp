@@ -181,7 +181,7 @@ class Builder {
   void reduce_grads(int u);
   void accumulate_without_sync(int u);
   void flush_reduce_scatter();
-  int next_unit(const std::vector<int>& order, int u) const;
+  int next_unit(Phase order, int u) const;  // next unit in forward/backward order
 
   // ---- passes ---------------------------------------------------------------
   void forward_pass();
@@ -213,6 +213,7 @@ class Builder {
   std::vector<UnitState> state_;
   std::vector<int> param_shard_, grad_shard_, opt_state_;  // per unit (persistent)
   std::vector<int> fwd_order_, bwd_order_;                 // units with parameters
+  std::vector<int> next_fwd_, next_bwd_;                   // unit -> next in that order
   std::vector<bool> checkpointed_;                         // per unit
   std::vector<bool> backward_started_;                     // per unit, this micro-step
   std::vector<int> compute_waits_;                         // attached to the next compute-stream op
@@ -310,10 +311,8 @@ void Builder::setup_checkpointing() {
     if (static_cast<int64_t>(j) % every == 0) checkpointed_[blocks[j]] = true;
 }
 
-int Builder::next_unit(const std::vector<int>& order, int u) const {
-  auto it = std::find(order.begin(), order.end(), u);
-  if (it == order.end() || it + 1 == order.end()) return -1;
-  return *(it + 1);
+int Builder::next_unit(Phase order, int u) const {
+  return order == Phase::forward ? next_fwd_[u] : next_bwd_[u];
 }
 
 // Issues the copies and the all-gather that make unit u's parameters whole.
@@ -464,7 +463,7 @@ void Builder::pre_backward(int u) {
   backward_started_[u] = true;
   unshard(u);
   if (p_.backward_prefetch == BackwardPrefetch::pre) {
-    int next = next_unit(bwd_order_, u);
+    int next = next_unit(Phase::backward, u);
     if (next >= 0) unshard(next);
   }
   wait_for_unshard(u);
@@ -475,7 +474,7 @@ void Builder::post_backward(int u) {
   reshard(u);
   if (p_.backward_prefetch == BackwardPrefetch::post) {
     // Only units whose backward is still to come (the root's post-backward is last).
-    int next = next_unit(bwd_order_, u);
+    int next = next_unit(Phase::backward, u);
     if (next >= 0 && !backward_started_[next]) unshard(next);
   }
   if (sync_)
@@ -679,13 +678,13 @@ void Builder::forward_pass() {
                            acts_.bytes(t, w, b_p_), BufferCategory::activations, compute_, 0);
   for (size_t oi = 0; oi < g_.ops.size(); ++oi) {
     const int o = static_cast<int>(oi);
-    for (int u : acts_.units_entering(o, up_)) {
+    for (int u : acts_.units_entering(o)) {
       unshard(u);
       if (p_.forward_prefetch > 0) {
         // fsdp1 forward_prefetch / fsdp2 explicit prefetch list of depth k.
         int next = u;
         for (int64_t d = 0; d < p_.forward_prefetch; ++d) {
-          next = next_unit(fwd_order_, next);
+          next = next_unit(Phase::forward, next);
           if (next < 0) break;
           unshard(next);
         }
@@ -693,7 +692,7 @@ void Builder::forward_pass() {
       wait_for_unshard(u);
     }
     compute_op(o, OpKind::forward);
-    for (int u : acts_.units_leaving(o, up_)) post_forward(u);
+    for (int u : acts_.units_leaving(o)) post_forward(u);
   }
   // The root frees the last all-gather output at the end of forward.
   free_buf(prev_fwd_ag_out_);
@@ -706,7 +705,7 @@ void Builder::forward_pass() {
 void Builder::recompute_block(int block) {
   const Unit& unit = up_.units[block];
   for (int r = unit.first_op; r <= unit.last_op; ++r) {
-    for (int u : acts_.units_entering(r, up_)) {
+    for (int u : acts_.units_entering(r)) {
       if (u == block) continue;
       unshard(u);
       wait_for_unshard(u);
@@ -719,12 +718,12 @@ void Builder::backward_pass() {
   phase_ = Phase::backward;
   for (size_t oi = g_.ops.size(); oi-- > 0;) {
     const int o = static_cast<int>(oi);
-    for (int u : acts_.units_leaving(o, up_)) {  // outer first in reverse
+    for (int u : acts_.units_leaving(o)) {  // outer first in reverse
       pre_backward(u);
       if (checkpointed_[u]) recompute_block(u);
     }
     compute_op(o, OpKind::backward);
-    std::vector<int> entering = acts_.units_entering(o, up_);
+    std::vector<int> entering = acts_.units_entering(o);
     std::reverse(entering.begin(), entering.end());  // inner first
     for (int u : entering) post_backward(u);
   }
@@ -798,10 +797,15 @@ Schedule Builder::build() {
   acts_.set_checkpointed(up_, checkpointed_);
   for (size_t u = 0; u < up_.units.size(); ++u)
     if (has_params(static_cast<int>(u))) fwd_order_.push_back(static_cast<int>(u));
-  bwd_order_ = acts_.backward_unit_order(up_);
+  bwd_order_ = acts_.backward_unit_order();
   bwd_order_.erase(
       std::remove_if(bwd_order_.begin(), bwd_order_.end(), [&](int u) { return !has_params(u); }),
       bwd_order_.end());
+  // Successor of each unit in forward and backward order (-1: last or absent).
+  next_fwd_.assign(up_.units.size(), -1);
+  next_bwd_.assign(up_.units.size(), -1);
+  for (size_t i = 0; i + 1 < fwd_order_.size(); ++i) next_fwd_[fwd_order_[i]] = fwd_order_[i + 1];
+  for (size_t i = 0; i + 1 < bwd_order_.size(); ++i) next_bwd_[bwd_order_[i]] = bwd_order_[i + 1];
   tensor_buf_.assign(g_.tensors.size(), -1);
   grad_tensor_buf_.assign(g_.tensors.size(), -1);
 

@@ -60,7 +60,7 @@ TEST_CASE("rejected policies exit 2 with the key named", "[cli][plan][validation
   }
 }
 
-TEST_CASE("usage errors exit 2; --help exits 0", "[cli]") {
+TEST_CASE("usage errors exit 2, --help exits 0", "[cli]") {
   CHECK(run_cli("plan").status == 2);                     // missing --model
   CHECK(run_cli("plan --model nope-model").status == 2);  // unknown preset
   CHECK(run_cli("plan --model gpt2-tiny --world 0").status == 2);

@@ -72,7 +72,7 @@ TEST_CASE("policy JSON round trip is lossless", "[policy][json]") {
   }
 }
 
-TEST_CASE("--set overrides: dotted keys, JSON values, bare strings", "[policy][set]") {
+TEST_CASE("policy set overrides: dotted keys, JSON values, bare strings", "[policy][set]") {
   json doc = json::object();
   plan::apply_set(doc, "wrap.type=class");
   plan::apply_set(doc, "wrap.classes=[\"Block\"]");

@@ -35,7 +35,7 @@ TEST_CASE("wrap none: the root is the only unit and holds all 90 parameters", "[
   CHECK(summary(up) == Summary{{"<root>", 90}});
 }
 
-TEST_CASE("wrap class Block: each block a unit; tied emb.weight and head.bias stay in the root",
+TEST_CASE("wrap class Block: each block a unit, tied emb.weight and head.bias stay in the root",
           "[units]") {
   // emb.weight is used by emb and head: its owner is their common ancestor,
   // the root, so the root keeps 40 + head.bias 10 = 50.
@@ -69,7 +69,7 @@ TEST_CASE("wrap size 40: the ModuleList has remainder 40 but containers are neve
   CHECK(summary(up) == Summary{{"<root>", 90}});
 }
 
-TEST_CASE("wrap modules: explicit paths; the tied weight still goes to the root", "[units]") {
+TEST_CASE("wrap modules: explicit paths, the tied weight still goes to the root", "[units]") {
   UnitPlan up = units_for({{"wrap", {{"type", "modules"}, {"modules", {"blocks.1", "head"}}}}}, 2);
   CHECK(summary(up) == Summary{{"<root>", 60}, {"blocks.1", 20}, {"head", 10}});
 }

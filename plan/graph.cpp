@@ -1,0 +1,265 @@
+#include "plan/graph.h"
+
+#include <set>
+#include <stdexcept>
+#include <unordered_set>
+
+#include "plan/error.h"
+
+namespace shardscope::plan {
+
+int dtype_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::f16:
+      return 2;
+    case DType::f64:
+      return 8;
+    case DType::i64:
+      return 8;
+    case DType::i32:
+      return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::f64:
+      return "f64";
+    case DType::i64:
+      return "i64";
+    case DType::i32:
+      return "i32";
+  }
+  return "?";
+}
+
+DType parse_dtype(const std::string& name, const std::string& field) {
+  static const std::pair<const char*, DType> kNames[] = {
+      {"f32", DType::f32},   {"fp32", DType::f32},      {"float32", DType::f32},
+      {"bf16", DType::bf16}, {"bfloat16", DType::bf16}, {"f16", DType::f16},
+      {"fp16", DType::f16},  {"float16", DType::f16},   {"f64", DType::f64},
+      {"fp64", DType::f64},  {"float64", DType::f64},   {"i64", DType::i64},
+      {"int64", DType::i64}, {"i32", DType::i32},       {"int32", DType::i32},
+  };
+  for (const auto& [n, d] : kNames)
+    if (name == n) return d;
+  throw Error(field + ": unknown dtype '" + name + "' (use f32, bf16, f16, f64, i64 or i32)");
+}
+
+bool is_floating(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f64;
+}
+
+int64_t Param::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw Error("param '" + name + "': element count overflows int64");
+  return n;
+}
+
+Poly Tensor::numel() const {
+  Poly n = Poly::constant(1);
+  for (const Poly& d : shape) n = n * d;
+  return n;
+}
+
+int64_t Graph::params_total() const {
+  int64_t total = 0;
+  for (const Param& p : params)
+    if (__builtin_add_overflow(total, p.numel(), &total))
+      throw Error("graph '" + model_name + "': parameter total overflows int64");
+  return total;
+}
+
+int Graph::find_module(const std::string& name) const {
+  for (size_t i = 0; i < modules.size(); ++i)
+    if (modules[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int Graph::find_param(const std::string& name) const {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+namespace {
+
+const std::set<std::string>& known_op_types() {
+  static const std::set<std::string> kTypes = {
+      "embedding", "linear",   "layernorm", "rmsnorm",       "attention", "gelu",
+      "swiglu",    "residual", "relu",      "cross_entropy", "rope"};
+  return kTypes;
+}
+
+bool has_negative_coefficient(const Poly& p) {
+  for (const auto& [key, c] : p.terms())
+    if (c < 0) return true;
+  return false;
+}
+
+}  // namespace
+
+void Graph::validate() const {
+  const std::string where = "graph '" + model_name + "': ";
+  auto fail = [&where](const std::string& what) { throw Error(where + what); };
+  auto in_range = [](int index, size_t size) {
+    return index >= 0 && static_cast<size_t>(index) < size;
+  };
+
+  if (max_seq_len < 1) fail("max_seq_len must be >= 1, got " + std::to_string(max_seq_len));
+  if (vocab_size < 0) fail("vocab_size must be >= 0, got " + std::to_string(vocab_size));
+
+  // Modules: pre-order tree rooted at modules[0] with dotted names.
+  if (modules.empty()) fail("no modules (modules[0] must be the root)");
+  if (!modules[0].name.empty() || modules[0].parent != -1)
+    fail("modules[0] must be the root: name \"\" and parent -1, got '" + modules[0].name + "'");
+  std::vector<std::vector<int>> expected_children(modules.size());
+  std::unordered_set<std::string> module_names;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    const Module& m = modules[i];
+    const std::string label = "module " + std::to_string(i) + " '" + m.name + "'";
+    if (m.class_name.empty()) fail(label + " has no class_name");
+    if (!module_names.insert(m.name).second) fail(label + ": duplicate module name");
+    if (i == 0) continue;
+    if (m.parent < 0 || static_cast<size_t>(m.parent) >= i)
+      fail(label + ": parent " + std::to_string(m.parent) +
+           " must be an earlier module (modules are stored in pre-order)");
+    const std::string& parent_name = modules[m.parent].name;
+    const std::string prefix = parent_name.empty() ? "" : parent_name + ".";
+    const bool prefixed =
+        m.name.size() > prefix.size() && m.name.compare(0, prefix.size(), prefix) == 0;
+    if (!prefixed || m.name.find('.', prefix.size()) != std::string::npos)
+      fail(label + ": name must be '" + prefix + "<local name>' under its parent '" + parent_name +
+           "'");
+    expected_children[m.parent].push_back(static_cast<int>(i));
+  }
+  for (size_t i = 0; i < modules.size(); ++i) {
+    if (modules[i].children != expected_children[i])
+      fail("module '" + modules[i].name +
+           "': children list does not match the modules whose parent it is (in storage order)");
+    // Pre-order: a module's subtree is contiguous, so each child follows the
+    // previous child's subtree. Checked via parents: the module after i is
+    // either i's child or belongs to an ancestor of i.
+    if (i + 1 < modules.size()) {
+      int a = static_cast<int>(i);
+      const int next_parent = modules[i + 1].parent;
+      while (a != -1 && a != next_parent) a = modules[a].parent;
+      if (a == -1)
+        fail("module '" + modules[i + 1].name + "' breaks pre-order (its parent '" +
+             modules[next_parent].name + "' is not an ancestor of the module stored before it)");
+    }
+  }
+
+  // Parameters.
+  std::unordered_set<std::string> param_names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Param& p = params[i];
+    const std::string label = "param '" + p.name + "'";
+    if (p.name.empty()) fail("param " + std::to_string(i) + " has an empty name");
+    if (!param_names.insert(p.name).second) fail(label + ": duplicate parameter name");
+    if (!in_range(p.module, modules.size()))
+      fail(label + ": declaring module index " + std::to_string(p.module) + " out of range");
+    if (p.shape.empty()) fail(label + ": empty shape");
+    for (int64_t d : p.shape)
+      if (d < 1) fail(label + ": dimension " + std::to_string(d) + " is not positive");
+    p.numel();  // throws on overflow
+  }
+
+  // Tensors.
+  std::unordered_set<std::string> tensor_names;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    const std::string label = "tensor '" + t.name + "'";
+    if (t.name.empty()) fail("tensor " + std::to_string(i) + " has an empty name");
+    if (!tensor_names.insert(t.name).second) fail(label + ": duplicate tensor name");
+    for (const Poly& d : t.shape)
+      if (d.is_zero() || has_negative_coefficient(d))
+        fail(label + ": dimension \"" + d.to_string() + "\" must have positive coefficients");
+  }
+
+  // Graph inputs are fed from data; they are never produced by an op.
+  std::vector<char> available(tensors.size(), 0);
+  std::vector<char> is_input(tensors.size(), 0);
+  for (int t : inputs) {
+    if (!in_range(t, tensors.size()))
+      fail("graph input index " + std::to_string(t) + " out of range");
+    if (is_input[t]) fail("tensor '" + tensors[t].name + "' listed twice as a graph input");
+    is_input[t] = available[t] = 1;
+  }
+
+  // Ops, in forward order.
+  std::unordered_set<std::string> op_names;
+  std::vector<char> param_used(params.size(), 0);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    const std::string label = "op '" + op.name + "'";
+    if (op.name.empty()) fail("op " + std::to_string(i) + " has an empty name");
+    if (!op_names.insert(op.name).second) fail(label + ": duplicate op name");
+    if (!known_op_types().count(op.type)) fail(label + ": unknown op type '" + op.type + "'");
+    if (!in_range(op.module, modules.size()))
+      fail(label + ": module index " + std::to_string(op.module) + " out of range");
+    if (!op.attrs.is_object()) fail(label + ": attrs must be a JSON object");
+    for (int t : op.inputs) {
+      if (!in_range(t, tensors.size()))
+        fail(label + ": input tensor index " + std::to_string(t) + " out of range");
+      if (!available[t])
+        fail(label + " reads tensor '" + tensors[t].name +
+             "' before any op produces it (and it is not a graph input)");
+    }
+    if (op.outputs.empty()) fail(label + " has no outputs");
+    for (int t : op.outputs) {
+      if (!in_range(t, tensors.size()))
+        fail(label + ": output tensor index " + std::to_string(t) + " out of range");
+      if (available[t])
+        fail(label + " writes tensor '" + tensors[t].name +
+             "', which is a graph input or already produced");
+      available[t] = 1;
+    }
+    for (int p : op.params) {
+      if (!in_range(p, params.size()))
+        fail(label + ": parameter index " + std::to_string(p) + " out of range");
+      param_used[p] = 1;
+    }
+    for (int t : op.saved) {
+      if (!in_range(t, tensors.size()))
+        fail(label + ": saved tensor index " + std::to_string(t) + " out of range");
+      bool own = false;
+      for (int u : op.inputs) own = own || u == t;
+      for (int u : op.outputs) own = own || u == t;
+      if (!own)
+        fail(label + " saves tensor '" + tensors[t].name + "', which it neither reads nor writes");
+    }
+    const std::pair<const char*, const Poly*> costs[] = {{"fwd_flops", &op.fwd_flops},
+                                                         {"bwd_flops", &op.bwd_flops},
+                                                         {"fwd_bytes", &op.fwd_bytes},
+                                                         {"bwd_bytes", &op.bwd_bytes},
+                                                         {"workspace_bytes", &op.workspace_bytes}};
+    for (const auto& [field, poly] : costs)
+      if (has_negative_coefficient(*poly))
+        fail(label + ": " + field + " \"" + poly->to_string() + "\" has a negative coefficient");
+  }
+  for (size_t p = 0; p < params.size(); ++p)
+    if (!param_used[p]) fail("param '" + params[p].name + "' is not used by any op");
+
+  if (!in_range(loss, tensors.size()))
+    fail("loss tensor index " + std::to_string(loss) + " out of range");
+  if (is_input[loss]) fail("loss tensor '" + tensors[loss].name + "' is a graph input");
+  if (!available[loss]) fail("loss tensor '" + tensors[loss].name + "' is not produced by any op");
+  if (!tensors[loss].shape.empty())
+    fail("loss tensor '" + tensors[loss].name + "' must be a scalar (empty shape)");
+}
+
+}  // namespace shardscope::plan

@@ -1,0 +1,414 @@
+#include "plan/graph_io.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "plan/error.h"
+
+namespace shardscope::plan {
+
+using nlohmann::json;
+
+// ---- writing ----------------------------------------------------------------
+
+namespace {
+
+json index_list(const std::vector<int>& v) {
+  return json(v);
+}
+
+}  // namespace
+
+json graph_to_json(const Graph& graph) {
+  json j = json::object();
+  j["format"] = kGraphFormat;
+  j["version"] = Graph::kSchemaVersion;
+  j["model_name"] = graph.model_name;
+  j["family"] = graph.family;
+  j["max_seq_len"] = graph.max_seq_len;
+  j["vocab_size"] = graph.vocab_size;
+
+  json modules = json::array();
+  for (const Module& m : graph.modules) {
+    modules.push_back({{"name", m.name},
+                       {"class_name", m.class_name},
+                       {"parent", m.parent},
+                       {"is_container", m.is_container}});
+  }
+  j["modules"] = std::move(modules);
+
+  json params = json::array();
+  for (const Param& p : graph.params) {
+    params.push_back({{"name", p.name},
+                      {"shape", p.shape},
+                      {"dtype", dtype_name(p.dtype)},
+                      {"module", p.module}});
+  }
+  j["params"] = std::move(params);
+
+  json tensors = json::array();
+  for (const Tensor& t : graph.tensors) {
+    json shape = json::array();
+    for (const Poly& d : t.shape) shape.push_back(d.to_string());
+    tensors.push_back(
+        {{"name", t.name}, {"shape", std::move(shape)}, {"dtype", dtype_name(t.dtype)}});
+  }
+  j["tensors"] = std::move(tensors);
+
+  json ops = json::array();
+  for (const Op& op : graph.ops) {
+    ops.push_back({{"name", op.name},
+                   {"type", op.type},
+                   {"module", op.module},
+                   {"inputs", index_list(op.inputs)},
+                   {"outputs", index_list(op.outputs)},
+                   {"params", index_list(op.params)},
+                   {"saved", index_list(op.saved)},
+                   {"fwd_flops", op.fwd_flops.to_string()},
+                   {"bwd_flops", op.bwd_flops.to_string()},
+                   {"fwd_bytes", op.fwd_bytes.to_string()},
+                   {"bwd_bytes", op.bwd_bytes.to_string()},
+                   {"workspace_bytes", op.workspace_bytes.to_string()},
+                   {"attrs", op.attrs}});
+  }
+  j["ops"] = std::move(ops);
+  j["inputs"] = index_list(graph.inputs);
+  j["loss"] = graph.loss;
+  return j;
+}
+
+// ---- reading ----------------------------------------------------------------
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw Error("graph JSON " + (path.empty() ? std::string("(root)") : path) + ": " + what);
+}
+
+// RFC 6901 escaping of one reference token.
+std::string escape_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string child(const std::string& path, const std::string& key) {
+  return path + "/" + escape_token(key);
+}
+std::string child(const std::string& path, size_t index) {
+  return path + "/" + std::to_string(index);
+}
+
+const char* type_name(const json& j) {
+  return j.type_name();
+}
+
+// A value for an error message, cut short when long.
+std::string short_dump(const json& j) {
+  std::string text = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+// A JSON object whose keys must come from a fixed set.
+class ObjectReader {
+ public:
+  ObjectReader(const json& j, std::string path, std::initializer_list<const char*> allowed)
+      : j_(j), path_(std::move(path)) {
+    if (!j_.is_object()) fail(path_, std::string("expected an object, got ") + type_name(j_));
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      bool known = false;
+      for (const char* key : allowed) known = known || it.key() == key;
+      if (!known) {
+        std::string keys;
+        for (const char* key : allowed) keys += (keys.empty() ? "" : ", ") + std::string(key);
+        fail(child(path_, it.key()), "unknown key (expected one of: " + keys + ")");
+      }
+    }
+  }
+
+  // nullptr when absent and optional.
+  const json* find(const char* key, bool required = true) const {
+    auto it = j_.find(key);
+    if (it == j_.end()) {
+      if (required) fail(child(path_, key), "missing required key");
+      return nullptr;
+    }
+    return &*it;
+  }
+  const json& at(const char* key) const { return *find(key, true); }
+  std::string path(const char* key) const { return child(path_, key); }
+
+ private:
+  const json& j_;
+  std::string path_;
+};
+
+std::string read_string(const json& j, const std::string& path) {
+  if (!j.is_string()) fail(path, std::string("expected a string, got ") + type_name(j));
+  return j.get<std::string>();
+}
+
+bool read_bool(const json& j, const std::string& path) {
+  if (!j.is_boolean()) fail(path, std::string("expected true or false, got ") + type_name(j));
+  return j.get<bool>();
+}
+
+int64_t read_int(const json& j, const std::string& path, int64_t min_value, int64_t max_value) {
+  int64_t v = 0;
+  if (j.is_number_unsigned()) {
+    const uint64_t u = j.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(path, "integer " + std::to_string(u) + " does not fit in int64");
+    v = static_cast<int64_t>(u);
+  } else if (j.is_number_integer()) {
+    v = j.get<int64_t>();
+  } else {
+    fail(path, std::string("expected an integer, got ") + type_name(j));
+  }
+  if (v < min_value || v > max_value)
+    fail(path, "value " + std::to_string(v) + " outside [" + std::to_string(min_value) + ", " +
+                   std::to_string(max_value) + "]");
+  return v;
+}
+
+// An index into an array of `size` elements (or -1 when allowed).
+int read_index(const json& j, const std::string& path, size_t size, const char* what,
+               bool allow_none = false) {
+  std::string shown;
+  bool ok = false;
+  int64_t v = -1;
+  if (j.is_number_unsigned()) {
+    const uint64_t u = j.get<uint64_t>();
+    shown = std::to_string(u);
+    ok = u < size;
+    if (ok) v = static_cast<int64_t>(u);
+  } else if (j.is_number_integer()) {
+    v = j.get<int64_t>();
+    shown = std::to_string(v);
+    ok = (allow_none && v == -1) || (v >= 0 && static_cast<uint64_t>(v) < size);
+  } else {
+    fail(path, std::string("expected a ") + what + " index (integer), got " + type_name(j));
+  }
+  if (!ok)
+    fail(path, std::string(what) + " index " + shown + " out of range (" + std::to_string(size) +
+                   " " + what + "s" + (allow_none ? "; -1 for none" : "") + ")");
+  return static_cast<int>(v);
+}
+
+const json& read_array(const json& j, const std::string& path) {
+  if (!j.is_array()) fail(path, std::string("expected an array, got ") + type_name(j));
+  return j;
+}
+
+std::vector<int> read_index_list(const json& j, const std::string& path, size_t size,
+                                 const char* what) {
+  read_array(j, path);
+  std::vector<int> out;
+  out.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) out.push_back(read_index(j[i], child(path, i), size, what));
+  return out;
+}
+
+Poly read_poly(const json& j, const std::string& path) {
+  if (!j.is_string())
+    fail(path, "expected a string like \"2*B*T*768\", got " + std::string(type_name(j)));
+  try {
+    return Poly::parse(j.get<std::string>());
+  } catch (const std::invalid_argument& e) {
+    fail(path, e.what());
+  }
+}
+
+DType read_dtype(const json& j, const std::string& path) {
+  const std::string name = read_string(j, path);
+  try {
+    return parse_dtype(name, "dtype");
+  } catch (const Error& e) {
+    fail(path, e.what());
+  }
+}
+
+constexpr int64_t kMaxIndexCount = std::numeric_limits<int>::max();
+
+}  // namespace
+
+Graph graph_from_json(const json& j) {
+  if (!j.is_object()) fail("", std::string("expected an object, got ") + type_name(j));
+  // Format and version first: a future version may have other keys.
+  auto format = j.find("format");
+  if (format == j.end()) fail("/format", std::string("missing; expected \"") + kGraphFormat + "\"");
+  if (!format->is_string() || format->get<std::string>() != kGraphFormat)
+    fail("/format", std::string("expected \"") + kGraphFormat + "\", got " + short_dump(*format));
+  auto version = j.find("version");
+  if (version == j.end()) fail("/version", "missing required key");
+  if (!version->is_number_integer() || version->get<int64_t>() != Graph::kSchemaVersion)
+    fail("/version", "unsupported version " + short_dump(*version) + " (this build reads version " +
+                         std::to_string(Graph::kSchemaVersion) + ")");
+
+  ObjectReader top(j, "",
+                   {"format", "version", "model_name", "family", "max_seq_len", "vocab_size",
+                    "modules", "params", "tensors", "ops", "inputs", "loss"});
+  Graph g;
+  g.model_name = read_string(top.at("model_name"), top.path("model_name"));
+  g.family = read_string(top.at("family"), top.path("family"));
+  g.max_seq_len = read_int(top.at("max_seq_len"), top.path("max_seq_len"), 1,
+                           std::numeric_limits<int64_t>::max());
+  g.vocab_size = read_int(top.at("vocab_size"), top.path("vocab_size"), 0,
+                          std::numeric_limits<int64_t>::max());
+
+  // Array sizes first, so that indices can be checked against them in any order.
+  const json& modules = read_array(top.at("modules"), top.path("modules"));
+  const json& params = read_array(top.at("params"), top.path("params"));
+  const json& tensors = read_array(top.at("tensors"), top.path("tensors"));
+  const json& ops = read_array(top.at("ops"), top.path("ops"));
+  for (const char* key : {"modules", "params", "tensors", "ops"})
+    if (static_cast<int64_t>(top.at(key).size()) > kMaxIndexCount)
+      fail(top.path(key), "too many elements");
+
+  for (size_t i = 0; i < modules.size(); ++i) {
+    const std::string path = child("/modules", i);
+    ObjectReader r(modules[i], path, {"name", "class_name", "parent", "is_container"});
+    Module m;
+    m.name = read_string(r.at("name"), r.path("name"));
+    m.class_name = read_string(r.at("class_name"), r.path("class_name"));
+    m.parent = read_index(r.at("parent"), r.path("parent"), modules.size(), "module", true);
+    m.is_container = read_bool(r.at("is_container"), r.path("is_container"));
+    g.modules.push_back(std::move(m));
+  }
+  // Children are derived: the modules naming a module as parent, in storage order.
+  for (size_t i = 0; i < g.modules.size(); ++i) {
+    const int p = g.modules[i].parent;
+    if (p >= 0 && static_cast<size_t>(p) != i) g.modules[p].children.push_back(static_cast<int>(i));
+  }
+
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string path = child("/params", i);
+    ObjectReader r(params[i], path, {"name", "shape", "dtype", "module"});
+    Param p;
+    p.name = read_string(r.at("name"), r.path("name"));
+    const json& shape = read_array(r.at("shape"), r.path("shape"));
+    if (shape.empty()) fail(r.path("shape"), "expected at least one dimension");
+    for (size_t d = 0; d < shape.size(); ++d)
+      p.shape.push_back(
+          read_int(shape[d], child(r.path("shape"), d), 1, std::numeric_limits<int64_t>::max()));
+    int64_t numel = 1;
+    for (int64_t d : p.shape)
+      if (__builtin_mul_overflow(numel, d, &numel))
+        fail(r.path("shape"), "element count overflows int64");
+    p.dtype = read_dtype(r.at("dtype"), r.path("dtype"));
+    p.module = read_index(r.at("module"), r.path("module"), g.modules.size(), "module");
+    g.params.push_back(std::move(p));
+  }
+
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string path = child("/tensors", i);
+    ObjectReader r(tensors[i], path, {"name", "shape", "dtype"});
+    Tensor t;
+    t.name = read_string(r.at("name"), r.path("name"));
+    const json& shape = read_array(r.at("shape"), r.path("shape"));
+    for (size_t d = 0; d < shape.size(); ++d)
+      t.shape.push_back(read_poly(shape[d], child(r.path("shape"), d)));
+    t.dtype = read_dtype(r.at("dtype"), r.path("dtype"));
+    g.tensors.push_back(std::move(t));
+  }
+
+  const size_t n_tensors = g.tensors.size();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const std::string path = child("/ops", i);
+    ObjectReader r(ops[i], path,
+                   {"name", "type", "module", "inputs", "outputs", "params", "saved", "fwd_flops",
+                    "bwd_flops", "fwd_bytes", "bwd_bytes", "workspace_bytes", "attrs"});
+    Op op;
+    op.name = read_string(r.at("name"), r.path("name"));
+    op.type = read_string(r.at("type"), r.path("type"));
+    op.module = read_index(r.at("module"), r.path("module"), g.modules.size(), "module");
+    op.inputs = read_index_list(r.at("inputs"), r.path("inputs"), n_tensors, "tensor");
+    op.outputs = read_index_list(r.at("outputs"), r.path("outputs"), n_tensors, "tensor");
+    if (const json* v = r.find("params", false))
+      op.params = read_index_list(*v, r.path("params"), g.params.size(), "param");
+    if (const json* v = r.find("saved", false))
+      op.saved = read_index_list(*v, r.path("saved"), n_tensors, "tensor");
+    op.fwd_flops = read_poly(r.at("fwd_flops"), r.path("fwd_flops"));
+    op.bwd_flops = read_poly(r.at("bwd_flops"), r.path("bwd_flops"));
+    op.fwd_bytes = read_poly(r.at("fwd_bytes"), r.path("fwd_bytes"));
+    op.bwd_bytes = read_poly(r.at("bwd_bytes"), r.path("bwd_bytes"));
+    if (const json* v = r.find("workspace_bytes", false))
+      op.workspace_bytes = read_poly(*v, r.path("workspace_bytes"));
+    if (const json* v = r.find("attrs", false)) {
+      if (!v->is_object())
+        fail(r.path("attrs"), std::string("expected an object, got ") + type_name(*v));
+      op.attrs = *v;
+    }
+    g.ops.push_back(std::move(op));
+  }
+
+  g.inputs = read_index_list(top.at("inputs"), top.path("inputs"), n_tensors, "tensor");
+  g.loss = read_index(top.at("loss"), top.path("loss"), n_tensors, "tensor");
+  g.validate();
+  return g;
+}
+
+Graph load_graph_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open graph file: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw Error(path + ": cannot read graph file");
+  json j;
+  try {
+    j = json::parse(text.str());
+  } catch (const json::exception& e) {
+    throw Error(path + ": invalid JSON: " + e.what());
+  }
+  try {
+    return graph_from_json(j);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+void save_graph_file(const Graph& graph, const std::string& path) {
+  static std::atomic<unsigned> counter{0};
+  const std::string text =
+      graph_to_json(graph).dump(1, ' ', false, json::error_handler_t::replace) + "\n";
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out)
+      throw Error(path + ": cannot write graph file (" + tmp + "): " + std::strerror(errno));
+    out << text;
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw Error(path + ": write failed (" + tmp + ")");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw Error(path + ": cannot rename " + tmp + " into place: " + ec.message());
+  }
+}
+
+}  // namespace shardscope::plan

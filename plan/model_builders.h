@@ -1,0 +1,192 @@
+// Builders of the model graphs (GPT-2, Llama/Mistral, a small MLP) and the
+// shared GraphBuilder that emits ops with their costs. Module and parameter
+// names and class names are those of Hugging Face transformers, so that
+// class-based wrapping (`wrap.classes=["GPT2Block"]`) and checkpoints line up.
+//
+// Graph conventions shared by every builder:
+//  - Only modules that own parameters or ops (or have such descendants) are
+//    listed: dropout modules, LlamaRotaryEmbedding and the like are left out.
+//    Dropout is not modeled (the engine trains without it, as llm.c does).
+//  - Activation tensors are f32 (they take the compute dtype at run time);
+//    token ids and labels are i64. Linear layouts keep heads merged: q is
+//    [B, T, n_head*head_dim].
+//  - An op's outputs[0] is its value; further outputs are statistics kept for
+//    backward (layernorm mean/rstd, rmsnorm rstd, attention log-sum-exp,
+//    cross-entropy log-probabilities). They have no gradient.
+//  - Costs, with N = rows (B*T for language models, B for the MLP), all in
+//    FLOPs (a multiply-add is 2) and bytes:
+//      linear         fwd 2*N*in*out (+ N*out with bias); bwd 4*N*in*out (dX and
+//                     dW, each one forward matmul) (+ N*out for the bias grad)
+//      attention      fwd 4*B*T^2*H*D (QK^T and PV over the full T x T square:
+//                     causal masking is not halved, as torch.utils.flop_counter
+//                     counts SDPA); bwd 10*B*T^2*H*D (recompute QK^T, then dV,
+//                     dP, dQ, dK: flash-style, no T x T matrix is saved);
+//                     with RoPE + 3*B*T*(H+Hkv)*D each way. H = query heads,
+//                     Hkv = key/value heads, D = head_dim; softmax not counted.
+//      layernorm      fwd 8*N*C, bwd 16*N*C;   rmsnorm fwd 4*N*C, bwd 8*N*C
+//      gelu (tanh)    fwd 8 per element, bwd 16;  relu fwd 1, bwd 1
+//      swiglu         fwd 5 per output element (sigmoid 3, two products), bwd 10
+//      residual       fwd 1 per element, bwd 1 (the add where autograd sums the
+//                     skip and branch gradients)
+//      embedding      fwd 0 (a gather), bwd N*C (scatter-add into the table)
+//      cross_entropy  fwd 5*N*V (max, subtract, exp, sum, log), bwd 3*N*V
+//    Bytes (fp32 = 4 per floating element, i64 = 8): fwd reads every input and
+//    parameter and writes every output; bwd reads the gradient of outputs[0],
+//    the saved tensors and the parameters, and writes the gradients of the
+//    floating inputs and of the parameters. An embedding touches only the
+//    gathered rows (N*C) of its table, each way. Workspace is 0 for every op:
+//    flash attention keeps its T x T tiles on chip.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/graph.h"
+
+namespace shardscope::plan {
+
+// ---- configurations -----------------------------------------------------------
+
+// Hugging Face GPT2Config (GPT2LMHeadModel).
+struct Gpt2Config {
+  int64_t n_layer = 12;
+  int64_t n_embd = 768;
+  int64_t n_head = 12;
+  int64_t n_positions = 1024;
+  int64_t vocab_size = 50257;
+  int64_t n_inner = 0;  // 0: 4 * n_embd
+  double layer_norm_epsilon = 1e-5;
+  std::string activation = "gelu_new";           // gelu_new | gelu_pytorch_tanh | gelu | relu
+  bool scale_attn_weights = true;                // divide scores by sqrt(head_dim)
+  bool scale_attn_by_inverse_layer_idx = false;  // further divide by (layer index + 1)
+  bool tie_word_embeddings = true;               // lm_head uses transformer.wte.weight
+};
+
+// Hugging Face LlamaConfig / MistralConfig (LlamaForCausalLM, MistralForCausalLM).
+struct LlamaConfig {
+  std::string model_type = "llama";  // "llama" | "mistral": picks the class names
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 11008;
+  int64_t num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  int64_t num_key_value_heads = 32;
+  int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads
+  int64_t vocab_size = 32000;
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  nlohmann::json rope_scaling = nullptr;  // recorded in the attention attrs
+  int64_t sliding_window = 0;             // Mistral; 0 = none; recorded in attrs
+  bool attention_bias = false;            // bias on q/k/v/o_proj
+  bool mlp_bias = false;                  // bias on gate/up/down_proj
+  bool tie_word_embeddings = false;
+};
+
+// The `mlp` preset: a residual MLP classifier small enough to train on CPU.
+// input_proj Linear(in, hidden) -> n_blocks x MLPBlock(LayerNorm, fc1
+// Linear(hidden, ffn), ReLU, fc2 Linear(ffn, hidden), + skip) -> head
+// Linear(hidden, classes) -> cross_entropy. Inputs x [B, in] f32, labels [B] i64.
+struct MlpConfig {
+  int64_t in_features = 64;
+  int64_t hidden = 256;
+  int64_t ffn = 512;
+  int64_t n_blocks = 4;
+  int64_t classes = 10;
+  double layer_norm_epsilon = 1e-5;
+};
+
+Graph build_gpt2(const Gpt2Config& config, const std::string& name);
+Graph build_llama(const LlamaConfig& config, const std::string& name);
+Graph build_mlp(const MlpConfig& config, const std::string& name);
+
+// Hugging Face config.json contents -> config. `source` (the file) is named in
+// errors: a missing or mistyped required key, a value out of range, or a
+// feature that would change the math and is not modeled.
+Gpt2Config gpt2_config_from_hf(const nlohmann::json& config, const std::string& source);
+LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string& source);
+
+// Typed access to a config.json object; errors name the key and the file.
+// Unknown extra keys are fine (HF configs carry many).
+class HfConfigReader {
+ public:
+  HfConfigReader(const nlohmann::json& config, std::string source);
+
+  bool has(const char* key) const;  // present and not null
+  int64_t require_int(const char* key, int64_t min_value = 1) const;
+  int64_t get_int(const char* key, int64_t fallback, int64_t min_value = 1) const;
+  double get_double(const char* key, double fallback) const;  // must be > 0
+  bool get_bool(const char* key, bool fallback) const;
+  std::string get_string(const char* key, const std::string& fallback) const;
+  const nlohmann::json* get(const char* key) const;  // nullptr when absent or null
+  [[noreturn]] void fail(const char* key, const std::string& what) const;
+
+ private:
+  const nlohmann::json& config_;
+  std::string source_;
+};
+
+// ---- shared builder ------------------------------------------------------------
+
+// Dimension shorthands for tensor shapes.
+Poly dim_b();
+Poly dim_t();
+Poly dim(int64_t n);
+using Shape = std::vector<Poly>;
+
+enum class WeightLayout { out_in, in_out };  // nn.Linear [out, in] | HF Conv1D [in, out]
+
+// Emits modules, parameters, tensors and ops in forward order. Layer methods
+// add one op in `module` (named after the module, or "<module>.<suffix>"),
+// declare the parameters they own on that module, and return the index of the
+// op's output tensor.
+class GraphBuilder {
+ public:
+  GraphBuilder(std::string model_name, std::string family, int64_t max_seq_len, int64_t vocab_size);
+
+  int add_module(int parent, const std::string& local_name, const std::string& class_name,
+                 bool is_container = false);
+  int add_param(int module, const std::string& local_name, std::vector<int64_t> shape);
+  int add_tensor(const std::string& name, Shape shape, DType dtype = DType::f32);
+  int add_input(const std::string& name, Shape shape, DType dtype);
+  const Graph& graph() const { return g_; }
+  const std::string& module_name(int module) const { return g_.modules[module].name; }
+
+  // Token embedding of `ids` [..] -> [.., dim]; declares "weight" [rows, dim].
+  int embedding(int module, int ids, int64_t rows, int64_t dim);
+  // Position embedding (ids are arange(T), no input tensor) -> [T, dim].
+  int position_embedding(int module, int64_t rows, int64_t dim);
+  // x [.., in] -> [.., out]. Declares "weight" (and "bias") unless tied_weight >= 0,
+  // in which case the op reads that existing [out, in] parameter and has no bias.
+  int linear(int module, int x, int64_t in, int64_t out, bool bias, WeightLayout layout,
+             int tied_weight = -1);
+  int layernorm(int module, int x, int64_t dim, double eps);
+  int rmsnorm(int module, int x, int64_t dim, double eps);
+  // `qkv`: one packed [.., 3*H*D] tensor (GPT-2) or three tensors q, k, v.
+  // `attrs` carries n_head, n_kv_head, head_dim, rope, rope_theta, scale, ...
+  int attention(int module, const std::vector<int>& qkv, int64_t n_head, int64_t n_kv_head,
+                int64_t head_dim, nlohmann::json attrs);
+  int gelu(int module, int x, const std::string& approximate);
+  int relu(int module, int x);
+  int swiglu(int module, int gate, int up);
+  int residual(int module, const std::string& suffix, int a, int b);
+  // Mean cross entropy of logits [.., classes] against labels [..] -> scalar loss.
+  int cross_entropy(int module, int logits, int labels, int64_t classes);
+
+  // Sets the loss, validates and returns the graph.
+  Graph finish(int loss);
+
+ private:
+  // Adds the op with byte costs derived from its tensors (see the file
+  // comment); `param_traffic` overrides the parameter elements read/written.
+  Op& add_op(Op op, const Poly* param_traffic = nullptr);
+  std::string op_name(int module, const std::string& suffix) const;
+  const Shape& shape(int tensor) const { return g_.tensors[tensor].shape; }
+  Poly rows(int tensor) const;  // product of all dims but the last
+
+  Graph g_;
+};
+
+}  // namespace shardscope::plan

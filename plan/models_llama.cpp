@@ -1,0 +1,132 @@
+// Llama / Mistral (Hugging Face LlamaForCausalLM, MistralForCausalLM), module
+// for module (P = "Llama" or "Mistral"):
+//   ""                            PForCausalLM
+//   model                         PModel
+//   model.embed_tokens            Embedding [V, C]
+//   model.layers                  ModuleList
+//   model.layers.<i>              PDecoderLayer: input_layernorm PRMSNorm,
+//                                 self_attn PAttention (q_proj C->H*D, k_proj and
+//                                 v_proj C->Hkv*D, o_proj H*D->C, Linear),
+//                                 post_attention_layernorm PRMSNorm, mlp PMLP
+//                                 (gate_proj, up_proj C->F, down_proj F->C)
+//   model.norm                    PRMSNorm
+//   lm_head                       Linear C->V (tied to model.embed_tokens.weight
+//                                 when tie_word_embeddings)
+// RoPE has no parameters (LlamaRotaryEmbedding is left out); the attention op
+// applies it. Ops per layer: input_layernorm, q_proj, k_proj, v_proj, attention,
+// o_proj, residual_1, post_attention_layernorm, gate_proj, up_proj, swiglu,
+// down_proj, residual_2.
+#include <cmath>
+
+#include "plan/error.h"
+#include "plan/model_builders.h"
+
+namespace shardscope::plan {
+
+LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string& source) {
+  HfConfigReader r(config, source);
+  LlamaConfig c;
+  c.model_type = r.get_string("model_type", "llama");
+  if (c.model_type != "llama" && c.model_type != "mistral")
+    r.fail("model_type", "expected \"llama\" or \"mistral\", got \"" + c.model_type + "\"");
+  c.hidden_size = r.require_int("hidden_size");
+  c.intermediate_size = r.require_int("intermediate_size");
+  c.num_hidden_layers = r.require_int("num_hidden_layers");
+  c.num_attention_heads = r.require_int("num_attention_heads");
+  c.vocab_size = r.require_int("vocab_size");
+  c.max_position_embeddings = r.require_int("max_position_embeddings");
+  // transformers' defaults: LlamaConfig uses num_attention_heads, MistralConfig 8.
+  c.num_key_value_heads =
+      r.get_int("num_key_value_heads", c.model_type == "mistral" ? 8 : c.num_attention_heads);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    r.fail("num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
+                                      " is not a multiple of num_key_value_heads " +
+                                      std::to_string(c.num_key_value_heads));
+  c.head_dim = r.get_int("head_dim", 0);
+  if (c.head_dim == 0 && c.hidden_size % c.num_attention_heads != 0)
+    r.fail("num_attention_heads", "hidden_size " + std::to_string(c.hidden_size) +
+                                      " is not divisible by num_attention_heads " +
+                                      std::to_string(c.num_attention_heads) +
+                                      " (and no head_dim is given)");
+  c.rms_norm_eps = r.get_double("rms_norm_eps", c.rms_norm_eps);
+  c.rope_theta = r.get_double("rope_theta", c.rope_theta);
+  if (const nlohmann::json* v = r.get("rope_scaling")) {
+    if (!v->is_object()) r.fail("rope_scaling", "expected an object or null, got " + v->dump());
+    c.rope_scaling = *v;  // changes no parameter; recorded for the attention op
+  }
+  c.sliding_window = r.get_int("sliding_window", 0);
+  const std::string act = r.get_string("hidden_act", "silu");
+  if (act != "silu")
+    r.fail("hidden_act", "unsupported activation '" + act + "' (only silu: SwiGLU MLP)");
+  c.attention_bias = r.get_bool("attention_bias", false);
+  c.mlp_bias = r.get_bool("mlp_bias", false);
+  c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
+  // pretraining_tp only splits HF's matmuls (same math); attention_dropout is
+  // dropout, which is not modeled: both accepted.
+  return c;
+}
+
+Graph build_llama(const LlamaConfig& c, const std::string& name) {
+  const int64_t head_dim = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads;
+  if (c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 ||
+      c.num_attention_heads < 1 || c.num_key_value_heads < 1 || c.vocab_size < 1 ||
+      c.max_position_embeddings < 1 || head_dim < 1 ||
+      c.num_attention_heads % c.num_key_value_heads != 0)
+    throw Error("llama config for '" + name +
+                "': sizes must be positive and num_attention_heads a multiple of "
+                "num_key_value_heads");
+  if (c.model_type != "llama" && c.model_type != "mistral")
+    throw Error("llama config for '" + name + "': model_type must be llama or mistral");
+  const std::string P = c.model_type == "mistral" ? "Mistral" : "Llama";
+  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
+  const double eps = c.rms_norm_eps;
+
+  nlohmann::json attn_attrs = {{"rope", true},
+                               {"rope_theta", c.rope_theta},
+                               {"scale", 1.0 / std::sqrt(static_cast<double>(head_dim))}};
+  if (!c.rope_scaling.is_null()) attn_attrs["rope_scaling"] = c.rope_scaling;
+  if (c.sliding_window > 0) attn_attrs["sliding_window"] = c.sliding_window;
+
+  GraphBuilder gb(name, "llama", c.max_position_embeddings, V);
+  const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);
+  const int labels = gb.add_input("labels", {dim_b(), dim_t()}, DType::i64);
+
+  const int root = gb.add_module(-1, "", P + "ForCausalLM");
+  const int model = gb.add_module(root, "model", P + "Model");
+  int x = gb.embedding(gb.add_module(model, "embed_tokens", "Embedding"), ids, V, C);
+  const int embed_weight = gb.graph().find_param("model.embed_tokens.weight");
+
+  const int layers = gb.add_module(model, "layers", "ModuleList", true);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const int layer = gb.add_module(layers, std::to_string(i), P + "DecoderLayer");
+    const int a = gb.rmsnorm(gb.add_module(layer, "input_layernorm", P + "RMSNorm"), x, C, eps);
+    const int attn = gb.add_module(layer, "self_attn", P + "Attention");
+    auto proj = [&](int parent, const char* local, int in_tensor, int64_t in, int64_t out,
+                    bool bias) {
+      return gb.linear(gb.add_module(parent, local, "Linear"), in_tensor, in, out, bias,
+                       WeightLayout::out_in);
+    };
+    const int q = proj(attn, "q_proj", a, C, H * head_dim, c.attention_bias);
+    const int k = proj(attn, "k_proj", a, C, Hkv * head_dim, c.attention_bias);
+    const int v = proj(attn, "v_proj", a, C, Hkv * head_dim, c.attention_bias);
+    const int y = gb.attention(attn, {q, k, v}, H, Hkv, head_dim, attn_attrs);
+    const int attn_out = proj(attn, "o_proj", y, H * head_dim, C, c.attention_bias);
+    x = gb.residual(layer, "residual_1", x, attn_out);
+
+    const int b =
+        gb.rmsnorm(gb.add_module(layer, "post_attention_layernorm", P + "RMSNorm"), x, C, eps);
+    const int mlp = gb.add_module(layer, "mlp", P + "MLP");
+    const int gate = proj(mlp, "gate_proj", b, C, F, c.mlp_bias);
+    const int up = proj(mlp, "up_proj", b, C, F, c.mlp_bias);
+    const int s = gb.swiglu(mlp, gate, up);
+    const int mlp_out = proj(mlp, "down_proj", s, F, C, c.mlp_bias);
+    x = gb.residual(layer, "residual_2", x, mlp_out);
+  }
+  x = gb.rmsnorm(gb.add_module(model, "norm", P + "RMSNorm"), x, C, eps);
+  const int logits = gb.linear(gb.add_module(root, "lm_head", "Linear"), x, C, V, false,
+                               WeightLayout::out_in, c.tie_word_embeddings ? embed_weight : -1);
+  return gb.finish(gb.cross_entropy(root, logits, labels, V));
+}
+
+}  // namespace shardscope::plan
