@@ -1,0 +1,1 @@
+// Anchor for the tests precompiled header (tests/CMakeLists.txt).
