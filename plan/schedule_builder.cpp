@@ -50,17 +50,25 @@ class Builder {
     return static_cast<int>(s_.streams.size()) - 1;
   }
 
-  int alloc(const std::string& name, int64_t bytes, BufferCategory cat, int stream, int unit) {
-    if (bytes <= 0) return -1;
+  int new_buffer(const std::string& name, int64_t bytes, BufferCategory cat, int stream, int unit,
+                 bool persistent) {
     Buffer b;
     b.name = name;
     b.bytes = bytes;
     b.category = cat;
     b.stream = stream;
     b.unit = unit;
+    b.persistent = persistent;
+    b.on_host = persistent && offload_;
     s_.buffers.push_back(std::move(b));
     users_.emplace_back();
-    int id = static_cast<int>(s_.buffers.size()) - 1;
+    return static_cast<int>(s_.buffers.size()) - 1;
+  }
+
+  // A transient buffer with its alloc action; -1 (nothing) for zero bytes.
+  int alloc(const std::string& name, int64_t bytes, BufferCategory cat, int stream, int unit) {
+    if (bytes <= 0) return -1;
+    const int id = new_buffer(name, bytes, cat, stream, unit, false);
     Action a;
     a.kind = ActionKind::alloc;
     a.buffer = id;
@@ -68,19 +76,9 @@ class Builder {
     return id;
   }
 
+  // A buffer that exists before the step (on the host when offloading).
   int persistent(const std::string& name, int64_t bytes, BufferCategory cat, int unit) {
-    if (bytes <= 0) return -1;
-    Buffer b;
-    b.name = name;
-    b.bytes = bytes;
-    b.category = cat;
-    b.stream = compute_;
-    b.unit = unit;
-    b.persistent = true;
-    b.on_host = offload_;
-    s_.buffers.push_back(std::move(b));
-    users_.emplace_back();
-    return static_cast<int>(s_.buffers.size()) - 1;
+    return bytes <= 0 ? -1 : new_buffer(name, bytes, cat, compute_, unit, true);
   }
 
   void free_buf(int buffer) {

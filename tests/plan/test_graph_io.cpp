@@ -14,28 +14,14 @@
 #include "plan/error.h"
 #include "plan/graph_io.h"
 #include "plan/models.h"
+#include "tests/temp_dir.h"
 
 using nlohmann::json;
 using namespace shardscope::plan;
 namespace fs = std::filesystem;
+using shardscope::test::TempDir;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed with its contents.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("shardscope_graph_io_" + std::to_string(::getpid()) + "_" +
-            std::to_string(counter.fetch_add(1)) + "_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // The plan::Error message graph_from_json throws for `j`.
 std::string read_error(const json& j) {

@@ -16,32 +16,14 @@
 #include "plan/graph_io.h"
 #include "plan/model_builders.h"
 #include "plan/models.h"
+#include "tests/temp_dir.h"
 
 using nlohmann::json;
 using namespace shardscope::plan;
 namespace fs = std::filesystem;
+using shardscope::test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("shardscope_models_" + std::to_string(::getpid()) + "_" +
-            std::to_string(counter.fetch_add(1)) + "_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string write(const std::string& name, const json& j) const {
-    const std::string file = (path / name).string();
-    std::ofstream(file) << j.dump(2);
-    return file;
-  }
-};
 
 int count_class(const Graph& g, const std::string& class_name) {
   int n = 0;
