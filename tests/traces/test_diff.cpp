@@ -1,0 +1,56 @@
+// Diff of two metric sets: deltas, relative changes, ordering, breakdown rows.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/traces/sample_traces.h"
+#include "traces/diff.h"
+#include "traces/metrics.h"
+
+using namespace shardscope::traces;
+
+TEST_CASE("diff: absolute and relative deltas, largest relative change first", "[diff]") {
+  Metrics a, b;
+  a.total.step_time_ms = 10;
+  b.total.step_time_ms = 12;  // +20%
+  a.total.comm_ms = 4;
+  b.total.comm_ms = 2;  // -50%
+  a.total.idle_ms = 0;
+  b.total.idle_ms = 1;  // from zero: no relative change, listed first
+  a.total.peak_allocated_bytes = 1000;
+  b.total.peak_allocated_bytes = 1000;  // unchanged: last
+  const MetricsDiff d = diff_metrics(a, b);
+  REQUIRE(d.metrics.size() == 8);
+  CHECK(d.metrics[0].name == "idle_ms");
+  CHECK_FALSE(d.metrics[0].has_relative);
+  CHECK(d.metrics[1].name == "comm_ms");
+  CHECK(d.metrics[1].delta == Approx(-2));
+  CHECK(d.metrics[1].relative == Approx(-0.5));
+  CHECK(d.metrics[2].name == "step_time_ms");
+  CHECK(d.metrics[2].relative == Approx(0.2));
+  const nlohmann::json j = diff_to_json(d);
+  CHECK(j["metrics"][0]["relative"].is_null());
+  CHECK(j["metrics"][1]["b"] == 2.0);
+}
+
+TEST_CASE("diff: breakdown rows by key, present in either side, largest delta first", "[diff]") {
+  Metrics a, b;
+  a.by_unit = {{"h.0", 2, 10, 5, 10}, {"h.1", 1, 3, 3, 3}};
+  b.by_unit = {{"h.0", 2, 11, 5.5, 11}, {"h.2", 4, 8, 2, 8}};
+  const MetricsDiff d = diff_metrics(a, b);
+  REQUIRE(d.by_unit.size() == 3);
+  CHECK(d.by_unit[0].key == "h.2");  // +8
+  CHECK_FALSE(d.by_unit[0].has_relative);
+  CHECK(d.by_unit[1].key == "h.1");  // -3
+  CHECK(d.by_unit[1].count_b == 0);
+  CHECK(d.by_unit[2].key == "h.0");  // +1
+  CHECK(d.by_unit[2].relative == Approx(0.1));
+}
+
+TEST_CASE("diff of a trace with itself is all zeros", "[diff]") {
+  const Metrics m = compute_metrics(testing::sample_trace());
+  const MetricsDiff d = diff_metrics(m, m);
+  for (const MetricDelta& x : d.metrics) CHECK(x.delta == 0);
+  REQUIRE(d.ranks.size() == 2);
+  for (const RowDelta& r : d.by_op) CHECK(r.delta_ms == 0);
+  CHECK(format_diff(d).find("step_time_ms") != std::string::npos);
+}

@@ -1,0 +1,201 @@
+// Kineto (PyTorch profiler) import, on hand-written fixtures in Kineto's
+// format (tests/traces/fixtures/kineto_rank{0,1}.json). Expected values are
+// worked out in the comments from the fixture timestamps (microseconds).
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "traces/chrome_check.h"
+#include "traces/chrome_export.h"
+#include "traces/error.h"
+#include "traces/file_io.h"
+#include "traces/kineto_import.h"
+#include "traces/metrics.h"
+#include "traces/trace_io.h"
+
+using namespace shardscope::traces;
+
+namespace {
+
+const std::string kFixtures = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/traces/fixtures/";
+constexpr int64_t kBase = 1700000000000000000;  // baseTimeNanoseconds
+constexpr int64_t us(double micros) {
+  return kBase + static_cast<int64_t>(micros * 1000);
+}
+constexpr double kUsToMs = 1e-3;
+constexpr int64_t kMiB = 1 << 20;
+
+std::map<std::string, int> count_categories(const RankTrace& r) {
+  std::map<std::string, int> n;
+  for (const Event& e : r.events) ++n[category_name(e.category)];
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("Kineto import: GPU events on their streams, NCCL kernels by collective", "[kineto]") {
+  const Trace t = import_kineto({kFixtures + "kineto_rank0.json", kFixtures + "kineto_rank1.json"});
+  CHECK(t.meta.source == Source::kineto);
+  CHECK(t.meta.world_size == 2);
+  CHECK(t.meta.hardware == "NVIDIA H100 80GB HBM3");
+  REQUIRE(t.ranks.size() == 2);
+  const RankTrace& r0 = t.ranks[0];
+  CHECK(r0.rank == 0);
+  CHECK(r0.device == 0);
+  // cpu_op, cuda_runtime, flows, gpu_user_annotation, Trace spans: not imported.
+  CHECK(r0.events.size() == 13);
+  const auto n = count_categories(r0);
+  CHECK(n.at("compute") == 4);
+  CHECK(n.at("comm.all_gather") == 2);
+  CHECK(n.at("comm.reduce_scatter") == 2);  // ncclKernel_ (old) and ncclDevKernel_ (new) names
+  CHECK(n.at("comm.all_reduce") == 1);
+  CHECK(n.at("comm.other") == 1);  // SendRecv
+  CHECK(n.at("memcpy.h2d") == 1);
+  CHECK(n.at("memcpy.d2h") == 1);
+  CHECK(n.at("memset") == 1);
+  // Lanes: compute, comm, copy order; named after the thread (or "stream N").
+  REQUIRE(r0.lanes.size() == 3);
+  CHECK(t.str(r0.lanes[0].name) == "stream 7");
+  CHECK(r0.lanes[0].kind == LaneKind::compute);
+  CHECK(r0.lanes[0].stream == 7);
+  CHECK(t.str(r0.lanes[1].name) == "stream 13");
+  CHECK(r0.lanes[1].kind == LaneKind::comm);
+  CHECK(t.str(r0.lanes[2].name) == "stream 21");
+  CHECK(r0.lanes[2].kind == LaneKind::copy);
+  // The first event (sorted by start): the H2D copy at 1005 us, 10 us, 1 MiB, correlation 100.
+  const Event& copy = r0.events[0];
+  CHECK(t.str(copy.name) == "Memcpy HtoD (Pageable -> Device)");
+  CHECK(copy.start_ns == us(1005));
+  CHECK(copy.dur_ns == 10'000);
+  CHECK(copy.bytes == 1048576);
+  CHECK(copy.correlation == 100);
+  CHECK(copy.lane == 2);
+  // Steps from ProfilerStep#N (CPU annotation), absolute with baseTimeNanoseconds.
+  REQUIRE(r0.steps.size() == 2);
+  CHECK(r0.steps[0].number == 3);
+  CHECK(r0.steps[0].start_ns == us(1000));
+  CHECK(r0.steps[0].end_ns == us(1500));
+  CHECK(r0.steps[1].number == 4);
+  // Device memory only (Device Id -1 is host memory), in time order.
+  REQUIRE(r0.memory.size() == 5);
+  CHECK(r0.memory[0].time_ns == us(1004));
+  CHECK(r0.memory[0].bytes == kMiB);
+  CHECK(r0.memory[0].allocated == kMiB);
+  CHECK(r0.memory[0].reserved == 20 * kMiB);
+  CHECK(r0.memory[0].address == 139637976727552ull);
+  CHECK(r0.memory[2].bytes == -kMiB);
+  CHECK(t.ranks[1].rank == 1);
+  CHECK(t.ranks[1].device == 1);
+  CHECK(t.ranks[1].events.size() == 5);
+}
+
+TEST_CASE("Kineto import: metrics of the fixtures, worked out by hand", "[kineto]") {
+  const Trace t = import_kineto({kFixtures + "kineto_rank1.json", kFixtures + "kineto_rank0.json"});
+  const Metrics m = compute_metrics(t);
+  REQUIRE(m.ranks.size() == 2);
+  // Two steps (3, 4): the reported value is step 4 (steps 2..S).
+  // Rank 0, step 4: events [1510, 1860) -> 350 us; COMP [1510,1610) [1650,1750) = 200;
+  // COMM [1520,1600) [1700,1720) [1760,1860) = 200; COMM ∩ COMP = 80 + 20 = 100;
+  // device busy 300 -> idle 50. Memory: 4 MiB carried in, 12 MiB at 1600; reserved 32 MiB.
+  const RankMetrics& r0 = m.ranks[0];
+  CHECK(r0.rank == 0);
+  CHECK(r0.step_time_ms == Approx(350 * kUsToMs));
+  CHECK(r0.compute_ms == Approx(200 * kUsToMs));
+  CHECK(r0.comm_ms == Approx(200 * kUsToMs));
+  CHECK(r0.exposed_comm_ms == Approx(100 * kUsToMs));
+  CHECK(r0.overlap == Approx(0.5));
+  CHECK(r0.idle_ms == Approx(50 * kUsToMs));
+  CHECK(r0.peak_allocated_bytes == 12 * kMiB);
+  CHECK(r0.peak_reserved_bytes == 32 * kMiB);
+  // Rank 1, step 4: [1500, 1800) -> 300; COMP 200, COMM 200, ∩ 100; busy 300 -> idle 0.
+  const RankMetrics& r1 = m.ranks[1];
+  CHECK(r1.step_time_ms == Approx(300 * kUsToMs));
+  CHECK(r1.exposed_comm_ms == Approx(100 * kUsToMs));
+  CHECK(r1.idle_ms == Approx(0).margin(1e-12));
+  CHECK(r1.peak_allocated_bytes == 8 * kMiB);
+  CHECK(r1.peak_reserved_bytes == 10 * kMiB);
+  // Top level: max step time and peaks, mean of the rest.
+  CHECK(m.total.step_time_ms == Approx(350 * kUsToMs));
+  CHECK(m.total.idle_ms == Approx(25 * kUsToMs));
+  CHECK(m.total.overlap == Approx(0.5));
+  CHECK(m.total.peak_allocated_bytes == 12 * kMiB);
+  CHECK(m.total.peak_reserved_bytes == 32 * kMiB);
+  // Step 3 of rank 0, for the record: [1005, 1465) = 460 us; COMP 180, COMM 300, ∩ 150;
+  // busy 347 -> idle 113; peak allocated 5 MiB.
+  REQUIRE(m.steps.size() == 2);
+  CHECK(m.steps[0].step == 3);
+  CHECK_FALSE(m.steps[0].reported);
+  CHECK(m.steps[0].step_time_ms == Approx(460 * kUsToMs));  // max(460, 290)
+  CHECK(m.steps[0].peak_allocated_bytes == 5 * kMiB);
+  // Rank 0: exposed 150 in step 3; rank 1: COMM 150 ∩ COMP 50 -> 100. Mean 125.
+  CHECK(m.steps[0].exposed_comm_ms == Approx(125 * kUsToMs));
+  CHECK(m.steps[0].idle_ms == Approx((113 + 90) / 2.0 * kUsToMs));
+}
+
+TEST_CASE("Kineto import: a single file through load_trace", "[kineto]") {
+  const Trace t = load_trace(kFixtures + "kineto_rank1.json");
+  CHECK(t.meta.source == Source::kineto);
+  REQUIRE(t.ranks.size() == 1);
+  CHECK(t.ranks[0].rank == 1);
+  CHECK(t.meta.world_size == 2);
+}
+
+TEST_CASE("Kineto import: errors name the file and JSON path", "[kineto]") {
+  std::string text = read_file(kFixtures + "kineto_rank1.json");
+  const size_t at = text.find("\"ts\": 1010.000");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, 14, "\"ts\": \"soon\"");
+  try {
+    import_kineto_text(text, "r1.json");
+    FAIL("accepted a string ts");
+  } catch (const TraceError& e) {
+    CHECK(e.kind() == ErrorKind::schema);
+    CHECK(e.position() == "/traceEvents/1/ts");
+    CHECK(std::string(e.what()).rfind("r1.json: /traceEvents/1/ts", 0) == 0);
+  }
+  // The same rank twice.
+  CHECK_THROWS_AS(import_kineto({kFixtures + "kineto_rank1.json", kFixtures + "kineto_rank1.json"}),
+                  TraceError);
+  // Not JSON at all, and JSON that is not a trace.
+  CHECK_THROWS_AS(import_kineto_text("{\"traceEvents\": [", "cut.json"), TraceError);
+  CHECK_THROWS_AS(import_kineto_text("{\"traceEvents\": 3}", "three.json"), TraceError);
+  CHECK_THROWS_AS(import_kineto_text("{\"traceEvents\": [{\"ts\": 31e308}]}"), TraceError);
+  CHECK_THROWS_AS(import_kineto_text("{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", "
+                                     "\"name\": \"k\", \"ts\": 1e300, \"dur\": 1}]}"),
+                  TraceError);
+}
+
+TEST_CASE("Kineto import: array form, string ranks, no steps", "[kineto]") {
+  // The Chrome "JSON array" form; ranks written as strings.
+  const Trace a = import_kineto_text(
+      R"([{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1.5,"dur":2.25}])");
+  REQUIRE(a.ranks.size() == 1);
+  CHECK(a.ranks[0].events.at(0).start_ns == 1500);
+  CHECK(a.ranks[0].events.at(0).dur_ns == 2250);
+  const Trace b = import_kineto_text(
+      R"J({"distributedInfo":{"rank":"3","world_size":"8"},"traceEvents":[)J"
+      R"J({"ph":"X","cat":"kernel","name":"ncclDevKernel_Broadcast_RING_LL(x)","pid":0,"tid":9,"ts":0,"dur":1}]})J");
+  CHECK(b.ranks.at(0).rank == 3);
+  CHECK(b.meta.world_size == 8);
+  CHECK(b.ranks[0].events.at(0).category == Category::comm_other);
+  CHECK(b.ranks[0].lanes.at(0).kind == LaneKind::comm);
+}
+
+TEST_CASE("Kineto fixtures survive export -> checker -> import", "[kineto][chrome]") {
+  const Trace t = import_kineto({kFixtures + "kineto_rank0.json", kFixtures + "kineto_rank1.json"});
+  const std::string chrome = chrome_trace_string(t);
+  const auto issues = check_chrome_trace(chrome);
+  INFO(format_chrome_issues(issues));
+  CHECK(issues.empty());
+  Trace back = import_kineto_text(chrome, "exported.json");
+  // One document holds both ranks' events: re-import reads it as one rank
+  // with every lane; per-rank exports are what round-trip rank by rank.
+  const std::string r0 = chrome_trace_string(t, {0});
+  back = import_kineto_text(r0, "r0.json");
+  const Metrics a = compute_metrics(t);
+  const Metrics b = compute_metrics(back);
+  CHECK(b.ranks.at(0).step_time_ms == Approx(a.ranks.at(0).step_time_ms));
+  CHECK(b.ranks.at(0).exposed_comm_ms == Approx(a.ranks.at(0).exposed_comm_ms));
+  CHECK(b.ranks.at(0).peak_allocated_bytes == a.ranks.at(0).peak_allocated_bytes);
+  CHECK(back.ranks.at(0).events.size() == t.ranks.at(0).events.size());
+  CHECK(back.ranks.at(0).steps.size() == 2);
+}

@@ -1,0 +1,347 @@
+// Metrics on hand-built traces whose answers are worked out by hand.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "tests/traces/sample_traces.h"
+#include "traces/metrics.h"
+
+using namespace shardscope::traces;
+using shardscope::traces::testing::ev;
+
+namespace {
+
+struct OneRank {
+  Trace t;
+  RankTrace* r;
+  uint32_t host, compute, comm, copy;
+  OneRank() {
+    t.meta.source = Source::simulator;
+    r = &t.add_rank(0);
+    host = t.add_lane(*r, "host", LaneKind::host);
+    compute = t.add_lane(*r, "compute", LaneKind::compute);
+    comm = t.add_lane(*r, "comm", LaneKind::comm);
+    copy = t.add_lane(*r, "copy", LaneKind::copy);
+  }
+};
+
+constexpr double kNsToMs = 1e-6;
+
+}  // namespace
+
+TEST_CASE("two partially overlapping intervals: overlap 1/2, exposed = the comm tail",
+          "[metrics]") {
+  OneRank o;
+  ev(o.t, *o.r, o.compute, "fc", Category::compute, 0, 100);
+  ev(o.t, *o.r, o.comm, "ag", Category::comm_all_gather, 50, 100);
+  const Metrics m = compute_metrics(o.t);
+  // COMP = [0,100), COMM = [50,150): |COMP ∩ COMM| = 50 of |COMM| = 100.
+  CHECK(m.total.overlap == Approx(0.5));
+  CHECK(m.total.exposed_comm_ms == Approx(50 * kNsToMs));
+  CHECK(m.total.compute_ms == Approx(100 * kNsToMs));
+  CHECK(m.total.comm_ms == Approx(100 * kNsToMs));
+  CHECK(m.total.step_time_ms == Approx(150 * kNsToMs));
+  CHECK(m.total.idle_ms == Approx(0).margin(1e-12));  // device lanes busy over [0,150)
+  CHECK(m.world_size == 1);
+}
+
+TEST_CASE("exposed communication with gaps, idle between bursts", "[metrics]") {
+  OneRank o;
+  ev(o.t, *o.r, o.comm, "ag0", Category::comm_all_gather, 0, 40);
+  ev(o.t, *o.r, o.comm, "ag1", Category::comm_all_gather, 60, 40);
+  ev(o.t, *o.r, o.comm, "rs", Category::comm_reduce_scatter, 200, 100);
+  ev(o.t, *o.r, o.compute, "a", Category::compute, 20, 60);
+  ev(o.t, *o.r, o.compute, "b", Category::compute, 250, 150);
+  const Metrics m = compute_metrics(o.t);
+  // COMM = [0,40) [60,100) [200,300) = 180; COMP = [20,80) [250,400) = 210.
+  // COMM ∩ COMP = [20,40) [60,80) [250,300) = 90 -> exposed 90, overlap 0.5.
+  CHECK(m.total.comm_ms == Approx(180 * kNsToMs));
+  CHECK(m.total.compute_ms == Approx(210 * kNsToMs));
+  CHECK(m.total.exposed_comm_ms == Approx(90 * kNsToMs));
+  CHECK(m.total.overlap == Approx(0.5));
+  // Step [0,400); device busy [0,100) [200,400) = 300 -> idle 100.
+  CHECK(m.total.step_time_ms == Approx(400 * kNsToMs));
+  CHECK(m.total.idle_ms == Approx(100 * kNsToMs));
+}
+
+TEST_CASE("host lanes, sync and markers count for step time but are never busy", "[metrics]") {
+  OneRank o;
+  ev(o.t, *o.r, o.host, "step", Category::compute, 0, 1000);  // host work, not device
+  ev(o.t, *o.r, o.compute, "k", Category::compute, 100, 100);
+  ev(o.t, *o.r, o.compute, "wait", Category::sync, 200, 300);
+  ev(o.t, *o.r, o.comm, "note", Category::marker, 500, 400);
+  ev(o.t, *o.r, o.copy, "h2d", Category::memcpy_h2d, 600, 50);  // busy, neither COMP nor COMM
+  const Metrics m = compute_metrics(o.t);
+  CHECK(m.total.step_time_ms == Approx(1000 * kNsToMs));
+  // COMP includes the host compute event [0,1000): categories, not lanes, make COMP.
+  CHECK(m.total.compute_ms == Approx(1000 * kNsToMs));
+  CHECK(m.total.comm_ms == 0);
+  CHECK(m.total.overlap == 0);  // no COMM: defined as 0
+  // Device busy: [100,200) + [600,650) = 150 -> idle 850.
+  CHECK(m.total.idle_ms == Approx(850 * kNsToMs));
+}
+
+TEST_CASE("comm with no compute is fully exposed", "[metrics]") {
+  OneRank o;
+  ev(o.t, *o.r, o.comm, "ar", Category::comm_all_reduce, 10, 90);
+  ev(o.t, *o.r, o.comm, "p2p", Category::comm_other, 50, 100);
+  const Metrics m = compute_metrics(o.t);
+  CHECK(m.total.comm_ms == Approx(140 * kNsToMs));  // union [10,150)
+  CHECK(m.total.exposed_comm_ms == Approx(140 * kNsToMs));
+  CHECK(m.total.overlap == 0);
+}
+
+TEST_CASE("peak memory with interleaved allocations and frees on two streams", "[metrics]") {
+  OneRank o;
+  RankTrace& r = *o.r;
+  // allocated after each: 100, 150, 50, 250, 200, 0. Reserved grows to 4 MiB.
+  add_allocation(r, 10, 100, 0x1000, o.compute, MemoryCategory::activations, 2 << 20);
+  add_allocation(r, 20, 50, 0x2000, o.comm, MemoryCategory::comm_buffers, 2 << 20);
+  add_allocation(r, 30, -100, 0x1000, o.compute, MemoryCategory::activations, 2 << 20);
+  add_allocation(r, 40, 200, 0x3000, o.comm, MemoryCategory::comm_buffers, 4 << 20);
+  add_allocation(r, 50, -50, 0x2000, o.comm, MemoryCategory::comm_buffers, 4 << 20);
+  add_allocation(r, 60, -200, 0x3000, o.comm, MemoryCategory::comm_buffers, 4 << 20);
+  CHECK(r.memory.back().allocated == 0);
+  ev(o.t, r, o.compute, "k", Category::compute, 0, 70);
+  const Metrics m = compute_metrics(o.t);
+  CHECK(m.total.peak_allocated_bytes == 250);
+  CHECK(m.total.peak_reserved_bytes == 4 << 20);
+  CHECK(m.ranks.at(0).peak_allocated_bytes == 250);
+}
+
+TEST_CASE("peak memory of a step includes what was allocated before it", "[metrics]") {
+  OneRank o;
+  RankTrace& r = *o.r;
+  r.steps = {{1, 0, 100}, {2, 100, 200}, {3, 200, 300}};
+  add_allocation(r, 10, 1000, 1, o.compute, MemoryCategory::parameters, 4096);   // step 1, kept
+  add_allocation(r, 150, 500, 2, o.compute, MemoryCategory::activations, 4096);  // step 2
+  add_allocation(r, 160, -500, 2, o.compute, MemoryCategory::activations, 4096);
+  // step 3 has no memory records: its peak is the 1000 carried in.
+  for (int s = 0; s < 3; ++s) ev(o.t, r, o.compute, "k", Category::compute, s * 100, 50);
+  const Metrics m = compute_metrics(o.t);
+  REQUIRE(m.steps.size() == 3);
+  CHECK(m.steps[0].peak_allocated_bytes == 1000);
+  CHECK(m.steps[1].peak_allocated_bytes == 1500);
+  CHECK(m.steps[2].peak_allocated_bytes == 1000);
+  // Median over steps 2..3 of (1500, 1000) = 1250.
+  CHECK(m.total.peak_allocated_bytes == 1250);
+}
+
+TEST_CASE("median over steps 2..S: the first step is warm-up", "[metrics]") {
+  OneRank o;
+  RankTrace& r = *o.r;
+  const int64_t durations[] = {1000, 20, 40, 30};  // step 1 is slow (warm-up)
+  for (int s = 0; s < 4; ++s) {
+    r.steps.push_back(Step{s + 1, s * 10'000, s * 10'000 + 5'000});
+    ev(o.t, r, o.compute, "k", Category::compute, s * 10'000, durations[s]);
+  }
+  Metrics m = compute_metrics(o.t);
+  CHECK(m.total.step_time_ms == Approx(30 * kNsToMs));  // median(20, 40, 30)
+  CHECK(m.ranks[0].steps == 4);
+  REQUIRE(m.steps.size() == 4);
+  CHECK_FALSE(m.steps[0].reported);
+  CHECK(m.steps[1].reported);
+  CHECK(m.steps[0].step_time_ms == Approx(1000 * kNsToMs));
+
+  // Three steps: median of an even count (steps 2, 3) is the mean of the two.
+  r.steps.pop_back();
+  r.events.pop_back();
+  m = compute_metrics(o.t);
+  CHECK(m.total.step_time_ms == Approx(30 * kNsToMs));  // (20 + 40) / 2
+
+  // One step: that step.
+  OneRank one;
+  one.r->steps.push_back(Step{7, 0, 10});
+  ev(one.t, *one.r, one.compute, "k", Category::compute, 0, 1000);
+  m = compute_metrics(one.t);
+  CHECK(m.total.step_time_ms == Approx(1000 * kNsToMs));
+  CHECK(m.steps.at(0).step == 7);
+}
+
+TEST_CASE("step membership: by start time, events before the first step are left out",
+          "[metrics]") {
+  OneRank o;
+  RankTrace& r = *o.r;
+  r.steps = {{1, 100, 150}, {2, 200, 250}};
+  ev(o.t, r, o.compute, "before", Category::compute, 0, 50);  // in no step
+  ev(o.t, r, o.compute, "s1", Category::compute, 100, 10);
+  ev(o.t, r, o.compute, "s1 late", Category::compute, 190, 40);  // starts in 1, ends in 2
+  ev(o.t, r, o.compute, "s2", Category::compute, 240, 500);      // the last step is open-ended
+  const Metrics m = compute_metrics(o.t);
+  REQUIRE(m.steps.size() == 2);
+  CHECK(m.steps[0].step_time_ms == Approx(130 * kNsToMs));  // [100, 230)
+  CHECK(m.steps[1].step_time_ms == Approx(500 * kNsToMs));  // [240, 740)
+  CHECK(m.total.step_time_ms == Approx(500 * kNsToMs));     // step 2 only
+}
+
+TEST_CASE("top level: max over ranks for step time and peaks, weighted mean for the rest",
+          "[metrics]") {
+  Trace t;
+  for (int rank = 0; rank < 2; ++rank) {
+    RankTrace& r = t.add_rank(rank);
+    const uint32_t c = t.add_lane(r, "compute", LaneKind::compute);
+    const uint32_t k = t.add_lane(r, "comm", LaneKind::comm);
+    ev(t, r, c, "fc", Category::compute, 0, rank == 0 ? 100 : 300);
+    ev(t, r, k, "ag", Category::comm_all_gather, 0, 100);
+    add_allocation(r, 0, rank == 0 ? 700 : 500, 1, c, MemoryCategory::parameters, 1000);
+  }
+  Metrics m = compute_metrics(t);
+  CHECK(m.total.step_time_ms == Approx(300 * kNsToMs));
+  CHECK(m.total.compute_ms == Approx(200 * kNsToMs));  // mean(100, 300)
+  CHECK(m.total.peak_allocated_bytes == 700);
+  // Rank 1 stands for three ranks: mean = (100 + 3 * 300) / 4.
+  t.ranks[1].represents = {1, 2, 3};
+  m = compute_metrics(t);
+  CHECK(m.total.compute_ms == Approx(250 * kNsToMs));
+  CHECK(m.world_size == 4);
+  CHECK(m.ranks[1].represents.size() == 3);
+}
+
+TEST_CASE("breakdowns: count, total, mean and self time with nesting on one lane", "[metrics]") {
+  OneRank o;
+  RankTrace& r = *o.r;
+  ev(o.t, r, o.host, "forward", Category::marker, 0, 100, "h.0", "forward");
+  ev(o.t, r, o.host, "fc1", Category::compute, 10, 20, "h.0", "matmul");
+  ev(o.t, r, o.host, "fc2", Category::compute, 40, 20, "h.0", "matmul");
+  ev(o.t, r, o.host, "inner", Category::compute, 45, 5, "h.0", "add");  // nested in fc2
+  ev(o.t, r, o.compute, "gelu", Category::compute, 0, 30, "h.1");       // no op type: its name
+  const Metrics m = compute_metrics(o.t);
+  auto find = [](const std::vector<BreakdownRow>& rows, const std::string& key) {
+    auto it =
+        std::find_if(rows.begin(), rows.end(), [&](const BreakdownRow& b) { return b.key == key; });
+    REQUIRE(it != rows.end());
+    return *it;
+  };
+  const BreakdownRow fwd = find(m.by_op, "forward");
+  CHECK(fwd.count == 1);
+  CHECK(fwd.total_ms == Approx(100 * kNsToMs));
+  CHECK(fwd.self_ms == Approx(60 * kNsToMs));  // 100 - 20 - 20 (direct children only)
+  const BreakdownRow mm = find(m.by_op, "matmul");
+  CHECK(mm.count == 2);
+  CHECK(mm.total_ms == Approx(40 * kNsToMs));
+  CHECK(mm.mean_ms == Approx(20 * kNsToMs));
+  CHECK(mm.self_ms == Approx(35 * kNsToMs));  // fc2 loses 5 to "inner"
+  CHECK(find(m.by_op, "gelu").count == 1);
+  const BreakdownRow h0 = find(m.by_unit, "h.0");
+  CHECK(h0.count == 4);
+  CHECK(h0.total_ms == Approx(145 * kNsToMs));
+  CHECK(find(m.by_unit, "h.1").total_ms == Approx(30 * kNsToMs));
+  CHECK(find(m.by_category, "marker").count == 1);
+  // Largest total first.
+  CHECK(m.by_unit.front().key == "h.0");
+}
+
+TEST_CASE("the accumulator fed directly agrees with compute_metrics on the trace", "[metrics]") {
+  for (int steps : {0, 1, 4}) {
+    const Trace t = testing::random_trace(static_cast<uint32_t>(42 + steps), 3, steps, 400);
+    const nlohmann::json expected = metrics_to_json(compute_metrics(t), -1);
+
+    // Events and memory shuffled across ranks and lanes, steps declared first.
+    MetricsAccumulator acc(t.strings);
+    acc.set_source(t.meta.source);
+    acc.set_world_size(t.meta.world_size);
+    struct Item {
+      int32_t rank;
+      LaneKind kind;
+      const Event* e;
+      const MemoryEvent* m;
+    };
+    std::vector<Item> items;
+    for (const RankTrace& r : t.ranks) {
+      acc.add_rank(r.rank, r.represents);
+      for (const Step& s : r.steps) acc.add_step(r.rank, s);
+      for (const Event& e : r.events) items.push_back({r.rank, r.lanes[e.lane].kind, &e, nullptr});
+      for (const MemoryEvent& m : r.memory) items.push_back({r.rank, LaneKind::other, nullptr, &m});
+    }
+    std::shuffle(items.begin(), items.end(), std::mt19937(7));
+    for (const Item& i : items) {
+      if (i.e) acc.add_event(i.rank, i.kind, *i.e);
+      if (i.m) acc.add_memory(i.rank, *i.m);
+    }
+    CHECK(metrics_to_json(acc.finish(), -1) == expected);
+
+    // Streaming in time order, each step declared when the stream reaches it.
+    MetricsAccumulator live(t.strings);
+    live.set_source(t.meta.source);
+    live.set_world_size(t.meta.world_size);
+    for (const RankTrace& r : t.ranks) {
+      live.add_rank(r.rank, r.represents);
+      struct Timed {
+        int64_t time;
+        const Event* e;
+        const MemoryEvent* m;
+      };
+      std::vector<Timed> order;
+      for (const Event& e : r.events) order.push_back({e.start_ns, &e, nullptr});
+      for (const MemoryEvent& m : r.memory) order.push_back({m.time_ns, nullptr, &m});
+      std::stable_sort(order.begin(), order.end(),
+                       [](const Timed& a, const Timed& b) { return a.time < b.time; });
+      size_t next_step = 0;
+      for (const Timed& i : order) {
+        while (next_step < r.steps.size() && r.steps[next_step].start_ns <= i.time)
+          live.add_step(r.rank, r.steps[next_step++]);
+        if (i.e) live.add_event(r.rank, r.lanes[i.e->lane].kind, *i.e);
+        if (i.m) live.add_memory(r.rank, *i.m);
+      }
+      while (next_step < r.steps.size()) live.add_step(r.rank, r.steps[next_step++]);
+    }
+    CHECK(metrics_to_json(live.finish(), -1) == expected);
+  }
+}
+
+TEST_CASE("the accumulator refuses a step that would change earlier membership", "[metrics]") {
+  MetricsAccumulator acc;
+  Event e;
+  e.start_ns = 500;
+  e.dur_ns = 10;
+  acc.add_event(0, LaneKind::compute, e);
+  CHECK_THROWS_AS(acc.add_step(0, Step{1, 400, 600}), std::invalid_argument);
+  acc.add_step(0, Step{1, 501, 600});
+  CHECK_THROWS_AS(acc.add_step(0, Step{2, 501, 700}), std::invalid_argument);  // not after step 1
+  e.dur_ns = -1;
+  CHECK_THROWS_AS(acc.add_event(0, LaneKind::compute, e), std::invalid_argument);
+}
+
+TEST_CASE("breakdown off: same totals, no per-event records", "[metrics]") {
+  const Trace t = testing::sample_trace();
+  const Metrics with = compute_metrics(t);
+  const Metrics without = compute_metrics(t, MetricsOptions{false});
+  CHECK(without.by_unit.empty());
+  CHECK(without.by_op.empty());
+  CHECK(without.total.step_time_ms == with.total.step_time_ms);
+  CHECK(without.total.overlap == with.total.overlap);
+  CHECK(without.total.peak_reserved_bytes == with.total.peak_reserved_bytes);
+}
+
+TEST_CASE("sample trace: metrics worked out by hand", "[metrics]") {
+  const Metrics m = compute_metrics(testing::sample_trace());
+  // Per step (same for both steps and ranks): events span [0, 7020) from the
+  // step start (marker at 0, memset ends at 7020).
+  CHECK(m.total.step_time_ms == Approx(7020 * kNsToMs));
+  // COMP = fc1 [1100,3100) + gelu [3100,3600) = 2500.
+  CHECK(m.total.compute_ms == Approx(2500 * kNsToMs));
+  // COMM = ag [100,1100) + rs [3000,5500) + ar [6000,6300) = 3800.
+  CHECK(m.total.comm_ms == Approx(3800 * kNsToMs));
+  // COMM ∩ COMP = [3000,3600) = 600 -> exposed 3200.
+  CHECK(m.total.exposed_comm_ms == Approx(3200 * kNsToMs));
+  CHECK(m.total.overlap == Approx(600.0 / 3800.0));
+  // Device busy: copy [50,90) + [100,5500) + [6000,6300) + [7000,7020) = 40+5400+300+20;
+  // the sync on compute is not busy.
+  CHECK(m.total.idle_ms == Approx((7020 - 5760) * kNsToMs));
+  // Memory: 1 MiB + 3 MiB live at once; reserved 8 MiB.
+  CHECK(m.total.peak_allocated_bytes == 4 << 20);
+  CHECK(m.total.peak_reserved_bytes == 8 << 20);
+  // JSON contract keys.
+  const nlohmann::json j = metrics_to_json(m);
+  for (const char* key :
+       {"source", "world_size", "step_time_ms", "peak_allocated_bytes", "peak_reserved_bytes",
+        "compute_ms", "comm_ms", "exposed_comm_ms", "overlap", "idle_ms", "ranks"})
+    CHECK(j.contains(key));
+  CHECK(j["source"] == "simulator");
+  CHECK(j["ranks"].size() == 2);
+  for (const char* key : {"rank", "step_time_ms", "peak_allocated_bytes", "peak_reserved_bytes",
+                          "compute_ms", "comm_ms", "exposed_comm_ms", "overlap", "idle_ms"})
+    CHECK(j["ranks"][0].contains(key));
+  CHECK(format_metrics(m).find("rank 1") != std::string::npos);
+}

@@ -1,0 +1,32 @@
+// The compact binary form of a trace, for large traces (layout:
+// docs/traces.md, "Binary form"). Little-endian; the event, memory, flow and
+// step arrays are stored exactly as their in-memory structs (layouts pinned
+// by static_asserts), so loading is a bounded read plus one validation pass.
+// Every section carries an XXH64 checksum.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "traces/trace.h"
+
+namespace shardscope::traces {
+
+constexpr uint32_t kBinaryVersion = 1;
+// First 8 bytes of every binary trace: \x89 S S T R C \r \n (PNG-style: a
+// high byte and a CR LF catch text-mode transfers).
+constexpr char kBinaryMagic[8] = {'\x89', 'S', 'S', 'T', 'R', 'C', '\r', '\n'};
+
+// Writes atomically (temp file + rename). TraceError(schema) on an
+// inconsistent trace, TraceError(io) on I/O failure.
+void write_trace_binary(const Trace& t, const std::string& path);
+std::string trace_to_binary(const Trace& t);
+
+// Throws TraceError naming the byte offset: truncated, malformed, checksum,
+// unsupported_version; schema for references out of range. Counts are checked
+// against the bytes left before anything is allocated.
+Trace read_trace_binary(const std::string& path);
+Trace read_trace_binary(const void* data, size_t size, const std::string& name = "trace.bin");
+
+}  // namespace shardscope::traces

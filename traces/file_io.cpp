@@ -1,0 +1,211 @@
+#include "traces/file_io.h"
+
+#include <unistd.h>
+
+#include <sys/stat.h>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "traces/error.h"
+
+namespace shardscope::traces {
+
+namespace {
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when invalid (overlong
+// forms, surrogates and code points above U+10FFFF are invalid).
+size_t utf8_sequence_length(std::string_view s, size_t i) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  size_t n = 0;
+  uint32_t min = 0;
+  uint32_t cp = 0;
+  if (b0 >= 0xc2 && b0 <= 0xdf) {
+    n = 2;
+    min = 0x80;
+    cp = b0 & 0x1f;
+  } else if (b0 >= 0xe0 && b0 <= 0xef) {
+    n = 3;
+    min = 0x800;
+    cp = b0 & 0x0f;
+  } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+    n = 4;
+    min = 0x10000;
+    cp = b0 & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string read_file(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw TraceError(ErrorKind::io, path, "", "cannot open: " + errno_text());
+  std::string data;
+  char chunk[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) data.append(chunk, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) throw TraceError(ErrorKind::io, path, "", "read failed");
+  return data;
+}
+
+uint64_t file_size_of(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    throw TraceError(ErrorKind::io, path, "", "cannot stat: " + errno_text());
+  if (!S_ISREG(st.st_mode)) throw TraceError(ErrorKind::io, path, "", "not a regular file");
+  return static_cast<uint64_t>(st.st_size);
+}
+
+AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+  static std::atomic<unsigned> counter{0};
+  tmp_ = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  file_ = std::fopen(tmp_.c_str(), "wb");
+  if (!file_) throw TraceError(ErrorKind::io, path, "", "cannot create: " + errno_text());
+}
+
+AtomicFile::~AtomicFile() {
+  abandon();
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+  if (!file_) throw TraceError(ErrorKind::io, path_, "", "write after close");
+  if (n && std::fwrite(data, 1, n, file_) != n)
+    throw TraceError(ErrorKind::io, path_, "", "write failed: " + errno_text());
+}
+
+void AtomicFile::commit() {
+  if (!file_) throw TraceError(ErrorKind::io, path_, "", "commit after close");
+  const bool flushed = std::fflush(file_) == 0;
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  if (!flushed || !closed) {
+    std::remove(tmp_.c_str());
+    throw TraceError(ErrorKind::io, path_, "", "write failed: " + errno_text());
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = errno_text();
+    std::remove(tmp_.c_str());
+    throw TraceError(ErrorKind::io, path_, "", "cannot rename temp file: " + why);
+  }
+  tmp_.clear();
+}
+
+void AtomicFile::abandon() {
+  if (file_) {
+    std::fclose(file_);
+    file_ = nullptr;
+  }
+  if (!tmp_.empty()) {
+    std::remove(tmp_.c_str());
+    tmp_.clear();
+  }
+}
+
+void OutBuffer::drain() {
+  if (buf_.empty()) return;
+  if (file_) {
+    file_->write(buf_.data(), buf_.size());
+  } else if (target_) {
+    target_->append(buf_);
+  }
+  buf_.clear();
+}
+
+void OutBuffer::put_int(int64_t v) {
+  char tmp[24];
+  auto res = std::to_chars(tmp, tmp + sizeof tmp, v);
+  put(std::string_view(tmp, static_cast<size_t>(res.ptr - tmp)));
+}
+
+void OutBuffer::put_uint(uint64_t v) {
+  char tmp[24];
+  auto res = std::to_chars(tmp, tmp + sizeof tmp, v);
+  put(std::string_view(tmp, static_cast<size_t>(res.ptr - tmp)));
+}
+
+void OutBuffer::put_micros(int64_t ns) {
+  // Split in unsigned arithmetic: -INT64_MIN does not fit an int64_t.
+  const bool negative = ns < 0;
+  const uint64_t mag = negative ? 0 - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
+  if (negative) put('-');
+  put_micros_unsigned(mag);
+}
+
+void OutBuffer::put_micros_unsigned(uint64_t mag) {
+  put_uint(mag / 1000);
+  const auto frac = static_cast<unsigned>(mag % 1000);
+  char tmp[4] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
+                 static_cast<char>('0' + frac % 10)};
+  put(std::string_view(tmp, 4));
+}
+
+void OutBuffer::put_string(std::string_view s, bool blank_controls) {
+  static const char kHex[] = "0123456789abcdef";
+  put('"');
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      // Fast path: a run of plain ASCII.
+      size_t j = i + 1;
+      while (j < s.size()) {
+        const auto d = static_cast<unsigned char>(s[j]);
+        if (d < 0x20 || d >= 0x7f || d == '"' || d == '\\') break;
+        ++j;
+      }
+      put(s.substr(i, j - i));
+      i = j;
+      continue;
+    }
+    if (c == '"' || c == '\\') {
+      put('\\');
+      put(static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    if (c < 0x20 || c == 0x7f) {
+      if (blank_controls) {
+        put(' ');
+      } else if (c == '\n') {
+        put("\\n");
+      } else if (c == '\t') {
+        put("\\t");
+      } else if (c == '\r') {
+        put("\\r");
+      } else {
+        char esc[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+        put(std::string_view(esc, 6));
+      }
+      ++i;
+      continue;
+    }
+    const size_t n = utf8_sequence_length(s, i);
+    if (n == 0) {
+      put("\xef\xbf\xbd");  // U+FFFD REPLACEMENT CHARACTER
+      ++i;
+    } else {
+      put(s.substr(i, n));
+      i += n;
+    }
+  }
+  put('"');
+}
+
+}  // namespace shardscope::traces

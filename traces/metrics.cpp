@@ -1,0 +1,345 @@
+#include "traces/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace shardscope::traces {
+
+namespace {
+
+// One window's values in ns / bytes (doubles: medians may fall between two).
+struct Values {
+  double step_ns = 0;
+  double peak_allocated = 0;
+  double peak_reserved = 0;
+  double compute_ns = 0;
+  double comm_ns = 0;
+  double exposed_ns = 0;
+  double overlap = 0;
+  double idle_ns = 0;
+};
+
+template <typename Get>
+double median_of(const std::vector<Values>& v, Get get) {
+  std::vector<double> x;
+  x.reserve(v.size());
+  for (const Values& e : v) x.push_back(get(e));
+  std::sort(x.begin(), x.end());
+  const size_t n = x.size();
+  if (n == 0) return 0;
+  return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+}
+
+Values median(const std::vector<Values>& v) {
+  Values m;
+  m.step_ns = median_of(v, [](const Values& e) { return e.step_ns; });
+  m.peak_allocated = median_of(v, [](const Values& e) { return e.peak_allocated; });
+  m.peak_reserved = median_of(v, [](const Values& e) { return e.peak_reserved; });
+  m.compute_ns = median_of(v, [](const Values& e) { return e.compute_ns; });
+  m.comm_ns = median_of(v, [](const Values& e) { return e.comm_ns; });
+  m.exposed_ns = median_of(v, [](const Values& e) { return e.exposed_ns; });
+  m.overlap = median_of(v, [](const Values& e) { return e.overlap; });
+  m.idle_ns = median_of(v, [](const Values& e) { return e.idle_ns; });
+  return m;
+}
+
+// Max over ranks for step time and peaks, mean weighted by represented ranks
+// for the rest.
+Values aggregate(const std::vector<std::pair<Values, double>>& per_rank) {
+  Values a;
+  double weight = 0;
+  for (const auto& [v, w] : per_rank) {
+    a.step_ns = std::max(a.step_ns, v.step_ns);
+    a.peak_allocated = std::max(a.peak_allocated, v.peak_allocated);
+    a.peak_reserved = std::max(a.peak_reserved, v.peak_reserved);
+    a.compute_ns += w * v.compute_ns;
+    a.comm_ns += w * v.comm_ns;
+    a.exposed_ns += w * v.exposed_ns;
+    a.overlap += w * v.overlap;
+    a.idle_ns += w * v.idle_ns;
+    weight += w;
+  }
+  if (weight > 0) {
+    a.compute_ns /= weight;
+    a.comm_ns /= weight;
+    a.exposed_ns /= weight;
+    a.overlap /= weight;
+    a.idle_ns /= weight;
+  }
+  return a;
+}
+
+int64_t to_bytes(double x) {
+  if (!(x < 9.2e18)) return INT64_MAX;
+  if (!(x > -9.2e18)) return INT64_MIN;
+  return std::llround(x);
+}
+
+void to_metric_values(const Values& v, MetricValues* out) {
+  out->step_time_ms = v.step_ns / 1e6;
+  out->peak_allocated_bytes = to_bytes(v.peak_allocated);
+  out->peak_reserved_bytes = to_bytes(v.peak_reserved);
+  out->compute_ms = v.compute_ns / 1e6;
+  out->comm_ms = v.comm_ns / 1e6;
+  out->exposed_comm_ms = v.exposed_ns / 1e6;
+  out->overlap = v.overlap;
+  out->idle_ms = v.idle_ns / 1e6;
+}
+
+// Unsigned: sums of extreme durations wrap instead of overflowing.
+struct RowAcc {
+  uint64_t count = 0;
+  uint64_t total_ns = 0;
+  uint64_t self_ns = 0;
+};
+
+std::vector<BreakdownRow> to_rows(const std::map<std::string, RowAcc>& acc) {
+  std::vector<BreakdownRow> rows;
+  rows.reserve(acc.size());
+  for (const auto& [key, a] : acc) {
+    BreakdownRow r;
+    r.key = key;
+    r.count = static_cast<int64_t>(a.count);
+    r.total_ms = static_cast<double>(a.total_ns) / 1e6;
+    r.self_ms = static_cast<double>(a.self_ns) / 1e6;
+    r.mean_ms = a.count ? r.total_ms / static_cast<double>(a.count) : 0;
+    rows.push_back(std::move(r));
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const BreakdownRow& a, const BreakdownRow& b) {
+    return a.total_ms > b.total_ms;
+  });
+  return rows;
+}
+
+}  // namespace
+
+MetricsAccumulator::MetricsAccumulator(MetricsOptions options) : options_(options) {}
+
+MetricsAccumulator::MetricsAccumulator(const StringTable& strings, MetricsOptions options)
+    : options_(options), strings_(strings) {}
+
+MetricsAccumulator::RankState& MetricsAccumulator::rank_state(int32_t rank) {
+  return ranks_[rank];
+}
+
+void MetricsAccumulator::add_rank(int32_t rank, const std::vector<int32_t>& represents) {
+  rank_state(rank).represents = represents;
+}
+
+int32_t MetricsAccumulator::window_of(const RankState& r, int64_t t) {
+  if (r.steps.empty() || t < r.steps.front().start_ns) return -1;
+  if (t >= r.steps.back().start_ns) return static_cast<int32_t>(r.steps.size() - 1);
+  auto it = std::upper_bound(r.steps.begin(), r.steps.end(), t,
+                             [](int64_t x, const Step& s) { return x < s.start_ns; });
+  return static_cast<int32_t>(it - r.steps.begin()) - 1;
+}
+
+void MetricsAccumulator::add_step(int32_t rank, const Step& step) {
+  RankState& r = rank_state(rank);
+  const std::string who = "rank " + std::to_string(rank) + ", step " + std::to_string(step.number);
+  if (step.end_ns < step.start_ns) throw std::invalid_argument(who + ": ends before it starts");
+  if (!r.steps.empty() && step.start_ns <= r.steps.back().start_ns)
+    throw std::invalid_argument(who + ": must start after the previous step");
+  if (r.latest >= step.start_ns)
+    throw std::invalid_argument(who + ": added after an event or memory record at " +
+                                std::to_string(r.latest) + " ns, at or after its start (" +
+                                std::to_string(step.start_ns) +
+                                " ns); add each step before what it contains");
+  r.steps.push_back(step);
+  r.windows.emplace_back();
+}
+
+void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event& e) {
+  if (e.dur_ns < 0 || e.start_ns > std::numeric_limits<int64_t>::max() - e.dur_ns)
+    throw std::invalid_argument("rank " + std::to_string(rank) +
+                                ": event with a negative or overflowing duration");
+  RankState& r = rank_state(rank);
+  const int32_t index = window_of(r, e.start_ns);
+  Window& w = window(r, index);
+  r.latest = std::max(r.latest, e.start_ns);
+  const int64_t end = e.start_ns + e.dur_ns;
+  w.first_start = std::min(w.first_start, e.start_ns);
+  w.last_end = std::max(w.last_end, end);
+  if (is_compute(e.category)) w.comp.add(e.start_ns, end);
+  if (is_comm(e.category)) w.comm.add(e.start_ns, end);
+  if (lane_kind != LaneKind::host && e.category != Category::sync && e.category != Category::marker)
+    w.device.add(e.start_ns, end);
+  if (options_.breakdown) {
+    r.lanes[e.lane].push_back(
+        SelfRecord{e.start_ns, end, e.unit, e.op != kNoString ? e.op : e.name, index, e.category});
+  }
+}
+
+void MetricsAccumulator::add_memory(int32_t rank, const MemoryEvent& m) {
+  RankState& r = rank_state(rank);
+  Window& w = window(r, window_of(r, m.time_ns));
+  r.latest = std::max(r.latest, m.time_ns);
+  if (!w.has_memory) {
+    w.has_memory = true;
+    w.peak_allocated = m.allocated;
+    w.peak_reserved = m.reserved;
+    w.last_time = m.time_ns;
+    w.last_allocated = m.allocated;
+    w.last_reserved = m.reserved;
+    return;
+  }
+  w.peak_allocated = std::max(w.peak_allocated, m.allocated);
+  w.peak_reserved = std::max(w.peak_reserved, m.reserved);
+  if (m.time_ns >= w.last_time) {  // ties: the later record wins, as in time order
+    w.last_time = m.time_ns;
+    w.last_allocated = m.allocated;
+    w.last_reserved = m.reserved;
+  }
+}
+
+Metrics MetricsAccumulator::finish() const {
+  Metrics out;
+  out.source = source_;
+  std::vector<std::pair<Values, double>> rank_values;
+  std::map<int64_t, std::vector<std::pair<Values, double>>> step_values;
+  std::map<int64_t, bool> step_reported;
+  std::unordered_map<uint32_t, RowAcc> by_unit_id, by_op_id;  // by string id
+  RowAcc by_category[kCategoryCount];
+  double world = 0;
+
+  for (const auto& entry : ranks_) {
+    const int32_t rank = entry.first;
+    const RankState& r = entry.second;
+    const double weight = r.represents.empty() ? 1.0 : static_cast<double>(r.represents.size());
+    world += weight;
+    const size_t nwindows = r.steps.empty() ? 1 : r.steps.size();
+    auto window_at = [&](size_t k) -> const Window& {
+      return r.steps.empty() ? r.before : r.windows[k];
+    };
+    // Windows in the median: steps 2..S when S > 1.
+    auto reported = [&](int32_t index) {
+      if (r.steps.empty()) return index == -1;
+      if (r.steps.size() == 1) return index == 0;
+      return index >= 1;
+    };
+
+    std::vector<Values> all;
+    std::vector<Values> in_median;
+    // Memory carried into a window: the latest record before it.
+    bool carry = !r.steps.empty() && r.before.has_memory;
+    int64_t carry_allocated = carry ? r.before.last_allocated : 0;
+    int64_t carry_reserved = carry ? r.before.last_reserved : 0;
+    for (size_t k = 0; k < nwindows; ++k) {
+      const Window& w = window_at(k);
+      Values v;
+      const bool any = w.last_end >= w.first_start;
+      v.step_ns = any ? static_cast<double>(Interval{w.first_start, w.last_end}.length()) : 0;
+      const auto& comp = w.comp.intervals();
+      const auto& comm = w.comm.intervals();
+      const uint64_t comp_ns = w.comp.length();
+      const uint64_t comm_ns = w.comm.length();
+      const uint64_t both_ns = intersection_length(comp, comm);
+      v.compute_ns = static_cast<double>(comp_ns);
+      v.comm_ns = static_cast<double>(comm_ns);
+      v.exposed_ns = static_cast<double>(comm_ns - both_ns);
+      v.overlap = comm_ns > 0 ? static_cast<double>(both_ns) / static_cast<double>(comm_ns) : 0;
+      v.idle_ns = v.step_ns - static_cast<double>(w.device.length());
+      int64_t peak_allocated = carry ? carry_allocated : 0;
+      int64_t peak_reserved = carry ? carry_reserved : 0;
+      if (w.has_memory) {
+        peak_allocated = carry ? std::max(peak_allocated, w.peak_allocated) : w.peak_allocated;
+        peak_reserved = carry ? std::max(peak_reserved, w.peak_reserved) : w.peak_reserved;
+        carry = true;
+        carry_allocated = w.last_allocated;
+        carry_reserved = w.last_reserved;
+      }
+      v.peak_allocated = static_cast<double>(peak_allocated);
+      v.peak_reserved = static_cast<double>(peak_reserved);
+      const auto index = r.steps.empty() ? -1 : static_cast<int32_t>(k);
+      all.push_back(v);
+      if (reported(index)) in_median.push_back(v);
+      const int64_t number = r.steps.empty() ? 0 : r.steps[k].number;
+      step_values[number].emplace_back(v, weight);
+      step_reported[number] = step_reported[number] || reported(index);
+    }
+    const Values rv = median(in_median);
+    RankMetrics rm;
+    to_metric_values(rv, &rm);
+    rm.rank = rank;
+    rm.represents = r.represents;
+    rm.steps = static_cast<int64_t>(nwindows);
+    out.ranks.push_back(std::move(rm));
+    rank_values.emplace_back(rv, weight);
+
+    if (!options_.breakdown) continue;
+    for (const auto& [lane, recs] : r.lanes) {
+      (void)lane;
+      std::vector<SelfRecord> sorted = recs;
+      std::sort(sorted.begin(), sorted.end(), [](const SelfRecord& a, const SelfRecord& b) {
+        if (a.start != b.start) return a.start < b.start;
+        return a.end > b.end;
+      });
+      // Self time: subtract each event from its direct parent (the innermost
+      // open event containing it). A partial overlap closes the open chain.
+      std::vector<uint64_t> self(sorted.size());
+      std::vector<size_t> open;
+      for (size_t i = 0; i < sorted.size(); ++i) {
+        const SelfRecord& e = sorted[i];
+        self[i] = Interval{e.start, e.end}.length();
+        while (!open.empty() && sorted[open.back()].end <= e.start) open.pop_back();
+        if (!open.empty() && e.end > sorted[open.back()].end) open.clear();
+        if (!open.empty()) self[open.back()] -= self[i];
+        open.push_back(i);
+      }
+      for (size_t i = 0; i < sorted.size(); ++i) {
+        const SelfRecord& e = sorted[i];
+        if (!reported(e.window)) continue;
+        const uint64_t dur = Interval{e.start, e.end}.length();
+        for (RowAcc* a :
+             {&by_unit_id[e.unit], &by_op_id[e.op], &by_category[static_cast<int>(e.category)]}) {
+          ++a->count;
+          a->total_ns += dur;
+          a->self_ns += self[i];
+        }
+      }
+    }
+  }
+
+  to_metric_values(aggregate(rank_values), &out.total);
+  for (const auto& [number, values] : step_values) {
+    StepMetrics s;
+    to_metric_values(aggregate(values), &s);
+    s.step = number;
+    s.reported = step_reported[number];
+    out.steps.push_back(s);
+  }
+  out.world_size = world_size_ > 0 ? world_size_ : static_cast<int32_t>(world);
+  if (options_.breakdown) {
+    std::map<std::string, RowAcc> by_unit, by_op;
+    for (const auto& [id, a] : by_unit_id)
+      by_unit[id == kNoString ? std::string("(none)") : std::string(strings_.get(id))] = a;
+    for (const auto& [id, a] : by_op_id) by_op[std::string(strings_.get(id))] = a;
+    out.by_unit = to_rows(by_unit);
+    out.by_op = to_rows(by_op);
+    std::map<std::string, RowAcc> cats;
+    for (int c = 0; c < kCategoryCount; ++c)
+      if (by_category[c].count) cats[category_name(static_cast<Category>(c))] = by_category[c];
+    out.by_category = to_rows(cats);
+  }
+  return out;
+}
+
+Metrics compute_metrics(const Trace& t, MetricsOptions options) {
+  MetricsAccumulator acc(t.strings, options);
+  acc.set_source(t.meta.source);
+  acc.set_world_size(t.meta.world_size);
+  for (const RankTrace& r : t.ranks) {
+    acc.add_rank(r.rank, r.represents);
+    for (const Step& s : r.steps) acc.add_step(r.rank, s);
+    for (const Event& e : r.events) {
+      const LaneKind kind = e.lane < r.lanes.size() ? r.lanes[e.lane].kind : LaneKind::other;
+      acc.add_event(r.rank, kind, e);
+    }
+    for (const MemoryEvent& m : r.memory) acc.add_memory(r.rank, m);
+  }
+  return acc.finish();
+}
+
+}  // namespace shardscope::traces

@@ -1,0 +1,163 @@
+// Metrics of a trace, the Holistic Trace Analysis way (definitions and
+// choices: docs/traces.md, "Metrics"). One piece of code for measured and
+// predicted runs: compute_metrics(trace) feeds a MetricsAccumulator, which the
+// simulator can also feed directly while it runs, without building a Trace.
+//
+// Per rank and per step (window of the rank's steps; a rank without steps is
+// one window):
+//   step time        last event end - first event start (all lanes)
+//   compute          |union(COMP)|, COMP = category compute
+//   comm             |union(COMM)|, COMM = the collectives (comm.*)
+//   exposed comm     |union(COMM) \ union(COMP)|
+//   overlap          |union(COMP) ∩ union(COMM)| / |union(COMM)| (0 when no COMM)
+//   idle             step time - |union(busy events on device lanes)|; busy =
+//                    every category but sync and marker; device lane = not host
+//   peak allocated / reserved: the highest counter value in the window,
+//                    including the value carried in from before it
+// A rank reports the median over steps 2..S when it has S > 1 steps, else its
+// one step. The top level reports max over ranks (step time, peaks) and the
+// mean over ranks (the rest), each rank weighted by the ranks it represents.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "traces/interval_union.h"
+#include "traces/trace.h"
+
+namespace shardscope::traces {
+
+struct MetricValues {
+  double step_time_ms = 0;
+  int64_t peak_allocated_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
+  double compute_ms = 0;
+  double comm_ms = 0;
+  double exposed_comm_ms = 0;
+  double overlap = 0;  // in [0, 1]
+  double idle_ms = 0;
+};
+
+struct RankMetrics : MetricValues {
+  int32_t rank = 0;
+  std::vector<int32_t> represents;  // empty: itself
+  int64_t steps = 0;                // windows seen (1 for a rank without steps)
+};
+
+// One step number, aggregated over the ranks that have it (max / mean as at
+// the top level).
+struct StepMetrics : MetricValues {
+  int64_t step = 0;       // the recorded number; 0 for the implicit step of a trace without steps
+  bool reported = false;  // part of the median (steps 2..S)
+};
+
+struct BreakdownRow {
+  std::string key;  // unit, op type (or name when the event has none) or category
+  int64_t count = 0;
+  double total_ms = 0;
+  double mean_ms = 0;
+  double self_ms = 0;  // total minus events directly nested in these, on the same lane
+};
+
+struct Metrics {
+  Source source = Source::unknown;
+  int32_t world_size = 0;
+  MetricValues total;
+  std::vector<RankMetrics> ranks;  // by rank id
+  std::vector<StepMetrics> steps;  // by step number
+  // Over the reported steps of every rank (sums, not medians), largest total first.
+  std::vector<BreakdownRow> by_unit;
+  std::vector<BreakdownRow> by_op;
+  std::vector<BreakdownRow> by_category;
+};
+
+struct MetricsOptions {
+  // Per-unit / per-op breakdowns keep 32 bytes per event until finish() (to
+  // find nesting for self time); sweeps that only need the totals turn them
+  // off and keep memory proportional to the busy-interval unions.
+  bool breakdown = true;
+};
+
+// Streaming metrics. Feed, for each rank, its steps and its events and memory
+// records in any order, with one rule: a step must be added before any event
+// or memory record at or after its start (so membership never changes after
+// the fact). Each method throws std::invalid_argument when it is broken.
+class MetricsAccumulator {
+ public:
+  explicit MetricsAccumulator(MetricsOptions options = {});
+  // Event string ids (name, unit, op) refer to `strings` (copied).
+  MetricsAccumulator(const StringTable& strings, MetricsOptions options = {});
+
+  // The table Event string ids refer to; intern into it when feeding directly.
+  StringTable& strings() { return strings_; }
+
+  void set_source(Source s) { source_ = s; }
+  void set_world_size(int32_t n) { world_size_ = n; }
+  // Optional: declares a rank and the ranks it stands for (weights of the
+  // means). Ranks are also declared by their first event.
+  void add_rank(int32_t rank, const std::vector<int32_t>& represents = {});
+  void add_step(int32_t rank, const Step& step);
+  void add_event(int32_t rank, LaneKind lane_kind, const Event& e);
+  void add_memory(int32_t rank, const MemoryEvent& m);
+
+  Metrics finish() const;
+
+ private:
+  struct Window {
+    int64_t first_start = INT64_MAX;
+    int64_t last_end = INT64_MIN;
+    IntervalUnion comp, comm, device;
+    bool has_memory = false;
+    int64_t peak_allocated = 0;
+    int64_t peak_reserved = 0;
+    int64_t last_time = 0;  // latest memory record in the window
+    int64_t last_allocated = 0;
+    int64_t last_reserved = 0;
+  };
+  struct SelfRecord {
+    int64_t start;
+    int64_t end;
+    uint32_t unit;
+    uint32_t op;
+    int32_t window;  // -1 = before the first step
+    Category category;
+  };
+  struct RankState {
+    std::vector<int32_t> represents;
+    std::vector<Step> steps;
+    std::deque<Window> windows;  // one per step
+    Window before;               // before the first step; the only window when no steps
+    int64_t latest = INT64_MIN;  // latest event start / memory time added
+    std::unordered_map<uint32_t, std::vector<SelfRecord>> lanes;
+  };
+
+  RankState& rank_state(int32_t rank);
+  // -1 = before the first step.
+  static int32_t window_of(const RankState& r, int64_t t);
+  static Window& window(RankState& r, int32_t index) {
+    return index < 0 ? r.before : r.windows[static_cast<size_t>(index)];
+  }
+
+  MetricsOptions options_;
+  StringTable strings_;
+  Source source_ = Source::unknown;
+  int32_t world_size_ = 0;
+  std::map<int32_t, RankState> ranks_;
+};
+
+Metrics compute_metrics(const Trace& t, MetricsOptions options = {});
+
+// The metrics contract of ARCHITECTURE.md ("Output contracts") plus "steps"
+// and "breakdown" ({"by_unit", "by_op", "by_category"}, at most
+// `breakdown_rows` rows each; -1 = all).
+nlohmann::json metrics_to_json(const Metrics& m, int breakdown_rows = 50);
+// A table for people (`shardscope report`).
+std::string format_metrics(const Metrics& m, int breakdown_rows = 15);
+
+}  // namespace shardscope::traces

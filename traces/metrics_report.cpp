@@ -1,0 +1,143 @@
+// Metrics as JSON (the output contract) and as a table for people.
+#include <cinttypes>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "traces/metrics.h"
+
+namespace shardscope::traces {
+
+using nlohmann::json;
+
+namespace {
+
+void put_values(const MetricValues& v, json& j) {
+  j["step_time_ms"] = v.step_time_ms;
+  j["peak_allocated_bytes"] = v.peak_allocated_bytes;
+  j["peak_reserved_bytes"] = v.peak_reserved_bytes;
+  j["compute_ms"] = v.compute_ms;
+  j["comm_ms"] = v.comm_ms;
+  j["exposed_comm_ms"] = v.exposed_comm_ms;
+  j["overlap"] = v.overlap;
+  j["idle_ms"] = v.idle_ms;
+}
+
+json rows_json(const std::vector<BreakdownRow>& rows, int limit) {
+  json a = json::array();
+  for (const BreakdownRow& r : rows) {
+    if (limit >= 0 && a.size() >= static_cast<size_t>(limit)) break;
+    a.push_back({{"key", r.key},
+                 {"count", r.count},
+                 {"total_ms", r.total_ms},
+                 {"mean_ms", r.mean_ms},
+                 {"self_ms", r.self_ms}});
+  }
+  return a;
+}
+
+std::string human_bytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double x = static_cast<double>(b);
+  int u = 0;
+  while ((x >= 1024 || x <= -1024) && u < 4) {
+    x /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", x, units[u]);
+  return buf;
+}
+
+void append_row(std::string& out, const std::string& label, const MetricValues& v) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-10s %10.3f %11.3f %9.3f %11.3f %8.3f %9.3f %15s %15s\n",
+                label.c_str(), v.step_time_ms, v.compute_ms, v.comm_ms, v.exposed_comm_ms,
+                v.overlap, v.idle_ms, human_bytes(v.peak_allocated_bytes).c_str(),
+                human_bytes(v.peak_reserved_bytes).c_str());
+  out += buf;
+}
+
+void append_breakdown(std::string& out, const char* title, const std::vector<BreakdownRow>& rows,
+                      int limit) {
+  if (rows.empty()) return;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "\n%-40s %8s %12s %10s %12s\n", title, "count", "total ms",
+                "mean ms", "self ms");
+  out += buf;
+  int shown = 0;
+  for (const BreakdownRow& r : rows) {
+    if (limit >= 0 && shown++ >= limit) {
+      std::snprintf(buf, sizeof buf, "  ... %zu more\n", rows.size() - static_cast<size_t>(limit));
+      out += buf;
+      break;
+    }
+    std::string key = r.key.size() > 40 ? r.key.substr(0, 37) + "..." : r.key;
+    std::snprintf(buf, sizeof buf, "%-40s %8" PRId64 " %12.3f %10.4f %12.3f\n", key.c_str(),
+                  r.count, r.total_ms, r.mean_ms, r.self_ms);
+    out += buf;
+  }
+}
+
+}  // namespace
+
+json metrics_to_json(const Metrics& m, int breakdown_rows) {
+  json j = json::object();
+  j["source"] = source_name(m.source);
+  j["world_size"] = m.world_size;
+  put_values(m.total, j);
+  json ranks = json::array();
+  for (const RankMetrics& r : m.ranks) {
+    json e = json::object();
+    e["rank"] = r.rank;
+    put_values(r, e);
+    e["steps"] = r.steps;
+    if (!r.represents.empty()) e["represents"] = r.represents;
+    ranks.push_back(std::move(e));
+  }
+  j["ranks"] = std::move(ranks);
+  json steps = json::array();
+  for (const StepMetrics& s : m.steps) {
+    json e = json::object();
+    e["step"] = s.step;
+    put_values(s, e);
+    e["reported"] = s.reported;
+    steps.push_back(std::move(e));
+  }
+  j["steps"] = std::move(steps);
+  j["breakdown"] = {{"by_unit", rows_json(m.by_unit, breakdown_rows)},
+                    {"by_op", rows_json(m.by_op, breakdown_rows)},
+                    {"by_category", rows_json(m.by_category, breakdown_rows)}};
+  return j;
+}
+
+std::string format_metrics(const Metrics& m, int breakdown_rows) {
+  std::string out;
+  char buf[256];
+  int64_t first = 0, last = 0, reported = 0;
+  for (const StepMetrics& s : m.steps) {
+    if (!s.reported) continue;
+    if (reported++ == 0) first = s.step;
+    last = s.step;
+  }
+  std::snprintf(buf, sizeof buf, "source %s, world size %d, %zu rank(s) in the trace, %zu step(s)",
+                source_name(m.source), m.world_size, m.ranks.size(), m.steps.size());
+  out += buf;
+  if (m.steps.size() > 1) {
+    std::snprintf(buf, sizeof buf, "; median over steps %" PRId64 "..%" PRId64, first, last);
+    out += buf;
+  }
+  out += "\n\n";
+  std::snprintf(buf, sizeof buf, "%-10s %10s %11s %9s %11s %8s %9s %15s %15s\n", "", "step ms",
+                "compute ms", "comm ms", "exposed ms", "overlap", "idle ms", "peak allocated",
+                "peak reserved");
+  out += buf;
+  append_row(out, "all", m.total);
+  for (const RankMetrics& r : m.ranks) append_row(out, "rank " + std::to_string(r.rank), r);
+  append_breakdown(out, "by unit", m.by_unit, breakdown_rows);
+  append_breakdown(out, "by op type", m.by_op, breakdown_rows);
+  append_breakdown(out, "by category", m.by_category, breakdown_rows);
+  return out;
+}
+
+}  // namespace shardscope::traces
