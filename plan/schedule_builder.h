@@ -1,0 +1,235 @@
+// Internal to plan/: the step-schedule builder, split by feature across
+// schedule_builder.cpp (set-up, forward/backward passes, optimizer step) and
+// schedule_fsdp.cpp (unshard, reshard, prefetch, gradient reduction). This is
+// the only place where FSDP's step semantics (FSDP_SEMANTICS.md sections 3-8)
+// are encoded; executors replay its output without FSDP logic of their own.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "plan/activations.h"
+#include "plan/error.h"
+#include "plan/schedule.h"
+
+namespace shardscope::plan::detail {
+
+// Per-unit state while the step is being generated.
+struct UnitState {
+  bool gathered = false;   // an unshard has been issued and not yet resharded
+  int unsharded_buf = -1;  // buffer compute reads the parameters from
+  int ready_op = -1;       // op compute must wait on before using the parameters
+  int ag_op = -1;          // fsdp2: all-gather awaiting its copy-out
+  int ag_out_buf = -1;     // fsdp2: all-gather output awaiting copy-out
+  int post_fwd_buf = -1;   // fsdp2 reshard k: the 1/k slice kept after forward
+  int grad_buf = -1;       // unsharded gradient of the current micro-step
+  int accum_buf = -1;      // unsharded gradient accumulated over no-sync micro-steps
+};
+
+class Builder {
+ public:
+  Builder(const Graph& g, const Policy& p, const UnitPlan& up, int rank)
+      : g_(g), p_(p), up_(up), acts_(g), rank_(rank) {
+    const World& w = up.world;
+    n_ = w.shard_group_size;
+    r_ = w.replicas;
+    k_ = reshard_degree(p, w);
+    fsdp2_ = p.flavor == Flavor::fsdp2;
+    b_p_ = dtype_bytes(p.mixed_precision.param_dtype);
+    b_r_ = dtype_bytes(p.mixed_precision.reduce_dtype);
+    offload_ = p.cpu_offload;
+    state_.resize(up.units.size());
+  }
+
+  Schedule build();
+
+ private:
+  // ---- primitives -------------------------------------------------------
+  int add_stream(StreamRole role) {
+    s_.streams.push_back(stream_role_name(role));
+    s_.stream_roles.push_back(role);
+    return static_cast<int>(s_.streams.size()) - 1;
+  }
+
+  int new_buffer(const std::string& name, int64_t bytes, BufferCategory cat, int stream, int unit,
+                 bool persistent) {
+    Buffer b;
+    b.name = name;
+    b.bytes = bytes;
+    b.category = cat;
+    b.stream = stream;
+    b.unit = unit;
+    b.persistent = persistent;
+    b.on_host = persistent && offload_;
+    s_.buffers.push_back(std::move(b));
+    users_.emplace_back();
+    return static_cast<int>(s_.buffers.size()) - 1;
+  }
+
+  // A transient buffer with its alloc action; -1 (nothing) for zero bytes.
+  int alloc(const std::string& name, int64_t bytes, BufferCategory cat, int stream, int unit) {
+    if (bytes <= 0) return -1;
+    const int id = new_buffer(name, bytes, cat, stream, unit, false);
+    Action a;
+    a.kind = ActionKind::alloc;
+    a.buffer = id;
+    s_.actions.push_back(std::move(a));
+    return id;
+  }
+
+  // A buffer that exists before the step (on the host when offloading).
+  int persistent(const std::string& name, int64_t bytes, BufferCategory cat, int unit) {
+    return bytes <= 0 ? -1 : new_buffer(name, bytes, cat, compute_, unit, true);
+  }
+
+  void free_buf(int buffer) {
+    if (buffer < 0) return;
+    Action a;
+    a.kind = ActionKind::free;
+    a.buffer = buffer;
+    const int stream = s_.buffers[buffer].stream;
+    for (int op : users_[buffer])
+      if (s_.ops[op].stream != stream) a.pending_ops.push_back(op);
+    s_.actions.push_back(std::move(a));
+  }
+
+  int launch(ScheduleOp op) {
+    op.micro_step = micro_;
+    op.phase = phase_;
+    if (op.stream == compute_) {
+      op.waits.insert(op.waits.end(), compute_waits_.begin(), compute_waits_.end());
+      compute_waits_.clear();
+    }
+    std::sort(op.waits.begin(), op.waits.end());
+    op.waits.erase(std::unique(op.waits.begin(), op.waits.end()), op.waits.end());
+    op.waits.erase(std::remove(op.waits.begin(), op.waits.end(), -1), op.waits.end());
+    op.buffers.erase(std::remove(op.buffers.begin(), op.buffers.end(), -1), op.buffers.end());
+    const int id = static_cast<int>(s_.ops.size());
+    for (int b : op.buffers) users_[b].push_back(id);
+    if (op.stream == compute_) last_compute_ = id;
+    s_.ops.push_back(std::move(op));
+    Action a;
+    a.kind = ActionKind::launch;
+    a.op = id;
+    s_.actions.push_back(std::move(a));
+    return id;
+  }
+
+  int launch_simple(OpKind kind, int stream, int unit, std::vector<int> buffers,
+                    std::vector<int> waits, int64_t bytes, DType dtype = DType::f32) {
+    ScheduleOp op;
+    op.kind = kind;
+    op.stream = stream;
+    op.unit = unit;
+    op.buffers = std::move(buffers);
+    op.waits = std::move(waits);
+    op.bytes = bytes;
+    op.dtype = dtype;
+    return launch(std::move(op));
+  }
+
+  int collective(OpKind kind, int stream, int unit, int group, int64_t bytes, DType dtype,
+                 std::vector<int> buffers, std::vector<int> waits) {
+    ScheduleOp op;
+    op.kind = kind;
+    op.stream = stream;
+    op.unit = unit;
+    op.group = group;
+    op.seq = seq_[group]++;
+    op.bytes = bytes;
+    op.dtype = dtype;
+    op.buffers = std::move(buffers);
+    op.waits = std::move(waits);
+    return launch(std::move(op));
+  }
+
+  void host_wait(int op) {
+    if (op < 0) return;
+    Action a;
+    a.kind = ActionKind::host_wait;
+    a.op = op;
+    s_.actions.push_back(std::move(a));
+  }
+
+  std::string mname(int unit, const char* what) const {
+    return "m" + std::to_string(micro_) + ".u" + std::to_string(unit) + "." + what;
+  }
+
+  // ---- set-up -------------------------------------------------------------
+  void setup_streams_and_groups();
+  int add_group(const std::string& name, std::vector<int> ranks) {
+    s_.groups.push_back(ProcessGroup{name, std::move(ranks)});
+    seq_.push_back(0);
+    return static_cast<int>(s_.groups.size()) - 1;
+  }
+  void setup_persistent();
+  void setup_checkpointing();
+
+  // ---- FSDP ---------------------------------------------------------------
+  int64_t shard(int u) const { return up_.units[u].shard_numel; }
+  bool has_params(int u) const { return up_.units[u].numel > 0; }
+  // DDP in full precision without offload: compute reads the persistent
+  // parameters and gradients in place; nothing is gathered or staged.
+  bool in_place() const { return n_ == 1 && b_p_ == 4 && b_r_ == 4 && !offload_; }
+  void unshard(int u);
+  void wait_for_unshard(int u);
+  void reshard(int u);
+  void post_forward(int u);
+  void pre_backward(int u);
+  void post_backward(int u);
+  void reduce_grads(int u);
+  void accumulate_without_sync(int u);
+  void flush_reduce_scatter();
+  int next_unit(Phase order, int u) const;  // next unit in forward/backward order
+
+  // ---- passes ---------------------------------------------------------------
+  void forward_pass();
+  void backward_pass();
+  void recompute_block(int block);
+  void compute_op(int o, OpKind kind);
+  void ensure_grad_buffers(int o);
+  void optimizer_step();
+
+  const Graph& g_;
+  const Policy& p_;
+  const UnitPlan& up_;
+  ActivationPlan acts_;
+  int rank_;
+  Schedule s_;
+  int64_t n_ = 1, r_ = 1, k_ = 1;
+  bool fsdp2_ = true;
+  int b_p_ = 4, b_r_ = 4;
+  bool offload_ = false;
+
+  // streams
+  int host_ = 0, compute_ = 1, unshard_ = -1, pre_unshard_ = -1, copy_in_ = -1, ag_ = -1, rs_ = -1,
+      ar_ = -1;
+  // groups of this rank
+  int g_shard_ = -1, g_replica_ = -1, g_reshard_ = -1;
+  std::vector<int64_t> seq_;
+
+  std::vector<std::vector<int>> users_;  // buffer -> ops using it
+  std::vector<UnitState> state_;
+  std::vector<int> param_shard_, grad_shard_, opt_state_;  // per unit (persistent)
+  std::vector<int> fwd_order_, bwd_order_;                 // units with parameters
+  std::vector<int> next_fwd_, next_bwd_;                   // unit -> next in that order
+  std::vector<bool> checkpointed_;                         // per unit
+  std::vector<bool> backward_started_;                     // per unit, this micro-step
+  std::vector<int> compute_waits_;                         // attached to the next compute-stream op
+  int last_compute_ = -1;
+  int micro_ = 0;
+  Phase phase_ = Phase::forward;
+  bool sync_ = true;          // this micro-step reduces gradients
+  int prev_fwd_ag_out_ = -1;  // fsdp2: kept until the next unit's copy-out
+  int outstanding_rs_ = -1;   // fsdp2: the single outstanding reduce-scatter
+  int outstanding_rs_in_ = -1;
+  std::vector<int>
+      free_queue_;  // fsdp1 limit_all_gathers: compute ops after which a unit was freed
+  std::vector<int> offload_d2h_;      // d2h copies the host optimizer must wait for
+  std::vector<int> post_reduce_ops_;  // last op of each unit's reduction, this micro-step
+  std::vector<int> tensor_buf_;       // activation tensor -> live buffer (-1 when none)
+  std::vector<int> grad_tensor_buf_;
+};
+
+}  // namespace shardscope::plan::detail

@@ -1,0 +1,283 @@
+// Step-schedule builder, FSDP unit mechanics: unshard (casts, copy-in,
+// all-gather, copy-out), reshard after forward (true / false / k), backward
+// prefetch, and gradient reduction (reduce-scatter, hybrid and DDP all-reduce,
+// accumulation without sync, offload copies).
+#include <algorithm>
+#include <string>
+
+#include "plan/schedule_builder.h"
+
+namespace shardscope::plan::detail {
+
+void Builder::unshard(int u) {
+  UnitState& st = state_[u];
+  if (st.gathered) return;
+  st.gathered = true;
+  if (!has_params(u)) return;
+  if (in_place()) {
+    st.unsharded_buf = param_shard_[u];
+    st.ready_op = -1;
+    return;
+  }
+  const int64_t s = shard(u);
+  const bool backward_slice = st.post_fwd_buf >= 0;
+  const int group = backward_slice ? g_reshard_ : g_shard_;
+  // fsdp1's rate limiter: at most two unsharded units awaiting their free.
+  if (!fsdp2_ && p_.limit_all_gathers && n_ > 1 && free_queue_.size() >= 2) {
+    host_wait(free_queue_.front());
+    free_queue_.erase(free_queue_.begin());
+  }
+  const int copy_stream = fsdp2_ ? copy_in_ : pre_unshard_;
+  int src = param_shard_[u];
+  int h2d_buf = -1;
+  if (offload_ && !backward_slice) {
+    h2d_buf = alloc(mname(u, "h2d_shard"), s * 4, BufferCategory::comm_buffers, copy_stream, u);
+    launch_simple(OpKind::h2d, copy_stream, u, {param_shard_[u], h2d_buf}, {}, s * 4);
+    src = h2d_buf;
+  }
+  if (backward_slice) src = st.post_fwd_buf;
+  const int64_t full_bytes = n_ * s * b_p_;
+  const DType pdt = p_.mixed_precision.param_dtype;
+
+  if (n_ == 1) {
+    // DDP: no collective; a cast (or the device copy when offloading in fp32)
+    // stands in for the unsharded parameters.
+    if (b_p_ != 4) {
+      int lp = alloc(mname(u, "unsharded"), full_bytes, BufferCategory::unsharded_params,
+                     copy_stream, u);
+      st.ready_op =
+          launch_simple(OpKind::cast_params, copy_stream, u, {src, lp}, {}, s * (4 + b_p_), pdt);
+      free_buf(h2d_buf);
+      st.unsharded_buf = lp;
+    } else {
+      st.unsharded_buf = h2d_buf;
+      st.ready_op = static_cast<int>(s_.ops.size()) - 1;
+    }
+    return;
+  }
+
+  if (fsdp2_) {
+    // The all-gather input is this rank's slice of the output: one allocation.
+    int out = alloc(mname(u, "ag_out"), full_bytes, BufferCategory::comm_buffers, copy_in_, u);
+    const int64_t in_elems = backward_slice ? n_ * s / k_ : s;
+    const int64_t src_bytes = backward_slice ? b_p_ : 4;
+    int copy = launch_simple(OpKind::cast_params, copy_in_, u, {src, out}, {},
+                             in_elems * (src_bytes + b_p_), pdt);
+    free_buf(h2d_buf);
+    if (backward_slice) {
+      free_buf(st.post_fwd_buf);
+      st.post_fwd_buf = -1;
+    }
+    st.ag_op = collective(OpKind::all_gather, ag_, u, group, full_bytes, pdt, {out}, {copy});
+    st.ag_out_buf = out;
+    st.ready_op = -1;
+    return;
+  }
+
+  // fsdp1: cast on the pre-unshard stream, all-gather on the unshard stream.
+  int input = src;
+  int cast = -1;
+  int lp = -1;
+  if (b_p_ != 4) {
+    lp = alloc(mname(u, "lowp_shard"), s * b_p_, BufferCategory::comm_buffers, pre_unshard_, u);
+    cast = launch_simple(OpKind::cast_params, pre_unshard_, u, {src, lp}, {}, s * (4 + b_p_), pdt);
+    input = lp;
+  }
+  int full =
+      alloc(mname(u, "unsharded"), full_bytes, BufferCategory::unsharded_params, unshard_, u);
+  int wait = cast >= 0 ? cast : (h2d_buf >= 0 ? static_cast<int>(s_.ops.size()) - 1 : -1);
+  int ag =
+      collective(OpKind::all_gather, unshard_, u, group, full_bytes, pdt, {input, full}, {wait});
+  free_buf(lp);
+  free_buf(h2d_buf);
+  st.unsharded_buf = full;
+  st.ready_op = ag;
+}
+
+// Makes compute wait for unit u's parameters (fsdp2: copy-out first).
+void Builder::wait_for_unshard(int u) {
+  unshard(u);
+  UnitState& st = state_[u];
+  if (!has_params(u)) return;
+  if (fsdp2_ && st.ag_out_buf >= 0) {
+    const int64_t full_bytes = n_ * shard(u) * b_p_;
+    int full =
+        alloc(mname(u, "unsharded"), full_bytes, BufferCategory::unsharded_params, compute_, u);
+    int copy = launch_simple(OpKind::copy_out, compute_, u, {st.ag_out_buf, full}, {st.ag_op},
+                             2 * full_bytes, p_.mixed_precision.param_dtype);
+    if (phase_ == Phase::forward) {
+      // Keep this output until the next unit's copy-out, so the next
+      // all-gather's copy-in writes elsewhere while this one is copied out.
+      free_buf(prev_fwd_ag_out_);
+      prev_fwd_ag_out_ = st.ag_out_buf;
+    } else {
+      free_buf(st.ag_out_buf);
+    }
+    st.ag_out_buf = -1;
+    st.ag_op = -1;
+    st.unsharded_buf = full;
+    st.ready_op = copy;
+    return;
+  }
+  if (st.ready_op >= 0) compute_waits_.push_back(st.ready_op);
+}
+
+void Builder::reshard(int u) {
+  UnitState& st = state_[u];
+  if (!st.gathered) return;
+  st.gathered = false;
+  if (st.unsharded_buf >= 0 && !s_.buffers[st.unsharded_buf].persistent) {
+    free_buf(st.unsharded_buf);
+    if (!fsdp2_ && p_.limit_all_gathers && n_ > 1) free_queue_.push_back(last_compute_);
+  }
+  st.unsharded_buf = -1;
+  st.ready_op = -1;
+}
+
+void Builder::post_forward(int u) {
+  if (up_.units[u].is_root || !has_params(u)) return;  // the root stays unsharded
+  if (k_ == 1) return;                                 // reshard_after_forward=false
+  UnitState& st = state_[u];
+  if (k_ < n_) {
+    // fsdp2 reshard_after_forward=k: keep this rank's 1/k slice of the whole unit.
+    const int64_t slice_bytes = n_ * shard(u) * b_p_ / k_;
+    int slice = alloc(mname(u, "post_fwd_slice"), slice_bytes, BufferCategory::unsharded_params,
+                      compute_, u);
+    launch_simple(OpKind::reshard_copy, compute_, u, {st.unsharded_buf, slice}, {}, 2 * slice_bytes,
+                  p_.mixed_precision.param_dtype);
+    reshard(u);
+    st.post_fwd_buf = slice;
+    return;
+  }
+  reshard(u);
+}
+
+void Builder::pre_backward(int u) {
+  backward_started_[u] = true;
+  unshard(u);
+  if (p_.backward_prefetch == BackwardPrefetch::pre) {
+    int next = next_unit(Phase::backward, u);
+    if (next >= 0) unshard(next);
+  }
+  wait_for_unshard(u);
+}
+
+void Builder::post_backward(int u) {
+  if (!has_params(u)) return;
+  reshard(u);
+  if (p_.backward_prefetch == BackwardPrefetch::post) {
+    // Only units whose backward is still to come (the root's post-backward is last).
+    int next = next_unit(Phase::backward, u);
+    if (next >= 0 && !backward_started_[next]) unshard(next);
+  }
+  if (sync_)
+    reduce_grads(u);
+  else
+    accumulate_without_sync(u);
+}
+
+// No-sync micro-step: keep the unsharded gradient, in reduce dtype, until the
+// synchronizing micro-step (FSDP1 no_sync, FSDP2 set_requires_gradient_sync(False)).
+void Builder::accumulate_without_sync(int u) {
+  UnitState& st = state_[u];
+  if (st.grad_buf < 0) return;
+  if (st.grad_buf == grad_shard_[u]) return;  // in-place DDP: accumulates into .grad
+  const int64_t full = n_ * shard(u);
+  if (st.accum_buf < 0)
+    st.accum_buf = alloc("u" + std::to_string(u) + ".accum_grad", full * b_r_,
+                         BufferCategory::unsharded_grads, compute_, u);
+  launch_simple(OpKind::grad_accumulate, compute_, u, {st.grad_buf, st.accum_buf}, {},
+                full * (b_p_ + 2 * b_r_), p_.mixed_precision.reduce_dtype);
+  free_buf(st.grad_buf);
+  st.grad_buf = -1;
+}
+
+void Builder::flush_reduce_scatter() {
+  if (outstanding_rs_ < 0) return;
+  compute_waits_.push_back(outstanding_rs_);
+  free_buf(outstanding_rs_in_);
+  outstanding_rs_ = -1;
+  outstanding_rs_in_ = -1;
+}
+
+void Builder::reduce_grads(int u) {
+  UnitState& st = state_[u];
+  if (st.grad_buf < 0) return;
+  const int64_t s = shard(u);
+  const int64_t full = n_ * s;
+  const DType rdt = p_.mixed_precision.reduce_dtype;
+  const bool world_one = n_ == 1 && r_ == 1;
+
+  if (st.grad_buf == grad_shard_[u]) {
+    // In-place DDP: all-reduce the persistent gradient itself.
+    if (!world_one)
+      post_reduce_ops_.push_back(collective(OpKind::all_reduce, ar_, u, g_replica_, s * 4,
+                                            DType::f32, {st.grad_buf}, {last_compute_}));
+    st.grad_buf = -1;
+    return;
+  }
+
+  int input = st.grad_buf;
+  int red_stream = rs_;
+  int last = -1;
+  std::vector<int> grads = {st.grad_buf, st.accum_buf};
+  if (fsdp2_ && n_ > 1) {
+    // At most one reduce-scatter outstanding: wait for the previous one and
+    // free its input before copying this unit's gradients in (compute stream).
+    flush_reduce_scatter();
+    int rs_in = alloc(mname(u, "rs_in"), full * b_r_, BufferCategory::comm_buffers, compute_, u);
+    grads.push_back(rs_in);
+    last = launch_simple(OpKind::grad_cast, compute_, u, grads, {}, full * (b_p_ + b_r_), rdt);
+    free_buf(st.grad_buf);
+    free_buf(st.accum_buf);
+    input = rs_in;
+    int rs_out = alloc(mname(u, "rs_out"), s * b_r_, BufferCategory::comm_buffers, rs_, u);
+    last = collective(OpKind::reduce_scatter, rs_, u, g_shard_, full * b_r_, rdt, {rs_in, rs_out},
+                      {last});
+    outstanding_rs_ = last;
+    outstanding_rs_in_ = rs_in;
+    input = rs_out;
+  } else {
+    // fsdp1 (and DDP): the post-backward stream waits for compute, casts if the
+    // reduce dtype differs, reduces; the unsharded gradient's block is only
+    // reusable once the reduction has finished (record_stream).
+    int wait = last_compute_;
+    std::vector<int> release = {st.grad_buf, st.accum_buf};
+    if (b_r_ != b_p_ || st.accum_buf >= 0) {
+      int rs_in = alloc(mname(u, "rs_in"), full * b_r_, BufferCategory::comm_buffers, rs_, u);
+      grads.push_back(rs_in);
+      wait = launch_simple(OpKind::grad_cast, rs_, u, grads, {wait}, full * (b_p_ + b_r_), rdt);
+      input = rs_in;
+    }
+    last = wait;
+    if (n_ > 1) {
+      int rs_out = alloc(mname(u, "rs_out"), s * b_r_, BufferCategory::comm_buffers, rs_, u);
+      last = collective(OpKind::reduce_scatter, rs_, u, g_shard_, full * b_r_, rdt, {input, rs_out},
+                        {wait});
+      if (input != st.grad_buf) release.push_back(input);
+      input = rs_out;
+    }
+    // DDP keeps its all-reduce buffer (`input`) until after the accumulation.
+    for (int b : release)
+      if (b != input) free_buf(b);
+  }
+  st.grad_buf = -1;
+  st.accum_buf = -1;
+  // Hybrid sharding / DDP: all-reduce the shard across replicas.
+  if (r_ > 1) {
+    last = collective(OpKind::all_reduce, ar_, u, g_replica_, s * b_r_, rdt, {input}, {last});
+  }
+  // Accumulate the reduced shard into the persistent fp32 gradient (or copy it
+  // to the host when offloading).
+  if (offload_) {
+    int d2h = launch_simple(OpKind::d2h, red_stream, u, {input, grad_shard_[u]}, {last}, s * 4);
+    offload_d2h_.push_back(d2h);
+    post_reduce_ops_.push_back(d2h);
+  } else {
+    post_reduce_ops_.push_back(launch_simple(OpKind::grad_accumulate, red_stream, u,
+                                             {input, grad_shard_[u]}, {last}, s * (b_r_ + 8)));
+  }
+  free_buf(input);
+}
+
+}  // namespace shardscope::plan::detail
