@@ -124,6 +124,9 @@ TEST_CASE("validation rejects impossible policies, naming the key", "[policy][va
   CHECK_THROWS_WITH(validate({{"optimizer", {{"type", "adamw"}, {"momentum", 0.9}}}}, 8),
                     Catch::Contains("optimizer.momentum"));
   CHECK_THROWS_WITH(validate({{"grad_clip_norm", -1.0}}, 8), Catch::Contains("grad_clip_norm"));
+  CHECK_THROWS_WITH(
+      validate({{"mixed_precision", {{"param_dtype", "bf16"}, {"output_dtype", "fp32"}}}}, 8),
+      Catch::Contains("mixed_precision.output_dtype") && Catch::Contains("not modelled"));
   CHECK_THROWS_WITH(validate({{"activation_checkpointing", "some"}}, 8),
                     Catch::Contains("activation_checkpointing"));
 }
