@@ -1,0 +1,254 @@
+#include "sim/hardware.h"
+
+#include <cmath>
+#include <fstream>
+
+namespace shardscope::sim {
+
+namespace {
+
+constexpr double kGB = 1e9;
+constexpr double kTFLOPS = 1e12;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+std::map<std::string, double> gpu_efficiency() {
+  // Matmul-heavy ops reach a fraction of the tensor-core peak; elementwise and
+  // normalisation ops are bandwidth-bound and priced by the roofline's bytes.
+  return {{"default", 0.6},   {"linear", 0.7},        {"attention", 0.5}, {"embedding", 1.0},
+          {"layernorm", 1.0}, {"rmsnorm", 1.0},       {"gelu", 1.0},      {"swiglu", 1.0},
+          {"residual", 1.0},  {"cross_entropy", 1.0}, {"rope", 1.0},      {"relu", 1.0}};
+}
+
+HardwareModel h100() {
+  HardwareModel h;
+  h.name = "h100-sxm";
+  h.peak_flops_fp32 = 67 * kTFLOPS;
+  h.peak_flops_bf16 = 989 * kTFLOPS;
+  h.peak_flops_fp16 = 989 * kTFLOPS;
+  h.hbm_bytes_per_s = 3350 * kGB;
+  h.memory_bytes = 80 * kGiB;
+  h.nvlink_bus_bytes_per_s = 450 * kGB;
+  h.nvlink_latency_ns = 10000;
+  h.ib_bytes_per_s = 50 * kGB;  // 400 Gb/s ConnectX-7 per GPU
+  h.ib_latency_ns = 20000;
+  h.pcie_bytes_per_s = 64 * kGB;  // PCIe Gen5 x16
+  h.host_memory_bytes_per_s = 100 * kGB;
+  h.efficiency = gpu_efficiency();
+  h.launch_overhead_ns = 0;
+  h.contention_factor = 1.1;
+  h.gpus_per_node = 8;
+  return h;
+}
+
+HardwareModel h200() {
+  HardwareModel h = h100();
+  h.name = "h200-sxm";
+  h.hbm_bytes_per_s = 4800 * kGB;
+  h.memory_bytes = 141 * int64_t{1000000000};
+  return h;
+}
+
+HardwareModel a100() {
+  HardwareModel h = h100();
+  h.name = "a100-sxm";
+  h.peak_flops_fp32 = 19.5 * kTFLOPS;
+  h.peak_flops_bf16 = 312 * kTFLOPS;
+  h.peak_flops_fp16 = 312 * kTFLOPS;
+  h.hbm_bytes_per_s = 2039 * kGB;
+  h.memory_bytes = 80 * kGiB;
+  h.nvlink_bus_bytes_per_s = 300 * kGB;
+  h.ib_bytes_per_s = 25 * kGB;    // 200 Gb/s HDR per GPU (DGX A100)
+  h.pcie_bytes_per_s = 32 * kGB;  // PCIe Gen4 x16
+  return h;
+}
+
+HardwareModel cpu_local() {
+  HardwareModel h;
+  h.name = "cpu-local";
+  h.peak_flops_fp32 = 1 * kTFLOPS;
+  h.peak_flops_bf16 = 0.5 * kTFLOPS;
+  h.peak_flops_fp16 = 0.5 * kTFLOPS;
+  h.hbm_bytes_per_s = 50 * kGB;
+  h.memory_bytes = 64 * kGiB;
+  h.nvlink_bus_bytes_per_s = 10 * kGB;  // shared-memory transport between processes
+  h.nvlink_latency_ns = 20000;
+  h.ib_bytes_per_s = 1.25 * kGB;  // 10 Gb/s Ethernet
+  h.ib_latency_ns = 50000;
+  h.pcie_bytes_per_s = 50 * kGB;  // host and device are the same memory
+  h.host_memory_bytes_per_s = 50 * kGB;
+  h.efficiency = {{"default", 0.5}};
+  h.launch_overhead_ns = 0;
+  h.contention_factor = 1.0;
+  h.gpus_per_node = 8;
+  return h;
+}
+
+template <typename T>
+void read_field(const nlohmann::json& v, const std::string& key, const std::string& source,
+                T* out) {
+  try {
+    *out = v.get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(source + ": hardware key '" + key + "' has the wrong type");
+  }
+}
+
+}  // namespace
+
+double HardwareModel::peak_flops(plan::DType dtype) const {
+  switch (dtype) {
+    case plan::DType::f32:
+      return peak_flops_fp32;
+    case plan::DType::bf16:
+      return peak_flops_bf16;
+    case plan::DType::f16:
+      return peak_flops_fp16;
+    default:
+      break;
+  }
+  throw Error(std::string("hardware: no compute peak for dtype ") + plan::dtype_name(dtype));
+}
+
+double HardwareModel::efficiency_of(const std::string& op_type) const {
+  auto it = efficiency.find(op_type);
+  if (it != efficiency.end()) return it->second;
+  it = efficiency.find("default");
+  return it != efficiency.end() ? it->second : 1.0;
+}
+
+void HardwareModel::validate() const {
+  auto positive = [&](double v, const char* field) {
+    if (!(v > 0) || !std::isfinite(v))
+      throw Error("hardware '" + name + "': " + field + " must be > 0");
+  };
+  positive(peak_flops_fp32, "peak_flops_fp32");
+  positive(peak_flops_bf16, "peak_flops_bf16");
+  positive(peak_flops_fp16, "peak_flops_fp16");
+  positive(hbm_bytes_per_s, "hbm_bytes_per_s");
+  positive(static_cast<double>(memory_bytes), "memory_bytes");
+  positive(nvlink_bus_bytes_per_s, "nvlink_bus_bytes_per_s");
+  positive(ib_bytes_per_s, "ib_bytes_per_s");
+  positive(pcie_bytes_per_s, "pcie_bytes_per_s");
+  positive(host_memory_bytes_per_s, "host_memory_bytes_per_s");
+  positive(static_cast<double>(gpus_per_node), "gpus_per_node");
+  if (nvlink_latency_ns < 0) throw Error("hardware '" + name + "': nvlink_latency_ns must be >= 0");
+  if (ib_latency_ns < 0) throw Error("hardware '" + name + "': ib_latency_ns must be >= 0");
+  if (launch_overhead_ns < 0)
+    throw Error("hardware '" + name + "': launch_overhead_ns must be >= 0");
+  if (!(contention_factor >= 1.0) || !std::isfinite(contention_factor))
+    throw Error("hardware '" + name + "': contention_factor must be >= 1");
+  for (const auto& [type, e] : efficiency)
+    if (!(e > 0 && e <= 1.0))
+      throw Error("hardware '" + name + "': efficiency." + type + " must be in (0, 1]");
+}
+
+std::vector<std::string> hardware_presets() {
+  return {"h100-sxm", "h200-sxm", "a100-sxm", "cpu-local"};
+}
+
+bool is_hardware_preset(const std::string& name) {
+  for (const std::string& p : hardware_presets())
+    if (p == name) return true;
+  return false;
+}
+
+HardwareModel hardware_preset(const std::string& name) {
+  if (name == "h100-sxm") return h100();
+  if (name == "h200-sxm") return h200();
+  if (name == "a100-sxm") return a100();
+  if (name == "cpu-local") return cpu_local();
+  throw Error("unknown hardware preset '" + name +
+              "' (h100-sxm, h200-sxm, a100-sxm, cpu-local, or a hardware JSON file)");
+}
+
+nlohmann::json hardware_to_json(const HardwareModel& hw) {
+  nlohmann::json j;
+  j["name"] = hw.name;
+  j["peak_flops_fp32"] = hw.peak_flops_fp32;
+  j["peak_flops_bf16"] = hw.peak_flops_bf16;
+  j["peak_flops_fp16"] = hw.peak_flops_fp16;
+  j["hbm_bytes_per_s"] = hw.hbm_bytes_per_s;
+  j["memory_bytes"] = hw.memory_bytes;
+  j["nvlink_bus_bytes_per_s"] = hw.nvlink_bus_bytes_per_s;
+  j["nvlink_latency_ns"] = hw.nvlink_latency_ns;
+  j["ib_bytes_per_s"] = hw.ib_bytes_per_s;
+  j["ib_latency_ns"] = hw.ib_latency_ns;
+  j["pcie_bytes_per_s"] = hw.pcie_bytes_per_s;
+  j["host_memory_bytes_per_s"] = hw.host_memory_bytes_per_s;
+  j["efficiency"] = hw.efficiency;
+  j["launch_overhead_ns"] = hw.launch_overhead_ns;
+  j["contention_factor"] = hw.contention_factor;
+  j["gpus_per_node"] = hw.gpus_per_node;
+  return j;
+}
+
+HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& source) {
+  if (!doc.is_object()) throw Error(source + ": a hardware document must be a JSON object");
+  std::string base = "h100-sxm";
+  if (doc.contains("base")) read_field(doc.at("base"), "base", source, &base);
+  HardwareModel h = hardware_preset(base);
+  h.name = source;
+  for (const auto& [key, v] : doc.items()) {
+    if (key == "base") continue;
+    if (key == "name")
+      read_field(v, key, source, &h.name);
+    else if (key == "peak_flops_fp32")
+      read_field(v, key, source, &h.peak_flops_fp32);
+    else if (key == "peak_flops_bf16")
+      read_field(v, key, source, &h.peak_flops_bf16);
+    else if (key == "peak_flops_fp16")
+      read_field(v, key, source, &h.peak_flops_fp16);
+    else if (key == "hbm_bytes_per_s")
+      read_field(v, key, source, &h.hbm_bytes_per_s);
+    else if (key == "memory_bytes")
+      read_field(v, key, source, &h.memory_bytes);
+    else if (key == "nvlink_bus_bytes_per_s")
+      read_field(v, key, source, &h.nvlink_bus_bytes_per_s);
+    else if (key == "nvlink_latency_ns")
+      read_field(v, key, source, &h.nvlink_latency_ns);
+    else if (key == "ib_bytes_per_s")
+      read_field(v, key, source, &h.ib_bytes_per_s);
+    else if (key == "ib_latency_ns")
+      read_field(v, key, source, &h.ib_latency_ns);
+    else if (key == "pcie_bytes_per_s")
+      read_field(v, key, source, &h.pcie_bytes_per_s);
+    else if (key == "host_memory_bytes_per_s")
+      read_field(v, key, source, &h.host_memory_bytes_per_s);
+    else if (key == "launch_overhead_ns")
+      read_field(v, key, source, &h.launch_overhead_ns);
+    else if (key == "contention_factor")
+      read_field(v, key, source, &h.contention_factor);
+    else if (key == "gpus_per_node")
+      read_field(v, key, source, &h.gpus_per_node);
+    else if (key == "efficiency") {
+      if (!v.is_object()) throw Error(source + ": hardware key 'efficiency' must be an object");
+      for (const auto& [type, e] : v.items()) {
+        double value = 0;
+        read_field(e, "efficiency." + type, source, &value);
+        h.efficiency[type] = value;
+      }
+    } else {
+      throw Error(source + ": unknown hardware key '" + key + "'");
+    }
+  }
+  h.validate();
+  return h;
+}
+
+HardwareModel load_hardware(const std::string& spec) {
+  if (is_hardware_preset(spec)) return hardware_preset(spec);
+  std::ifstream in(spec);
+  if (!in)
+    throw Error("hardware '" + spec +
+                "' is neither a preset (h100-sxm, h200-sxm, a100-sxm, cpu-local) nor a readable "
+                "file");
+  nlohmann::json doc;
+  try {
+    in >> doc;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(spec + ": not valid JSON: " + e.what());
+  }
+  return hardware_from_json(doc, spec);
+}
+
+}  // namespace shardscope::sim

@@ -1,0 +1,69 @@
+// Hardware models: the figures the cost model turns FLOPs and bytes into time.
+// Presets carry public datasheet numbers (docs/simulator.md lists the
+// sources); any field can be overridden from a JSON file whose keys are
+// checked strictly (an unknown key is an error naming it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/graph.h"
+
+namespace shardscope::sim {
+
+/// Errors of the simulator library (bad hardware file, unknown preset, a
+/// schedule that cannot be executed). The message names the field.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+struct HardwareModel {
+  std::string name;  ///< preset name or file it came from
+  /// Dense peak FLOP/s per compute dtype (no structured sparsity).
+  double peak_flops_fp32 = 0;
+  double peak_flops_bf16 = 0;
+  double peak_flops_fp16 = 0;
+  double hbm_bytes_per_s = 0;          ///< device memory bandwidth
+  int64_t memory_bytes = 0;            ///< device memory capacity
+  double nvlink_bus_bytes_per_s = 0;   ///< intra-node bus bandwidth (one direction)
+  int64_t nvlink_latency_ns = 0;       ///< per-collective latency inside a node
+  double ib_bytes_per_s = 0;           ///< inter-node bandwidth per GPU (one direction)
+  int64_t ib_latency_ns = 0;           ///< per-collective latency across nodes
+  double pcie_bytes_per_s = 0;         ///< host <-> device copies (one direction)
+  double host_memory_bytes_per_s = 0;  ///< ops on the host stream (offloaded optimizer)
+  /// Fraction of peak FLOP/s an op type reaches; key "default" for the rest.
+  std::map<std::string, double> efficiency;
+  int64_t launch_overhead_ns = 0;  ///< host time per launch
+  /// >= 1: a compute op that starts while a collective runs on the rank takes
+  /// this many times longer (SM and memory bandwidth shared with NCCL).
+  double contention_factor = 1.0;
+  int64_t gpus_per_node = 8;
+
+  /// Throws Error for a dtype without a compute peak (integers, f64).
+  double peak_flops(plan::DType dtype) const;
+  /// efficiency[type], else efficiency["default"], else 1.
+  double efficiency_of(const std::string& op_type) const;
+  /// Throws Error naming the first field out of range.
+  void validate() const;
+};
+
+std::vector<std::string> hardware_presets();  ///< h100-sxm, h200-sxm, a100-sxm, cpu-local
+bool is_hardware_preset(const std::string& name);
+/// Throws Error for an unknown name.
+HardwareModel hardware_preset(const std::string& name);
+
+nlohmann::json hardware_to_json(const HardwareModel& hw);
+/// Starts from the preset named by "base" (default h100-sxm) and overrides
+/// every other key given; an unknown key throws Error naming it.
+/// `efficiency` entries are merged into the base's map.
+HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& source = "json");
+/// A preset name or a hardware JSON file path. Throws Error.
+HardwareModel load_hardware(const std::string& spec);
+
+}  // namespace shardscope::sim
