@@ -58,8 +58,9 @@ int cmd_demo(int argc, char** argv) {
       "  shardscope plan --model gpt2-small --world 8 --set wrap.type=class \\\n"
       "      --set 'wrap.classes=[\"GPT2Block\"]'      # the unit table and schedule summary\n"
       "  shardscope plan --model llama3-8b --world 64 --set shard_group_size=8 --json\n"
-      "Measured runs (shardscope run), predictions (simulate, sweep) and the timeline viewer\n"
-      "land with their issues; they answer 'not implemented yet' until then.\n");
+      "  shardscope simulate --model gpt2-small --world 8   # predicted step time and memory\n"
+      "Measured runs (shardscope run), sweeps and the timeline viewer land with their\n"
+      "issues; they answer 'not implemented yet' until then.\n");
   return 0;
 }
 
