@@ -40,16 +40,10 @@ void write_json_file(const nlohmann::json& j, const std::string& path) {
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
-  Args args(argc, argv,
-            {{"model"},
-             {"policy"},
-             {"set", true, true},
-             {"world"},
-             {"rank"},
-             {"graph-out"},
-             {"schedule-out"},
-             {"json", false}},
-            false);
+  Args args(
+      argc, argv,
+      plan_input_flags({{"world"}, {"rank"}, {"graph-out"}, {"schedule-out"}, {"json", false}}),
+      false);
   if (args.help()) {
     std::printf("usage: %s\n", kUsage);
     return 0;

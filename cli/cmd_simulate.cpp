@@ -31,14 +31,7 @@ const char* kUsage =
 
 int cmd_simulate(int argc, char** argv) {
   Args args(argc, argv,
-            {{"model"},
-             {"policy"},
-             {"set", true, true},
-             {"world"},
-             {"hw"},
-             {"mem-limit"},
-             {"trace"},
-             {"json", false}},
+            plan_input_flags({{"world"}, {"hw"}, {"mem-limit"}, {"trace"}, {"json", false}}),
             false);
   if (args.help()) {
     std::printf("usage: %s\n", kUsage);

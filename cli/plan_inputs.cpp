@@ -9,6 +9,12 @@
 
 namespace shardscope::cli {
 
+std::vector<FlagSpec> plan_input_flags(std::vector<FlagSpec> extra) {
+  std::vector<FlagSpec> flags = {{"model"}, {"policy"}, {"set", true, true}};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
 PlanInputs load_plan_inputs(const Args& args, int64_t world_size) {
   PlanInputs in;
   in.graph = plan::load_model(args.require("model"));

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,10 @@ struct PlanInputs {
   plan::Policy policy;
   plan::World world;
 };
+
+// The flags load_plan_inputs reads (--model, --policy, repeatable --set) plus
+// the subcommand's own.
+std::vector<FlagSpec> plan_input_flags(std::vector<FlagSpec> extra);
 
 // `world_size` comes from the subcommand (--world, --nproc, ...).
 PlanInputs load_plan_inputs(const Args& args, int64_t world_size);
