@@ -143,6 +143,17 @@ struct Schedule {
 // Builds rank `rank`'s schedule. Throws plan::Error for policies it cannot plan.
 Schedule build_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units, int rank);
 
+// Other ranks' view of one rank's schedule. FSDP ranks' schedules are equal
+// up to which process group of each family ("world", "shard", "replica",
+// "reshard": the name without its index) their collectives use, so one built
+// schedule stands for every rank. used: the groups holding s.rank, ascending;
+// of_rank[r][i]: the group of used[i]'s family that holds rank r.
+struct RankGroups {
+  std::vector<int> used;
+  std::vector<std::vector<int>> of_rank;  // [world_size][used.size()]
+};
+RankGroups rank_groups(const Schedule& s);
+
 // Wire bytes per rank of one collective op (nccl-tests bus factors).
 double collective_wire_bytes(const ScheduleOp& op, const Schedule& schedule);
 

@@ -1,35 +1,80 @@
 #include "sim/cost_model.h"
 
+#include <algorithm>
+#include <climits>
+
 namespace shardscope::sim {
 
-CostModel::CostModel(const HardwareModel& hw, const plan::Graph& graph,
-                     const plan::Schedule& schedule)
-    : hw_(hw), graph_(graph), schedule_(schedule) {}
-
-LinkModel CostModel::link(int group) const {
-  const plan::ProcessGroup& g = schedule_.groups.at(static_cast<size_t>(group));
-  bool one_node = true;
-  for (int r : g.ranks)
-    if (r / hw_.gpus_per_node != g.ranks.front() / hw_.gpus_per_node) one_node = false;
-  LinkModel l;
-  l.inter_node = !one_node;
-  l.bus_bytes_per_s = one_node ? hw_.nvlink_bus_bytes_per_s : hw_.ib_bytes_per_s;
-  l.latency = TimeNs(one_node ? hw_.nvlink_latency_ns : hw_.ib_latency_ns);
-  return l;
+GroupSpan group_span(const std::vector<int>& ranks, int64_t gpus_per_node) {
+  GroupSpan s;
+  s.ranks = static_cast<int64_t>(ranks.size());
+  if (ranks.empty()) return s;
+  // Ranks of one group are ascending in plan's schedules; count runs per node
+  // without assuming it.
+  std::vector<int64_t> nodes;
+  nodes.reserve(ranks.size());
+  for (int r : ranks) nodes.push_back(r / gpus_per_node);
+  std::sort(nodes.begin(), nodes.end());
+  s.min_per_node = INT64_MAX;
+  for (size_t i = 0; i < nodes.size();) {
+    size_t j = i;
+    while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
+    const auto count = static_cast<int64_t>(j - i);
+    ++s.nodes;
+    s.min_per_node = std::min(s.min_per_node, count);
+    s.max_per_node = std::max(s.max_per_node, count);
+    i = j;
+  }
+  return s;
 }
 
-TimeNs collective_time(plan::OpKind kind, double bytes, int64_t n, const LinkModel& link) {
+namespace {
+
+int64_t ceil_log2(int64_t k) {
+  int64_t d = 0;
+  while ((int64_t{1} << d) < k) ++d;
+  return d;
+}
+
+}  // namespace
+
+TimeNs collective_time(const HardwareModel& hw, plan::OpKind kind, double bytes,
+                       const GroupSpan& span) {
+  const int64_t n = span.ranks;
   if (n <= 1) return TimeNs(0);
-  const double factor = kind == plan::OpKind::all_reduce ? 2.0 : 1.0;
-  const double seconds =
-      factor * (bytes / link.bus_bytes_per_s) * static_cast<double>(n - 1) / static_cast<double>(n);
-  return link.latency + TimeNs::from_seconds(seconds);
+  const double f = kind == plan::OpKind::all_reduce ? 2.0 : 1.0;
+  const double share = static_cast<double>(n - 1) / static_cast<double>(n);
+  const bool multi_node = span.nodes > 1;
+  if (const CollectiveFit* fit = hw.collective_fit(kind, n, multi_node))
+    return TimeNs(fit->latency_ns) + TimeNs::from_seconds(f * bytes / fit->bus_bytes_per_s * share);
+  const double bus = multi_node
+                         ? std::min(hw.nvlink_bus_bytes_per_s,
+                                    static_cast<double>(span.min_per_node) * hw.ib_bytes_per_s)
+                         : hw.nvlink_bus_bytes_per_s;
+  const TimeNs transfer = TimeNs::from_seconds(f * bytes / bus * share);
+  const int64_t hop = multi_node ? hw.ib_latency_ns : hw.nvlink_latency_ns;
+  const TimeNs ring =
+      TimeNs(hw.collective_latency_ns + static_cast<int64_t>(f) * (n - 1) * hop) + transfer;
+  if (kind != plan::OpKind::all_reduce || !multi_node ||
+      hw.all_reduce_algorithm == CollectiveAlgorithm::ring)
+    return ring;
+  const TimeNs tree =
+      TimeNs(hw.collective_latency_ns + 2 * ((span.max_per_node - 1) * hw.nvlink_latency_ns +
+                                             ceil_log2(span.nodes) * hw.ib_latency_ns)) +
+      transfer;
+  if (hw.all_reduce_algorithm == CollectiveAlgorithm::tree) return tree;
+  return tree < ring ? tree : ring;
 }
 
-TimeNs CostModel::collective_duration(const plan::ScheduleOp& op) const {
-  const auto n =
-      static_cast<int64_t>(schedule_.groups.at(static_cast<size_t>(op.group)).ranks.size());
-  return collective_time(op.kind, static_cast<double>(op.bytes), n, link(op.group));
+CostModel::CostModel(const HardwareModel& hw, const plan::Graph& graph,
+                     const plan::Schedule& schedule, std::vector<GroupSpan> spans)
+    : hw_(hw), graph_(graph), schedule_(schedule), spans_(std::move(spans)) {
+  if (spans_.empty())
+    for (const plan::ProcessGroup& g : schedule.groups)
+      spans_.push_back(group_span(g.ranks, hw.gpus_per_node));
+  if (spans_.size() != schedule.groups.size())
+    throw Error("cost model: " + std::to_string(spans_.size()) + " group spans for " +
+                std::to_string(schedule.groups.size()) + " groups");
 }
 
 double CostModel::flops(int index) const {
@@ -52,7 +97,8 @@ double CostModel::bytes(int index) const {
 
 TimeNs CostModel::duration(int index) const {
   const plan::ScheduleOp& op = schedule_.ops.at(static_cast<size_t>(index));
-  if (plan::is_collective(op.kind)) return collective_duration(op);
+  if (plan::is_collective(op.kind))
+    return collective_time(hw_, op.kind, static_cast<double>(op.bytes), span(op.group));
   if (op.kind == plan::OpKind::h2d || op.kind == plan::OpKind::d2h)
     return TimeNs::from_seconds(static_cast<double>(op.bytes) / hw_.pcie_bytes_per_s);
   const bool on_host =

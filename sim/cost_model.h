@@ -6,14 +6,20 @@
 //   other device ops (casts, copy-out, grad cast/accumulate/norm/scale, optimizer):
 //     t = bytes / HBM bw;   on the host stream: bytes / host memory bw
 //   h2d, d2h: bytes / PCIe bw
-//   collectives over n ranks, S = op.bytes (the full buffer):
-//     all-gather, reduce-scatter: latency + (S / B) (n-1)/n
-//     all-reduce:                 latency + 2 (S / B) (n-1)/n
-//     n = 1: 0. B, latency: NVLink when every rank of the group is on one
-//     node (rank / gpus_per_node equal), else IB (flat ring whose slowest
-//     link is each GPU's own NIC).
+//   collectives over a group of n ranks on k nodes (m = fewest of its ranks
+//   on one node), S = op.bytes (the full buffer), f = 2 for all-reduce else 1:
+//     n = 1: 0
+//     a CollectiveFit for (kind, n, k > 1): latency + f (S / busbw) (n-1)/n
+//     ring:  C + f (n-1) hop + f (S / B) (n-1)/n
+//     tree (all-reduce across nodes only):
+//            C + 2 ((m-1) hop_nvlink + ceil(log2 k) hop_ib) + 2 (S / B) (n-1)/n
+//     C = collective_latency_ns; hop = NVLink hop latency when k = 1, else IB's;
+//     B = NVLink bus bandwidth when k = 1, else min(NVLink, m x IB per GPU):
+//     NCCL runs one ring per NIC, so a node's m GPUs drive m NICs at once.
+//     all_reduce_algorithm auto takes the faster of ring and tree.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "plan/graph.h"
@@ -23,36 +29,46 @@
 
 namespace shardscope::sim {
 
-struct LinkModel {
-  double bus_bytes_per_s = 0;
-  TimeNs latency;
-  bool inter_node = false;
+/// Where a process group's ranks sit on the cluster.
+struct GroupSpan {
+  int64_t ranks = 0;
+  int64_t nodes = 0;         ///< distinct nodes (rank / gpus_per_node)
+  int64_t min_per_node = 0;  ///< fewest of the group's ranks on one of its nodes
+  int64_t max_per_node = 0;
+  bool operator==(const GroupSpan& o) const {
+    return ranks == o.ranks && nodes == o.nodes && min_per_node == o.min_per_node &&
+           max_per_node == o.max_per_node;
+  }
+  bool operator!=(const GroupSpan& o) const { return !(*this == o); }
 };
+
+/// `ranks` ascending or not; gpus_per_node >= 1.
+GroupSpan group_span(const std::vector<int>& ranks, int64_t gpus_per_node);
+
+/// Closed-form time of one collective (the file comment's formulas).
+TimeNs collective_time(const HardwareModel& hw, plan::OpKind kind, double bytes,
+                       const GroupSpan& span);
 
 class CostModel {
  public:
-  /// References must outlive the model.
-  CostModel(const HardwareModel& hw, const plan::Graph& graph, const plan::Schedule& schedule);
+  /// References must outlive the model. `spans`: one per schedule group, as
+  /// seen by the simulated rank; empty = computed from schedule.groups.
+  CostModel(const HardwareModel& hw, const plan::Graph& graph, const plan::Schedule& schedule,
+            std::vector<GroupSpan> spans = {});
 
   /// Uncontended duration of schedule op `op`.
   TimeNs duration(int op) const;
-  /// The link the collectives of `group` use.
-  LinkModel link(int group) const;
+  const GroupSpan& span(int group) const { return spans_.at(static_cast<size_t>(group)); }
 
   /// FLOPs and bytes of a graph op as the cost model prices them (0 for other ops).
   double flops(int op) const;
   double bytes(int op) const;
 
  private:
-  TimeNs collective_duration(const plan::ScheduleOp& op) const;
-
   const HardwareModel& hw_;
   const plan::Graph& graph_;
   const plan::Schedule& schedule_;
+  std::vector<GroupSpan> spans_;
 };
-
-/// Closed-form ring time of one collective: latency + factor (S/B)(n-1)/n,
-/// factor 2 for all-reduce and 1 otherwise.
-TimeNs collective_time(plan::OpKind kind, double bytes, int64_t n, const LinkModel& link);
 
 }  // namespace shardscope::sim

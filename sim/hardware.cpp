@@ -28,9 +28,10 @@ HardwareModel h100() {
   h.hbm_bytes_per_s = 3350 * kGB;
   h.memory_bytes = 80 * kGiB;
   h.nvlink_bus_bytes_per_s = 450 * kGB;
-  h.nvlink_latency_ns = 10000;
+  h.nvlink_latency_ns = 1000;
   h.ib_bytes_per_s = 50 * kGB;  // 400 Gb/s ConnectX-7 per GPU
-  h.ib_latency_ns = 20000;
+  h.ib_latency_ns = 3000;
+  h.collective_latency_ns = 5000;
   h.pcie_bytes_per_s = 64 * kGB;  // PCIe Gen5 x16
   h.host_memory_bytes_per_s = 100 * kGB;
   h.efficiency = gpu_efficiency();
@@ -57,7 +58,7 @@ HardwareModel a100() {
   h.hbm_bytes_per_s = 2039 * kGB;
   h.memory_bytes = 80 * kGiB;
   h.nvlink_bus_bytes_per_s = 300 * kGB;
-  h.ib_bytes_per_s = 25 * kGB;    // 200 Gb/s HDR per GPU (DGX A100)
+  h.ib_bytes_per_s = 50 * kGB;    // 400 Gb/s per GPU (the cluster; DGX A100 ships 200)
   h.pcie_bytes_per_s = 32 * kGB;  // PCIe Gen4 x16
   return h;
 }
@@ -71,9 +72,10 @@ HardwareModel cpu_local() {
   h.hbm_bytes_per_s = 50 * kGB;
   h.memory_bytes = 64 * kGiB;
   h.nvlink_bus_bytes_per_s = 10 * kGB;  // shared-memory transport between processes
-  h.nvlink_latency_ns = 20000;
+  h.nvlink_latency_ns = 5000;
   h.ib_bytes_per_s = 1.25 * kGB;  // 10 Gb/s Ethernet
   h.ib_latency_ns = 50000;
+  h.collective_latency_ns = 20000;
   h.pcie_bytes_per_s = 50 * kGB;  // host and device are the same memory
   h.host_memory_bytes_per_s = 50 * kGB;
   h.efficiency = {{"default", 0.5}};
@@ -93,7 +95,67 @@ void read_field(const nlohmann::json& v, const std::string& key, const std::stri
   }
 }
 
+CollectiveFit collective_fit_from_json(const nlohmann::json& v, const std::string& source,
+                                       size_t index) {
+  const std::string at = "collectives[" + std::to_string(index) + "]";
+  if (!v.is_object()) throw Error(source + ": hardware key '" + at + "' must be an object");
+  CollectiveFit f;
+  bool have_kind = false, have_ranks = false, have_bw = false;
+  for (const auto& [key, x] : v.items()) {
+    const std::string field = at + "." + key;
+    if (key == "kind") {
+      std::string k;
+      read_field(x, field, source, &k);
+      if (k == "all_gather")
+        f.kind = plan::OpKind::all_gather;
+      else if (k == "reduce_scatter")
+        f.kind = plan::OpKind::reduce_scatter;
+      else if (k == "all_reduce")
+        f.kind = plan::OpKind::all_reduce;
+      else
+        throw Error(source + ": hardware key '" + field +
+                    "' must be all_gather, reduce_scatter or all_reduce, not '" + k + "'");
+      have_kind = true;
+    } else if (key == "ranks") {
+      read_field(x, field, source, &f.ranks);
+      have_ranks = true;
+    } else if (key == "multi_node") {
+      read_field(x, field, source, &f.multi_node);
+    } else if (key == "latency_ns") {
+      read_field(x, field, source, &f.latency_ns);
+    } else if (key == "bus_bytes_per_s") {
+      read_field(x, field, source, &f.bus_bytes_per_s);
+      have_bw = true;
+    } else {
+      throw Error(source + ": unknown hardware key '" + field + "'");
+    }
+  }
+  if (!have_kind) throw Error(source + ": hardware key '" + at + ".kind' is missing");
+  if (!have_ranks) throw Error(source + ": hardware key '" + at + ".ranks' is missing");
+  if (!have_bw) throw Error(source + ": hardware key '" + at + ".bus_bytes_per_s' is missing");
+  return f;
+}
+
 }  // namespace
+
+const char* collective_algorithm_name(CollectiveAlgorithm a) {
+  switch (a) {
+    case CollectiveAlgorithm::ring:
+      return "ring";
+    case CollectiveAlgorithm::tree:
+      return "tree";
+    case CollectiveAlgorithm::automatic:
+      return "auto";
+  }
+  return "?";
+}
+
+const CollectiveFit* HardwareModel::collective_fit(plan::OpKind kind, int64_t ranks,
+                                                   bool multi_node) const {
+  for (const CollectiveFit& f : collectives)
+    if (f.kind == kind && f.ranks == ranks && f.multi_node == multi_node) return &f;
+  return nullptr;
+}
 
 double HardwareModel::peak_flops(plan::DType dtype) const {
   switch (dtype) {
@@ -133,6 +195,23 @@ void HardwareModel::validate() const {
   positive(static_cast<double>(gpus_per_node), "gpus_per_node");
   if (nvlink_latency_ns < 0) throw Error("hardware '" + name + "': nvlink_latency_ns must be >= 0");
   if (ib_latency_ns < 0) throw Error("hardware '" + name + "': ib_latency_ns must be >= 0");
+  if (collective_latency_ns < 0)
+    throw Error("hardware '" + name + "': collective_latency_ns must be >= 0");
+  if (launch_queue_depth < 1)
+    throw Error("hardware '" + name + "': launch_queue_depth must be >= 1");
+  for (size_t i = 0; i < collectives.size(); ++i) {
+    const CollectiveFit& f = collectives[i];
+    const std::string at = "hardware '" + name + "': collectives[" + std::to_string(i) + "].";
+    if (!plan::is_collective(f.kind)) throw Error(at + "kind is not a collective");
+    if (f.ranks < 2) throw Error(at + "ranks must be >= 2");
+    if (f.latency_ns < 0) throw Error(at + "latency_ns must be >= 0");
+    if (!(f.bus_bytes_per_s > 0) || !std::isfinite(f.bus_bytes_per_s))
+      throw Error(at + "bus_bytes_per_s must be > 0");
+    for (size_t j = 0; j < i; ++j)
+      if (collectives[j].kind == f.kind && collectives[j].ranks == f.ranks &&
+          collectives[j].multi_node == f.multi_node)
+        throw Error(at + "duplicates collectives[" + std::to_string(j) + "]");
+  }
   if (launch_overhead_ns < 0)
     throw Error("hardware '" + name + "': launch_overhead_ns must be >= 0");
   if (!(contention_factor >= 1.0) || !std::isfinite(contention_factor))
@@ -173,10 +252,21 @@ nlohmann::json hardware_to_json(const HardwareModel& hw) {
   j["nvlink_latency_ns"] = hw.nvlink_latency_ns;
   j["ib_bytes_per_s"] = hw.ib_bytes_per_s;
   j["ib_latency_ns"] = hw.ib_latency_ns;
+  j["collective_latency_ns"] = hw.collective_latency_ns;
+  j["all_reduce_algorithm"] = collective_algorithm_name(hw.all_reduce_algorithm);
+  nlohmann::json fits = nlohmann::json::array();
+  for (const CollectiveFit& f : hw.collectives)
+    fits.push_back({{"kind", plan::op_kind_name(f.kind)},
+                    {"ranks", f.ranks},
+                    {"multi_node", f.multi_node},
+                    {"latency_ns", f.latency_ns},
+                    {"bus_bytes_per_s", f.bus_bytes_per_s}});
+  j["collectives"] = fits;
   j["pcie_bytes_per_s"] = hw.pcie_bytes_per_s;
   j["host_memory_bytes_per_s"] = hw.host_memory_bytes_per_s;
   j["efficiency"] = hw.efficiency;
   j["launch_overhead_ns"] = hw.launch_overhead_ns;
+  j["launch_queue_depth"] = hw.launch_queue_depth;
   j["contention_factor"] = hw.contention_factor;
   j["gpus_per_node"] = hw.gpus_per_node;
   return j;
@@ -216,7 +306,30 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
       read_field(v, key, source, &h.host_memory_bytes_per_s);
     else if (key == "launch_overhead_ns")
       read_field(v, key, source, &h.launch_overhead_ns);
-    else if (key == "contention_factor")
+    else if (key == "launch_queue_depth")
+      read_field(v, key, source, &h.launch_queue_depth);
+    else if (key == "collective_latency_ns")
+      read_field(v, key, source, &h.collective_latency_ns);
+    else if (key == "all_reduce_algorithm") {
+      std::string a;
+      read_field(v, key, source, &a);
+      if (a == "ring")
+        h.all_reduce_algorithm = CollectiveAlgorithm::ring;
+      else if (a == "tree")
+        h.all_reduce_algorithm = CollectiveAlgorithm::tree;
+      else if (a == "auto")
+        h.all_reduce_algorithm = CollectiveAlgorithm::automatic;
+      else
+        throw Error(source +
+                    ": hardware key 'all_reduce_algorithm' must be ring, tree or auto, not '" + a +
+                    "'");
+    } else if (key == "collectives") {
+      // Replaces the base's list: a calibration describes one cluster.
+      if (!v.is_array()) throw Error(source + ": hardware key 'collectives' must be an array");
+      h.collectives.clear();
+      for (size_t i = 0; i < v.size(); ++i)
+        h.collectives.push_back(collective_fit_from_json(v[i], source, i));
+    } else if (key == "contention_factor")
       read_field(v, key, source, &h.contention_factor);
     else if (key == "gpus_per_node")
       read_field(v, key, source, &h.gpus_per_node);

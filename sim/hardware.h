@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/graph.h"
+#include "plan/schedule.h"
 
 namespace shardscope::sim {
 
@@ -23,23 +24,47 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+/// A fitted collective cost (from `calibrate`): for `kind` over exactly `ranks`
+/// ranks spanning one node (multi_node false) or several (true),
+///   t = latency_ns + f * S / bus_bytes_per_s * (n-1)/n,  f = 2 for all-reduce else 1
+/// replacing the analytical model for that case (nccl-tests' busbw definition).
+struct CollectiveFit {
+  plan::OpKind kind = plan::OpKind::all_gather;
+  int64_t ranks = 0;
+  bool multi_node = false;
+  int64_t latency_ns = 0;
+  double bus_bytes_per_s = 0;
+};
+
+/// NCCL's algorithm choice for all-reduce (all-gather and reduce-scatter are
+/// always ring, as in NCCL without NVLS/PAT). Tree applies only across nodes.
+enum class CollectiveAlgorithm : uint8_t { ring, tree, automatic };
+const char* collective_algorithm_name(CollectiveAlgorithm a);
+
 struct HardwareModel {
   std::string name;  ///< preset name or file it came from
   /// Dense peak FLOP/s per compute dtype (no structured sparsity).
   double peak_flops_fp32 = 0;
   double peak_flops_bf16 = 0;
   double peak_flops_fp16 = 0;
-  double hbm_bytes_per_s = 0;          ///< device memory bandwidth
-  int64_t memory_bytes = 0;            ///< device memory capacity
-  double nvlink_bus_bytes_per_s = 0;   ///< intra-node bus bandwidth (one direction)
-  int64_t nvlink_latency_ns = 0;       ///< per-collective latency inside a node
-  double ib_bytes_per_s = 0;           ///< inter-node bandwidth per GPU (one direction)
-  int64_t ib_latency_ns = 0;           ///< per-collective latency across nodes
+  double hbm_bytes_per_s = 0;         ///< device memory bandwidth
+  int64_t memory_bytes = 0;           ///< device memory capacity
+  double nvlink_bus_bytes_per_s = 0;  ///< intra-node bus bandwidth (one direction)
+  int64_t nvlink_latency_ns = 0;      ///< latency of one algorithm step (hop) inside a node
+  double ib_bytes_per_s = 0;          ///< inter-node bandwidth per GPU (one direction)
+  int64_t ib_latency_ns = 0;          ///< latency of one algorithm step across nodes
+  int64_t collective_latency_ns = 0;  ///< fixed cost of every collective (launch, handshake)
+  CollectiveAlgorithm all_reduce_algorithm = CollectiveAlgorithm::automatic;
+  /// Fitted costs that replace the analytical model where they match.
+  std::vector<CollectiveFit> collectives;
   double pcie_bytes_per_s = 0;         ///< host <-> device copies (one direction)
   double host_memory_bytes_per_s = 0;  ///< ops on the host stream (offloaded optimizer)
   /// Fraction of peak FLOP/s an op type reaches; key "default" for the rest.
   std::map<std::string, double> efficiency;
   int64_t launch_overhead_ns = 0;  ///< host time per launch
+  /// Launched ops not yet finished on the device beyond which a launch blocks
+  /// the host (CUDA's pending-launch queue).
+  int64_t launch_queue_depth = 1024;
   /// >= 1: a compute op that starts while a collective runs on the rank takes
   /// this many times longer (SM and memory bandwidth shared with NCCL).
   double contention_factor = 1.0;
@@ -49,6 +74,8 @@ struct HardwareModel {
   double peak_flops(plan::DType dtype) const;
   /// efficiency[type], else efficiency["default"], else 1.
   double efficiency_of(const std::string& op_type) const;
+  /// The fit for (kind, ranks, multi_node), or null.
+  const CollectiveFit* collective_fit(plan::OpKind kind, int64_t ranks, bool multi_node) const;
   /// Throws Error naming the first field out of range.
   void validate() const;
 };

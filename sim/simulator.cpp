@@ -1,5 +1,6 @@
 #include "sim/simulator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <optional>
@@ -66,17 +67,24 @@ traces::LaneKind lane_kind(plan::StreamRole role) {
 
 class Executor final : public alloc::EventSource {
  public:
+  /// `trace` (or, when null, `acc`) receives the rank's events.
   Executor(const plan::Graph& graph, const plan::UnitPlan& units, const plan::Schedule& schedule,
-           const HardwareModel& hw, const SimOptions& options)
+           const HardwareModel& hw, const SimOptions& options, std::vector<GroupSpan> spans,
+           int32_t rank, std::vector<int32_t> represents, traces::Trace* trace,
+           traces::MetricsAccumulator* acc)
       : graph_(graph),
         units_(units),
         sched_(schedule),
         hw_(hw),
         options_(options),
-        cost_(hw, graph, schedule),
+        cost_(hw, graph, schedule, std::move(spans)),
         backing_(static_cast<uint64_t>(options.memory_limit_bytes > 0 ? options.memory_limit_bytes
                                                                       : hw.memory_bytes)),
-        allocator_(backing_) {
+        allocator_(backing_),
+        rank_id_(rank),
+        represents_(std::move(represents)),
+        trace_(trace),
+        acc_(acc) {
     allocator_.set_event_source(this);
   }
 
@@ -101,6 +109,13 @@ class Executor final : public alloc::EventSource {
   bool allocate(int buffer);  // at host_now_
   void release(int buffer, const std::vector<int>& pending);
   void record_peak(TimeNs now);
+  // Sinks: the trace when recording one, else the metrics accumulator.
+  void emit_event(size_t lane, traces::Category category, TimeNs start, TimeNs dur,
+                  uint32_t name = traces::kNoString, uint32_t unit = traces::kNoString,
+                  uint32_t op_type = traces::kNoString, uint64_t bytes = 0, uint64_t flops = 0);
+  void emit_memory(TimeNs now, int64_t bytes, uint64_t address, size_t lane,
+                   plan::BufferCategory category);
+  uint32_t intern(const std::string& s) { return trace_ ? trace_->intern(s) : traces::kNoString; }
   std::string unit_name(int unit) const {
     return unit >= 0 && unit < static_cast<int>(units_.units.size())
                ? units_.units[static_cast<size_t>(unit)].name
@@ -143,11 +158,62 @@ class Executor final : public alloc::EventSource {
   int64_t allocated_ = 0;
   std::map<std::string, int64_t> live_by_category_, live_by_unit_;
 
+  // Launch queue: device ops launched and not finished.
+  int64_t queued_device_ops_ = 0;
+  bool queue_full_ = false;  // the host is blocked in a launch
+  TimeNs queue_full_since_;
+
   SimResult result_;
-  traces::RankTrace* rank_ = nullptr;
+  int32_t rank_id_;
+  std::vector<int32_t> represents_;
+  traces::Trace* trace_;
+  traces::MetricsAccumulator* acc_;
+  traces::RankTrace* rank_ = nullptr;  // in trace_
+  // Lanes: one per schedule stream, then the host thread's; their trace
+  // indices and kinds.
   std::vector<uint32_t> lanes_;
-  uint32_t host_lane_ = 0;
+  std::vector<traces::LaneKind> lane_kinds_;
+  size_t host_lane_ = 0;
 };
+
+void Executor::emit_event(size_t lane, traces::Category category, TimeNs start, TimeNs dur,
+                          uint32_t name, uint32_t unit, uint32_t op_type, uint64_t bytes,
+                          uint64_t flops) {
+  ++result_.sim_events;
+  if (trace_) {
+    traces::Event& e = traces::add_event(*rank_, lanes_[lane], name, category, start.ns, dur.ns);
+    e.unit = unit;
+    e.op = op_type;
+    e.bytes = bytes;
+    e.flops = flops;
+    return;
+  }
+  traces::Event e;
+  e.start_ns = start.ns;
+  e.dur_ns = dur.ns;
+  e.category = category;
+  e.lane = static_cast<uint32_t>(lane);
+  acc_->add_event(rank_id_, lane_kinds_[lane], e);
+}
+
+void Executor::emit_memory(TimeNs now, int64_t bytes, uint64_t address, size_t lane,
+                           plan::BufferCategory category) {
+  const auto reserved = static_cast<int64_t>(allocator_.counters().reserved.current);
+  if (trace_) {
+    traces::add_allocation(*rank_, now.ns, bytes, address, lanes_[lane], memory_category(category),
+                           reserved);
+    return;
+  }
+  traces::MemoryEvent m;
+  m.time_ns = now.ns;
+  m.bytes = bytes;
+  m.allocated = allocated_;
+  m.reserved = reserved;
+  m.address = address;
+  m.lane = static_cast<uint32_t>(lane);
+  m.category = memory_category(category);
+  acc_->add_memory(rank_id_, m);
+}
 
 bool Executor::allocate(int buffer) {
   const plan::Buffer& b = sched_.buffers.at(static_cast<size_t>(buffer));
@@ -171,9 +237,8 @@ bool Executor::allocate(int buffer) {
   allocated_ += bytes;
   live_by_category_[plan::buffer_category_name(b.category)] += bytes;
   live_by_unit_[unit_name(b.unit)] += bytes;
-  traces::add_allocation(*rank_, now.ns, bytes, live_[static_cast<size_t>(buffer)]->address,
-                         lanes_[static_cast<size_t>(b.stream)], memory_category(b.category),
-                         static_cast<int64_t>(allocator_.counters().reserved.current));
+  emit_memory(now, bytes, live_[static_cast<size_t>(buffer)]->address,
+              static_cast<size_t>(b.stream), b.category);
   record_peak(now);
   return true;
 }
@@ -208,9 +273,7 @@ void Executor::release(int buffer, const std::vector<int>& pending) {
   allocated_ -= bytes;
   live_by_category_[plan::buffer_category_name(b.category)] -= bytes;
   live_by_unit_[unit_name(b.unit)] -= bytes;
-  traces::add_allocation(*rank_, now.ns, -bytes, slot->address,
-                         lanes_[static_cast<size_t>(b.stream)], memory_category(b.category),
-                         static_cast<int64_t>(allocator_.counters().reserved.current));
+  emit_memory(now, -bytes, slot->address, static_cast<size_t>(b.stream), b.category);
   slot.reset();
 }
 
@@ -220,6 +283,16 @@ bool Executor::run_host(TimeNs resume) {
     const plan::Action& a = sched_.actions[next_action_];
     switch (a.kind) {
       case plan::ActionKind::launch: {
+        const bool device_op =
+            sched_
+                .stream_roles[static_cast<size_t>(sched_.ops[static_cast<size_t>(a.op)].stream)] !=
+            plan::StreamRole::host;
+        if (device_op && !overhead_paid_ && queued_device_ops_ >= hw_.launch_queue_depth) {
+          // CUDA's launch queue is full: the launch blocks until an op finishes.
+          queue_full_ = true;
+          queue_full_since_ = host_now_;
+          return true;
+        }
         if (hw_.launch_overhead_ns > 0 && !overhead_paid_) {
           overhead_paid_ = true;
           push(host_now_ + TimeNs(hw_.launch_overhead_ns), EventType::host_resume);
@@ -230,6 +303,7 @@ bool Executor::run_host(TimeNs resume) {
         if (launched_.at(op))
           throw Error("schedule launches op " + std::to_string(a.op) + " twice");
         launched_[op] = 1;
+        if (device_op) ++queued_device_ops_;
         stream_queue_.at(static_cast<size_t>(sched_.ops[op].stream)).push_back(a.op);
         break;
       }
@@ -288,8 +362,11 @@ void Executor::start(int op, TimeNs now) {
   result_.op_start[static_cast<size_t>(op)] = now;
   push(now + dur, EventType::op_finish, op);
 
-  // Trace event.
-  traces::Trace& t = result_.trace;
+  const size_t lane = static_cast<size_t>(o.stream);
+  if (!trace_) {
+    emit_event(lane, trace_category(o.kind), now, dur);
+    return;
+  }
   std::string name;
   uint32_t op_type = 0;
   if (o.graph_op >= 0) {
@@ -297,20 +374,16 @@ void Executor::start(int op, TimeNs now) {
     name = g.name + (o.kind == plan::OpKind::backward    ? " bwd"
                      : o.kind == plan::OpKind::recompute ? " recompute"
                                                          : " fwd");
-    op_type = t.intern(g.type);
+    op_type = intern(g.type);
   } else {
     name = std::string(plan::op_kind_name(o.kind));
     if (o.unit >= 0) name += " " + unit_name(o.unit);
-    op_type = t.intern(plan::op_kind_name(o.kind));
+    op_type = intern(plan::op_kind_name(o.kind));
   }
-  const uint32_t name_id = t.intern(name);
-  const uint32_t unit_id = o.unit >= 0 ? t.intern(unit_name(o.unit)) : traces::kNoString;
-  traces::Event& e = traces::add_event(*rank_, lanes_[static_cast<size_t>(o.stream)], name_id,
-                                       trace_category(o.kind), now.ns, dur.ns);
-  e.unit = unit_id;
-  e.op = op_type;
-  e.bytes = static_cast<uint64_t>(std::llround(cost_.bytes(op)));
-  e.flops = static_cast<uint64_t>(std::llround(cost_.flops(op)));
+  const uint32_t unit_id = o.unit >= 0 ? intern(unit_name(o.unit)) : traces::kNoString;
+  emit_event(lane, trace_category(o.kind), now, dur, intern(name), unit_id, op_type,
+             static_cast<uint64_t>(std::llround(cost_.bytes(op))),
+             static_cast<uint64_t>(std::llround(cost_.flops(op))));
   const auto index = static_cast<uint32_t>(rank_->events.size() - 1);
   op_event_[static_cast<size_t>(op)] = index;
   for (int w : o.waits)
@@ -342,6 +415,17 @@ void Executor::finish_op(int op, TimeNs now) {
   done_[static_cast<size_t>(op)] = 1;
   result_.op_end[static_cast<size_t>(op)] = now;
   stream_running_[static_cast<size_t>(o.stream)] = -1;
+  ++result_.sim_events;
+  if (sched_.stream_roles[static_cast<size_t>(o.stream)] != plan::StreamRole::host) {
+    --queued_device_ops_;
+    if (queue_full_) {
+      queue_full_ = false;
+      if (now > queue_full_since_)
+        emit_event(host_lane_, traces::Category::sync, queue_full_since_, now - queue_full_since_,
+                   intern("launch queue full"));
+      push(now, EventType::host_resume);
+    }
+  }
   if (plan::is_collective(o.kind)) {
     group_busy_[static_cast<size_t>(o.group)] = 0;
     --active_collectives_;
@@ -353,8 +437,8 @@ void Executor::finish_op(int op, TimeNs now) {
   if (waiting_on_ == op) {
     waiting_on_ = -1;
     if (now > wait_started_)
-      traces::add_event(*rank_, host_lane_, result_.trace.intern("host_wait"),
-                        traces::Category::sync, wait_started_.ns, (now - wait_started_).ns);
+      emit_event(host_lane_, traces::Category::sync, wait_started_, now - wait_started_,
+                 intern("host_wait"));
     push(now, EventType::host_resume);
   }
 }
@@ -380,8 +464,8 @@ bool Executor::synchronize(const std::vector<alloc::EventId>& outstanding) {
   in_sync_ = false;
   if (pending()) return false;
   if (host_now_ > start)
-    traces::add_event(*rank_, host_lane_, result_.trace.intern("allocator synchronize"),
-                      traces::Category::sync, start.ns, (host_now_ - start).ns);
+    emit_event(host_lane_, traces::Category::sync, start, host_now_ - start,
+               intern("allocator synchronize"));
   allocator_.set_time(host_now_.ns);
   return true;
 }
@@ -402,21 +486,20 @@ SimResult Executor::run() {
   if (sched_.stream_roles.size() != sched_.streams.size())
     throw Error("schedule: streams and stream_roles differ in length");
 
-  traces::Trace& t = result_.trace;
-  t.meta.source = traces::Source::simulator;
-  t.meta.model = options_.model_name.empty() ? graph_.model_name : options_.model_name;
-  t.meta.policy_json = options_.policy_json;
-  t.meta.hardware = options_.hardware_name.empty() ? hw_.name : options_.hardware_name;
-  t.meta.world_size = static_cast<int32_t>(sched_.world.world_size);
-  t.meta.tool_versions["shardscope-sim"] = version();
-  t.meta.clock_alignment = "none";
-  rank_ = &t.add_rank(sched_.rank);
-  for (int64_t r = 0; r < sched_.world.world_size; ++r)
-    rank_->represents.push_back(static_cast<int32_t>(r));
   for (size_t s = 0; s < sched_.streams.size(); ++s)
-    lanes_.push_back(t.add_lane(*rank_, sched_.streams[s], lane_kind(sched_.stream_roles[s]),
-                                static_cast<int32_t>(s)));
-  host_lane_ = t.add_lane(*rank_, "host", traces::LaneKind::host);
+    lane_kinds_.push_back(lane_kind(sched_.stream_roles[s]));
+  lane_kinds_.push_back(traces::LaneKind::host);
+  host_lane_ = lane_kinds_.size() - 1;
+  if (trace_) {
+    rank_ = &trace_->add_rank(rank_id_);
+    rank_->represents = represents_;
+    for (size_t s = 0; s < sched_.streams.size(); ++s)
+      lanes_.push_back(
+          trace_->add_lane(*rank_, sched_.streams[s], lane_kinds_[s], static_cast<int32_t>(s)));
+    lanes_.push_back(trace_->add_lane(*rank_, "host", traces::LaneKind::host));
+  } else {
+    acc_->add_rank(rank_id_, represents_);
+  }
 
   // Persistent buffers exist before the step: allocated at time 0.
   bool ok = true;
@@ -451,9 +534,10 @@ SimResult Executor::run() {
   TimeNs end = host_done_ ? host_end_ : now;
   for (size_t op = 0; op < n_ops; ++op) end = max(end, result_.op_end[op]);
   result_.step_time = end;
-  rank_->steps.push_back(traces::Step{0, 0, end.ns});
-  traces::sort_events(*rank_);
-  result_.metrics = traces::compute_metrics(t);
+  if (trace_) {
+    rank_->steps.push_back(traces::Step{0, 0, end.ns});
+    traces::sort_events(*rank_);
+  }
   return std::move(result_);
 }
 
@@ -479,12 +563,118 @@ traces::MemoryCategory memory_category(plan::BufferCategory category) {
   return traces::MemoryCategory::other;
 }
 
+namespace {
+
+struct RankClass {
+  std::vector<GroupSpan> spans;  // per schedule group, as the class's ranks see them
+  std::vector<int32_t> ranks;
+};
+
+// Partitions the world into classes of ranks whose groups have equal spans.
+std::vector<RankClass> rank_classes(const plan::Schedule& s, const HardwareModel& hw) {
+  std::vector<GroupSpan> own;
+  own.reserve(s.groups.size());
+  for (const plan::ProcessGroup& g : s.groups) own.push_back(group_span(g.ranks, hw.gpus_per_node));
+  const plan::RankGroups rg = plan::rank_groups(s);
+  std::vector<RankClass> classes;
+  std::vector<GroupSpan> key(rg.used.size());
+  auto class_of = [&](const std::vector<GroupSpan>& k) -> RankClass& {
+    for (RankClass& c : classes) {
+      bool same = true;
+      for (size_t i = 0; i < k.size() && same; ++i)
+        same = c.spans[static_cast<size_t>(rg.used[i])] == k[i];
+      if (same) return c;
+    }
+    RankClass c;
+    c.spans = own;
+    for (size_t i = 0; i < k.size(); ++i) c.spans[static_cast<size_t>(rg.used[i])] = k[i];
+    classes.push_back(std::move(c));
+    return classes.back();
+  };
+  // The schedule's own rank first: its class is classes[0].
+  const auto world = static_cast<int32_t>(s.world.world_size);
+  for (int32_t i = 0; i < world; ++i) {
+    const int32_t r = (s.rank + i) % world;
+    for (size_t j = 0; j < key.size(); ++j)
+      key[j] = own[static_cast<size_t>(rg.of_rank[static_cast<size_t>(r)][j])];
+    class_of(key).ranks.push_back(r);
+  }
+  for (RankClass& c : classes) {
+    std::sort(c.ranks.begin() + 1, c.ranks.end());
+  }
+  return classes;
+}
+
+}  // namespace
+
 SimResult simulate(const plan::Graph& graph, const plan::UnitPlan& units,
                    const plan::Schedule& schedule, const HardwareModel& hw,
                    const SimOptions& options) {
   hw.validate();
-  Executor ex(graph, units, schedule, hw, options);
-  return ex.run();
+  if (schedule.stream_roles.size() != schedule.streams.size())
+    throw Error("schedule: streams and stream_roles differ in length");
+  std::vector<RankClass> classes = rank_classes(schedule, hw);
+
+  traces::Trace trace;
+  traces::MetricsAccumulator acc;
+  traces::Trace* t = options.record_trace ? &trace : nullptr;
+  const traces::Source source = traces::Source::simulator;
+  if (t) {
+    t->meta.source = source;
+    t->meta.model = options.model_name.empty() ? graph.model_name : options.model_name;
+    t->meta.policy_json = options.policy_json;
+    t->meta.hardware = options.hardware_name.empty() ? hw.name : options.hardware_name;
+    t->meta.world_size = static_cast<int32_t>(schedule.world.world_size);
+    t->meta.tool_versions["shardscope-sim"] = version();
+    t->meta.clock_alignment = "none";
+  } else {
+    acc.set_source(source);
+    acc.set_world_size(static_cast<int32_t>(schedule.world.world_size));
+  }
+
+  SimResult out;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    RankClass& rc = classes[c];
+    const int32_t rank = rc.ranks.front();
+    std::vector<int32_t> represents = rc.ranks;
+    std::sort(represents.begin(), represents.end());
+    Executor ex(graph, units, schedule, hw, options, std::move(rc.spans), rank, represents, t,
+                t ? nullptr : &acc);
+    SimResult r = ex.run();
+    RankClassResult summary;
+    summary.rank = rank;
+    summary.represents = std::move(represents);
+    summary.fits = r.fits;
+    summary.step_time = r.step_time;
+    summary.peak_allocated_bytes = r.peak_allocated_bytes;
+    summary.peak_reserved_bytes = r.peak_reserved_bytes;
+    const uint64_t events = r.sim_events;
+    if (c == 0) {
+      out = std::move(r);
+    } else {
+      if (out.fits && !r.fits) {
+        out.fits = false;
+        out.oom_buffer = r.oom_buffer;
+        out.oom_bytes = r.oom_bytes;
+        out.oom_message = "rank " + std::to_string(rank) + ": " + r.oom_message;
+      }
+      out.step_time = max(out.step_time, r.step_time);
+      if (r.peak_allocated_bytes > out.peak_allocated_bytes) {
+        out.peak_allocated_bytes = r.peak_allocated_bytes;
+        out.peak = r.peak;
+      }
+      out.peak_reserved_bytes = std::max(out.peak_reserved_bytes, r.peak_reserved_bytes);
+      out.sim_events += events;
+    }
+    out.rank_classes.push_back(std::move(summary));
+  }
+  if (t) {
+    out.metrics = traces::compute_metrics(trace);
+    out.trace = std::move(trace);
+  } else {
+    out.metrics = acc.finish();
+  }
+  return out;
 }
 
 }  // namespace shardscope::sim

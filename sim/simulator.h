@@ -1,7 +1,10 @@
-// Discrete-event executor of ONE rank's plan::Schedule on a HardwareModel
+// Discrete-event executor of a plan::Schedule on a HardwareModel
 // (docs/simulator.md; the execution rules are docs/schedule.md's 1-5). FSDP
-// ranks are symmetric, so the simulated rank stands for every rank of the
-// world (RankTrace::represents).
+// ranks' schedules are equal up to the process groups they use
+// (plan::rank_groups); ranks whose groups sit alike on the cluster (same
+// GroupSpan for each group used) run identically, so one simulated rank per
+// such class stands for all of them (RankTrace::represents): a 1,024-GPU
+// world in a regular layout costs one rank.
 //
 // Events sit in a heap ordered by (time, sequence number): equal times are
 // processed first in, first out, so a run is deterministic. Two event types:
@@ -31,6 +34,19 @@ struct SimOptions {
   std::string model_name;          ///< stamped into the trace metadata
   std::string policy_json;
   std::string hardware_name;  ///< default: hw.name
+  /// false: no trace is built; metrics are accumulated while simulating
+  /// (sweeps). SimResult::trace is then empty.
+  bool record_trace = true;
+};
+
+/// One class of ranks that run identically.
+struct RankClassResult {
+  int32_t rank = 0;                 ///< the simulated representative
+  std::vector<int32_t> represents;  ///< every rank of the class, ascending
+  bool fits = true;
+  TimeNs step_time;
+  int64_t peak_allocated_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
 };
 
 /// Live device bytes (allocator block sizes) at the first moment allocated
@@ -42,6 +58,9 @@ struct PeakBreakdown {
   std::map<std::string, int64_t> by_unit;      ///< unit name ("<none>" for no unit) -> bytes
 };
 
+/// Fields without a class name are those of the class holding the schedule's
+/// own rank, except fits (all classes fit), step_time and the peaks (max over
+/// classes) and peak (the breakdown of the class with the highest peak).
 struct SimResult {
   bool fits = true;         ///< false: the allocator ran out of memory; the step stopped there
   std::string oom_buffer;   ///< the buffer whose allocation failed
@@ -53,8 +72,10 @@ struct SimResult {
   int64_t peak_allocated_bytes = 0;      ///< allocator block bytes (512 B rounded)
   int64_t peak_reserved_bytes = 0;
   PeakBreakdown peak;
+  std::vector<RankClassResult> rank_classes;  ///< first: the class of schedule.rank
+  uint64_t sim_events = 0;                    ///< discrete events processed, all classes
   traces::Trace trace;
-  traces::Metrics metrics;  ///< traces::compute_metrics(trace)
+  traces::Metrics metrics;  ///< traces::compute_metrics(trace), or accumulated (record_trace false)
 };
 
 /// Simulates one step of `schedule` (built for `units` of `graph`). Throws

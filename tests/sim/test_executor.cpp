@@ -101,7 +101,7 @@ TEST_CASE("two collectives of one group serialize in seq order across streams", 
   CHECK(r.op_start[rs] == TimeNs(1000));
   CHECK(r.step_time == TimeNs(3000));
   sim::HardwareModel hw = test::unit_hardware();
-  hw.nvlink_latency_ns = 100;
+  hw.collective_latency_ns = 100;
   sim::SimResult l = run(b.s, hw);
   CHECK(l.op_end[ag] == TimeNs(1100));
   CHECK(l.op_start[rs] == TimeNs(1100));

@@ -70,7 +70,7 @@ TEST_CASE("gpt2-tiny persistent bytes are 16 Psi/N with AdamW", "[sim][models]")
 
 TEST_CASE("DDP all-reduce time equals the ring closed form", "[sim][models]") {
   // shard_group_size = 1, world 8 on one node: every all-reduce of S bytes
-  // takes nvlink_latency + 2 (S / B) (7/8), B the NVLink bus bandwidth.
+  // takes C + 2 x 7 NVLink hops + 2 (S / B) (7/8), B the NVLink bus bandwidth.
   Planned p = plan_for({{"shard_group_size", 1}}, 8);
   const sim::HardwareModel hw = sim::hardware_preset("h100-sxm");
   sim::SimResult r = simulate(p, hw);
@@ -81,7 +81,8 @@ TEST_CASE("DDP all-reduce time equals the ring closed form", "[sim][models]") {
     ++all_reduces;
     const double seconds =
         2.0 * (static_cast<double>(op.bytes) / hw.nvlink_bus_bytes_per_s) * 7.0 / 8.0;
-    const int64_t expected = hw.nvlink_latency_ns + std::llround(seconds * 1e9);
+    const int64_t expected =
+        hw.collective_latency_ns + 14 * hw.nvlink_latency_ns + std::llround(seconds * 1e9);
     CHECK((r.op_end[i] - r.op_start[i]).ns == expected);
   }
   CHECK(all_reduces > 0);
