@@ -1,12 +1,337 @@
+// `shardscope sweep`: what-if policy sweep over a grid of policy values and
+// world sizes, simulated on a thread pool (sim/sweep.h), ranked, with the
+// Pareto front of step time vs peak reserved memory and a recommendation.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/plan_inputs.h"
+#include "plan/models.h"
+#include "sim/sweep.h"
 
 namespace shardscope::cli {
 
+namespace {
+
+const char* kUsage =
+    "shardscope sweep --model M --grid G [--world N[,N...]] [--policy P] [--set K=V]...\n"
+    "                 [--hw H] [--mem-limit BYTES] [--threads T] [--top K] [--out FILE] "
+    "[--json]\n\n"
+    "  --grid G           grid JSON: policy keys (dotted for nested) -> arrays of values\n"
+    "  --world N,...      world sizes to sweep (default 8)\n"
+    "  --policy/--set     the base policy the grid's values are applied to\n"
+    "  --hw H             h100-sxm (default), h200-sxm, a100-sxm, cpu-local or a hardware JSON\n"
+    "  --mem-limit BYTES  device memory a configuration must fit (default: the hardware's)\n"
+    "  --threads T        worker threads (default: every core)\n"
+    "  --top K            rows of the ranked table (default 10)\n"
+    "  --out FILE         every configuration: CSV, or JSON when FILE ends in .json\n"
+    "  --json             print the sweep JSON (ARCHITECTURE.md \"Output contracts\")";
+
+std::vector<int64_t> parse_worlds(const std::string& text) {
+  std::vector<int64_t> worlds;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 1 || v > (1 << 20))
+      throw UsageError("--world: '" + item + "' is not a world size in [1, 1048576]");
+    worlds.push_back(v);
+  }
+  if (worlds.empty()) throw UsageError("--world: no world sizes");
+  return worlds;
+}
+
+nlohmann::json metrics_json(const traces::MetricValues& m) {
+  return {{"step_time_ms", m.step_time_ms},
+          {"peak_allocated_bytes", m.peak_allocated_bytes},
+          {"peak_reserved_bytes", m.peak_reserved_bytes},
+          {"compute_ms", m.compute_ms},
+          {"comm_ms", m.comm_ms},
+          {"exposed_comm_ms", m.exposed_comm_ms},
+          {"overlap", m.overlap},
+          {"idle_ms", m.idle_ms}};
+}
+
+// The configurations simulated (rejected ones are counted, not listed), and
+// the index of the best among them.
+nlohmann::json sweep_json(const sim::SweepResult& r, const std::string& model,
+                          const std::string& hw, const std::vector<int64_t>& worlds,
+                          int64_t mem_limit) {
+  nlohmann::json configs = nlohmann::json::array();
+  int64_t best = -1;
+  for (const sim::SweepPoint& p : r.points) {
+    if (p.rejected) continue;
+    if (static_cast<int64_t>(p.config) == r.best) best = static_cast<int64_t>(configs.size());
+    nlohmann::json c = {{"world", p.world},
+                        {"policy", p.policy},
+                        {"metrics", metrics_json(p.metrics)},
+                        {"fits", p.fits},
+                        {"pareto", p.pareto}};
+    if (!p.fits) c["oom_buffer"] = p.oom_buffer;
+    configs.push_back(std::move(c));
+  }
+  nlohmann::json j = {{"model", model},
+                      {"hw", hw},
+                      {"worlds", worlds},
+                      {"memory_limit_bytes", mem_limit},
+                      {"configs", configs},
+                      {"rejected", r.rejected},
+                      {"best", best < 0 ? nlohmann::json() : nlohmann::json(best)}};
+  if (r.has_baseline) {
+    const sim::SweepPoint& b = r.baseline;
+    j["baseline"] = {{"world", b.world},
+                     {"policy", b.policy},
+                     {"rejected", b.rejected},
+                     {"fits", b.fits},
+                     {"metrics", metrics_json(b.metrics)}};
+  }
+  return j;
+}
+
+// The value at a dotted key of a policy document, null when absent.
+nlohmann::json value_at(const nlohmann::json& doc, const std::string& dotted) {
+  std::string p = "/" + dotted;
+  for (char& c : p)
+    if (c == '.') c = '/';
+  const nlohmann::json::json_pointer ptr(p);
+  return doc.contains(ptr) ? doc.at(ptr) : nlohmann::json();
+}
+
+std::string short_value(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+std::string csv_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+void write_csv(const sim::SweepResult& r, const sim::SweepGrid& grid, std::ostream& out) {
+  out << "config,world";
+  for (const sim::SweepAxis& a : grid.axes) out << ',' << csv_quote(a.key);
+  out << ",rejected,fits,pareto,step_time_ms,peak_allocated_bytes,peak_reserved_bytes,compute_ms,"
+         "comm_ms,exposed_comm_ms,overlap,idle_ms,policy\n";
+  char buf[512];
+  for (const sim::SweepPoint& p : r.points) {
+    out << p.config << ',' << p.world;
+    for (const sim::SweepAxis& a : grid.axes)
+      out << ',' << csv_quote(short_value(value_at(p.policy, a.key)));
+    const traces::MetricValues& m = p.metrics;
+    std::snprintf(buf, sizeof buf, ",%d,%d,%d,%.6f,%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.6f,",
+                  p.rejected ? 1 : 0, p.fits ? 1 : 0, p.pareto ? 1 : 0, m.step_time_ms,
+                  static_cast<long long>(m.peak_allocated_bytes),
+                  static_cast<long long>(m.peak_reserved_bytes), m.compute_ms, m.comm_ms,
+                  m.exposed_comm_ms, m.overlap, m.idle_ms);
+    out << buf << csv_quote(p.policy.dump()) << '\n';
+  }
+}
+
+// "fsdp1 / bf16 / true": the grid values of a configuration, short.
+std::string axis_values(const sim::SweepPoint& p, const sim::SweepGrid& grid) {
+  std::string s;
+  for (const sim::SweepAxis& a : grid.axes) {
+    if (!s.empty()) s += " ";
+    s += a.key + "=" + short_value(value_at(p.policy, a.key));
+  }
+  return s.empty() ? "(base policy)" : s;
+}
+
+void print_report(const sim::SweepResult& r, const sim::SweepGrid& grid, const std::string& model,
+                  const std::string& hw, int64_t capacity, size_t top, double seconds) {
+  const size_t total = r.points.size();
+  std::printf("sweep of %s on %s: %zu configurations, %zu rejected by validation, %zu fit in %s\n",
+              model.c_str(), hw.c_str(), total, r.rejected, r.ranking.size(),
+              human_bytes(static_cast<double>(capacity)).c_str());
+  std::printf("simulated in %.2f s (%.0f configurations/s, %s events)\n", seconds,
+              seconds > 0 ? static_cast<double>(total) / seconds : 0.0,
+              with_commas(static_cast<int64_t>(r.sim_events)).c_str());
+  if (r.rejected) {
+    // The reasons, most frequent first (validation names the key).
+    std::map<std::string, size_t> reasons;
+    for (const sim::SweepPoint& p : r.points)
+      if (p.rejected) ++reasons[p.reason];
+    std::vector<std::pair<size_t, std::string>> by_count;
+    for (const auto& [reason, n] : reasons) by_count.emplace_back(n, reason);
+    std::stable_sort(by_count.begin(), by_count.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::printf("rejected:\n");
+    for (size_t i = 0; i < by_count.size() && i < 5; ++i)
+      std::printf("  %6zu x %s\n", by_count[i].first, by_count[i].second.c_str());
+    if (by_count.size() > 5) std::printf("  ... %zu more reasons\n", by_count.size() - 5);
+  }
+  if (r.ranking.empty()) {
+    std::printf("\nno configuration fits in %s\n",
+                human_bytes(static_cast<double>(capacity)).c_str());
+    return;
+  }
+  std::printf("\nfastest that fit:\n  %4s %6s %12s %12s %12s %8s  %s\n", "#", "world", "step ms",
+              "reserved", "allocated", "overlap", "configuration");
+  for (size_t k = 0; k < r.ranking.size() && k < top; ++k) {
+    const sim::SweepPoint& p = r.points[r.ranking[k]];
+    std::printf("  %4zu %6lld %12.3f %12s %12s %7.1f%%  %s%s\n", k + 1,
+                static_cast<long long>(p.world), p.metrics.step_time_ms,
+                human_bytes(static_cast<double>(p.metrics.peak_reserved_bytes)).c_str(),
+                human_bytes(static_cast<double>(p.metrics.peak_allocated_bytes)).c_str(),
+                100.0 * p.metrics.overlap, axis_values(p, grid).c_str(),
+                p.pareto ? "  [pareto]" : "");
+  }
+  std::printf("\nPareto front (step time vs peak reserved):\n");
+  for (size_t i : r.ranking) {
+    const sim::SweepPoint& p = r.points[i];
+    if (!p.pareto) continue;
+    std::printf("  %12.3f ms %12s  world %lld  %s\n", p.metrics.step_time_ms,
+                human_bytes(static_cast<double>(p.metrics.peak_reserved_bytes)).c_str(),
+                static_cast<long long>(p.world), axis_values(p, grid).c_str());
+  }
+  const sim::SweepPoint& best = r.points[static_cast<size_t>(r.best)];
+  std::printf("\nrecommended (world %lld): %s\n", static_cast<long long>(best.world),
+              best.policy.dump().c_str());
+  std::printf("  step %.3f ms, peak reserved %s, peak allocated %s, overlap %.1f%%\n",
+              best.metrics.step_time_ms,
+              human_bytes(static_cast<double>(best.metrics.peak_reserved_bytes)).c_str(),
+              human_bytes(static_cast<double>(best.metrics.peak_allocated_bytes)).c_str(),
+              100.0 * best.metrics.overlap);
+  const sim::SweepPoint& base = r.baseline;
+  if (base.rejected) {
+    std::printf("  why: the base policy is not valid at world %lld (%s)\n",
+                static_cast<long long>(best.world), base.reason.c_str());
+  } else if (!base.fits) {
+    std::printf("  why: the base policy does not fit in %s at world %lld (out of memory at '%s')\n",
+                human_bytes(static_cast<double>(capacity)).c_str(),
+                static_cast<long long>(best.world), base.oom_buffer.c_str());
+  } else {
+    const double dt = base.metrics.step_time_ms - best.metrics.step_time_ms;
+    std::printf(
+        "  why: vs the base policy (%.3f ms, %s reserved): %.3f ms faster (%.1f%%), %s %s\n",
+        base.metrics.step_time_ms,
+        human_bytes(static_cast<double>(base.metrics.peak_reserved_bytes)).c_str(), dt,
+        base.metrics.step_time_ms > 0 ? 100.0 * dt / base.metrics.step_time_ms : 0.0,
+        human_bytes(static_cast<double>(std::llabs(best.metrics.peak_reserved_bytes -
+                                                   base.metrics.peak_reserved_bytes)))
+            .c_str(),
+        best.metrics.peak_reserved_bytes <= base.metrics.peak_reserved_bytes
+            ? "less reserved memory"
+            : "more reserved memory");
+  }
+  const std::vector<std::string> diffs = sim::policy_differences(base.policy, best.policy);
+  if (diffs.empty()) std::printf("  the base policy is already the best\n");
+  for (const std::string& d : diffs) std::printf("    %s\n", d.c_str());
+}
+
+}  // namespace
+
 int cmd_sweep(int argc, char** argv) {
-  return not_implemented("sweep",
-                         "shardscope sweep --model M --grid G [--world N[,N...]] [--hw H] "
-                         "[--mem-limit BYTES] [--threads T] [--out FILE] [--json]",
-                         argc, argv);
+  Args args(argc, argv,
+            plan_input_flags({{"grid"},
+                              {"world"},
+                              {"hw"},
+                              {"mem-limit"},
+                              {"threads"},
+                              {"top"},
+                              {"out"},
+                              {"json", false}}),
+            false);
+  if (args.help()) {
+    std::printf("usage: %s\n", kUsage);
+    return 0;
+  }
+  const std::string model = args.require("model");
+  const std::string grid_path = args.require("grid");
+  const std::vector<int64_t> worlds = parse_worlds(args.get("world", "8"));
+  const std::string hw_spec = args.get("hw", "h100-sxm");
+  sim::HardwareModel hw;
+  try {
+    hw = sim::load_hardware(hw_spec);
+  } catch (const sim::Error& e) {
+    throw UsageError(std::string("--hw: ") + e.what());
+  }
+  int64_t mem_limit = 0;
+  if (args.has("mem-limit")) {
+    mem_limit = parse_size(args.get("mem-limit"), "--mem-limit");
+    if (mem_limit <= 0) throw UsageError("--mem-limit must be > 0");
+  }
+  const int threads = static_cast<int>(args.get_int("threads", 0, 0, 1024));
+  const auto top = static_cast<size_t>(args.get_int("top", 10, 1, 1 << 20));
+  sim::SweepGrid grid;
+  try {
+    grid = sim::load_grid(grid_path);
+  } catch (const sim::Error& e) {
+    throw UsageError(std::string("--grid: ") + e.what());
+  }
+  const plan::Graph graph = plan::load_model(model);
+
+  sim::SweepOptions options;
+  options.worlds = worlds;
+  options.base_policy = load_policy_doc(args);
+  options.memory_limit_bytes = mem_limit;
+  options.threads = threads;
+  const bool bar = isatty(STDERR_FILENO) != 0;
+  size_t last_shown = 0;
+  if (bar) {
+    options.progress = [&](size_t done, size_t total) {
+      if (done != total && done - last_shown < std::max<size_t>(1, total / 100)) return;
+      last_shown = done;
+      const int width = 40;
+      const int filled = static_cast<int>(width * done / total);
+      std::fprintf(stderr, "\r[%s%s] %zu/%zu",
+                   std::string(static_cast<size_t>(filled), '#').c_str(),
+                   std::string(static_cast<size_t>(width - filled), ' ').c_str(), done, total);
+      if (done == total) std::fprintf(stderr, "\n");
+    };
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const sim::SweepResult r = sim::run_sweep(graph, grid, hw, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t capacity = mem_limit > 0 ? mem_limit : hw.memory_bytes;
+
+  if (args.has("out")) {
+    // Written beside the target and renamed over it: a failed write leaves
+    // any previous file intact.
+    const std::string out = args.get("out");
+    const std::string tmp = out + ".tmp";
+    {
+      std::ofstream f(tmp);
+      if (!f) throw UsageError("--out: cannot write '" + tmp + "'");
+      const bool as_json = out.size() >= 5 && out.compare(out.size() - 5, 5, ".json") == 0;
+      if (as_json)
+        f << sweep_json(r, model, hw.name, worlds, capacity).dump(1) << '\n';
+      else
+        write_csv(r, grid, f);
+      if (!f.flush()) {
+        std::remove(tmp.c_str());
+        throw UsageError("--out: writing '" + out + "' failed");
+      }
+    }
+    if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      throw UsageError("--out: cannot replace '" + out + "'");
+    }
+  }
+  if (args.has("json")) {
+    std::printf("%s\n", sweep_json(r, model, hw.name, worlds, capacity).dump(2).c_str());
+    return 0;
+  }
+  print_report(r, grid, model, hw.name, capacity, top, seconds);
+  return 0;
 }
 
 }  // namespace shardscope::cli

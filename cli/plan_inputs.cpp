@@ -15,21 +15,26 @@ std::vector<FlagSpec> plan_input_flags(std::vector<FlagSpec> extra) {
   return flags;
 }
 
-PlanInputs load_plan_inputs(const Args& args, int64_t world_size) {
-  PlanInputs in;
-  in.graph = plan::load_model(args.require("model"));
-  in.policy_doc = nlohmann::json::object();
+nlohmann::json load_policy_doc(const Args& args) {
+  nlohmann::json doc = nlohmann::json::object();
   if (args.has("policy")) {
     const std::string path = args.get("policy");
     std::ifstream f(path);
     if (!f) throw plan::Error("--policy: cannot open '" + path + "'");
     try {
-      in.policy_doc = nlohmann::json::parse(f);
+      doc = nlohmann::json::parse(f);
     } catch (const nlohmann::json::parse_error& e) {
       throw plan::Error("--policy: '" + path + "' is not valid JSON: " + e.what());
     }
   }
-  for (const std::string& s : args.all("set")) plan::apply_set(in.policy_doc, s);
+  for (const std::string& s : args.all("set")) plan::apply_set(doc, s);
+  return doc;
+}
+
+PlanInputs load_plan_inputs(const Args& args, int64_t world_size) {
+  PlanInputs in;
+  in.graph = plan::load_model(args.require("model"));
+  in.policy_doc = load_policy_doc(args);
   in.policy = plan::policy_from_json(in.policy_doc);
   in.world = plan::validate_policy(in.policy, in.graph, world_size);
   return in;

@@ -25,6 +25,9 @@ struct PlanInputs {
 // the subcommand's own.
 std::vector<FlagSpec> plan_input_flags(std::vector<FlagSpec> extra);
 
+// The policy document of --policy with every --set applied (not validated).
+nlohmann::json load_policy_doc(const Args& args);
+
 // `world_size` comes from the subcommand (--world, --nproc, ...).
 PlanInputs load_plan_inputs(const Args& args, int64_t world_size);
 

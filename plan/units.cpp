@@ -53,6 +53,14 @@ bool is_ancestor_or_self(const Graph& g, int ancestor, int m) {
 
 }  // namespace
 
+std::string units_key(const Policy& policy, const World& world) {
+  const nlohmann::json doc = policy_to_json(policy);
+  return nlohmann::json{{"flavor", doc.at("flavor")},
+                        {"wrap", doc.at("wrap")},
+                        {"world", {world.world_size, world.shard_group_size, world.replicas}}}
+      .dump();
+}
+
 UnitPlan build_units(const Graph& g, const Policy& policy, const World& world) {
   const size_t n_modules = g.modules.size();
   UnitPlan plan;

@@ -49,6 +49,11 @@ struct UnitPlan {
 // Throws plan::Error naming the policy key (wrap.classes, wrap.modules, ...).
 UnitPlan build_units(const Graph& graph, const Policy& policy, const World& world);
 
+// Everything of (policy, world) that build_units reads (flavor, wrap, world):
+// two inputs with the same key give the same UnitPlan for one graph, so
+// sweeps build units once per key. Keep it in step with build_units.
+std::string units_key(const Policy& policy, const World& world);
+
 // Elements per rank of one tensor sharded on dim 0 over n ranks, padded.
 int64_t fsdp2_shard_numel(const std::vector<int64_t>& shape, int64_t n);
 int64_t ceil_div(int64_t a, int64_t b);

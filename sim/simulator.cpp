@@ -156,7 +156,15 @@ class Executor final : public alloc::EventSource {
   // Memory.
   std::vector<std::optional<alloc::Allocation>> live_;
   int64_t allocated_ = 0;
-  std::map<std::string, int64_t> live_by_category_, live_by_unit_;
+  // Live bytes per plan::BufferCategory and per unit (last slot: no unit),
+  // and their values at the peak.
+  static constexpr size_t kCategories = static_cast<size_t>(plan::BufferCategory::workspace) + 1;
+  std::vector<int64_t> live_by_category_, live_by_unit_;
+  std::vector<int64_t> peak_by_category_, peak_by_unit_;
+  size_t unit_slot(int unit) const {
+    return unit >= 0 && static_cast<size_t>(unit) < units_.units.size() ? static_cast<size_t>(unit)
+                                                                        : units_.units.size();
+  }
 
   // Launch queue: device ops launched and not finished.
   int64_t queued_device_ops_ = 0;
@@ -235,8 +243,8 @@ bool Executor::allocate(int buffer) {
   const TimeNs now = host_now_;  // a synchronize() may have advanced it
   const auto bytes = static_cast<int64_t>(live_[static_cast<size_t>(buffer)]->bytes);
   allocated_ += bytes;
-  live_by_category_[plan::buffer_category_name(b.category)] += bytes;
-  live_by_unit_[unit_name(b.unit)] += bytes;
+  live_by_category_[static_cast<size_t>(b.category)] += bytes;
+  live_by_unit_[unit_slot(b.unit)] += bytes;
   emit_memory(now, bytes, live_[static_cast<size_t>(buffer)]->address,
               static_cast<size_t>(b.stream), b.category);
   record_peak(now);
@@ -250,12 +258,8 @@ void Executor::record_peak(TimeNs now) {
   result_.peak_allocated_bytes = allocated_;
   result_.peak.time = now;
   result_.peak.allocated_bytes = allocated_;
-  result_.peak.by_category.clear();
-  for (const auto& [k, v] : live_by_category_)
-    if (v) result_.peak.by_category[k] = v;
-  result_.peak.by_unit.clear();
-  for (const auto& [k, v] : live_by_unit_)
-    if (v) result_.peak.by_unit[k] = v;
+  peak_by_category_ = live_by_category_;
+  peak_by_unit_ = live_by_unit_;
 }
 
 void Executor::release(int buffer, const std::vector<int>& pending) {
@@ -271,8 +275,8 @@ void Executor::release(int buffer, const std::vector<int>& pending) {
   allocator_.free(slot->handle, events);
   const auto bytes = static_cast<int64_t>(slot->bytes);
   allocated_ -= bytes;
-  live_by_category_[plan::buffer_category_name(b.category)] -= bytes;
-  live_by_unit_[unit_name(b.unit)] -= bytes;
+  live_by_category_[static_cast<size_t>(b.category)] -= bytes;
+  live_by_unit_[unit_slot(b.unit)] -= bytes;
   emit_memory(now, -bytes, slot->address, static_cast<size_t>(b.stream), b.category);
   slot.reset();
 }
@@ -483,6 +487,8 @@ SimResult Executor::run() {
   group_next_seq_.assign(sched_.groups.size(), 0);
   group_busy_.assign(sched_.groups.size(), 0);
   live_.assign(sched_.buffers.size(), std::nullopt);
+  live_by_category_.assign(kCategories, 0);
+  live_by_unit_.assign(units_.units.size() + 1, 0);
   if (sched_.stream_roles.size() != sched_.streams.size())
     throw Error("schedule: streams and stream_roles differ in length");
 
@@ -534,6 +540,12 @@ SimResult Executor::run() {
   TimeNs end = host_done_ ? host_end_ : now;
   for (size_t op = 0; op < n_ops; ++op) end = max(end, result_.op_end[op]);
   result_.step_time = end;
+  for (size_t c = 0; c < peak_by_category_.size(); ++c)
+    if (peak_by_category_[c])
+      result_.peak.by_category[plan::buffer_category_name(static_cast<plan::BufferCategory>(c))] =
+          peak_by_category_[c];
+  for (size_t u = 0; u < peak_by_unit_.size(); ++u)
+    if (peak_by_unit_[u]) result_.peak.by_unit[unit_name(static_cast<int>(u))] = peak_by_unit_[u];
   if (trace_) {
     rank_->steps.push_back(traces::Step{0, 0, end.ns});
     traces::sort_events(*rank_);

@@ -34,8 +34,8 @@ void check_world(const json& doc, int64_t world) {
       }
       const auto at = std::find(rg.used.begin(), rg.used.end(), s0.ops[i].group);
       REQUIRE(at != rg.used.end());
-      CHECK(sr.ops[i].group == rg.of_rank[static_cast<size_t>(r)]
-                                         [static_cast<size_t>(at - rg.used.begin())]);
+      CHECK(sr.ops[i].group ==
+            rg.of_rank[static_cast<size_t>(r)][static_cast<size_t>(at - rg.used.begin())]);
       CHECK(sr.ops[i].bytes == s0.ops[i].bytes);
       CHECK(sr.ops[i].seq == s0.ops[i].seq);
     }
@@ -50,14 +50,18 @@ void check_world(const json& doc, int64_t world) {
 }  // namespace
 
 TEST_CASE("rank_groups maps rank 0's groups onto each rank's own schedule", "[rank_groups]") {
-  SECTION("full sharding, world 4") { check_world({{"batch_size", 2}, {"seq_len", 16}}, 4); }
+  SECTION("full sharding, world 4") {
+    check_world({{"batch_size", 2}, {"seq_len", 16}}, 4);
+  }
   SECTION("hybrid 2 x 3 with reshard to 2 of fsdp2") {
     check_world({{"shard_group_size", 2}, {"batch_size", 2}, {"seq_len", 16}}, 6);
   }
   SECTION("fsdp2 reshard_after_forward 2 within shard groups of 4") {
     check_world({{"reshard_after_forward", 2}, {"batch_size", 2}, {"seq_len", 16}}, 8);
   }
-  SECTION("DDP") { check_world({{"shard_group_size", 1}, {"batch_size", 2}, {"seq_len", 16}}, 3); }
+  SECTION("DDP") {
+    check_world({{"shard_group_size", 1}, {"batch_size", 2}, {"seq_len", 16}}, 3);
+  }
 }
 
 TEST_CASE("rank_groups: rank 5 of shard groups of 4 uses shard1 and replica1", "[rank_groups]") {

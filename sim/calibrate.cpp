@@ -1,0 +1,1 @@
+// Placeholder: filled in by the calibration work (issue #4 point 6).

@@ -1,0 +1,92 @@
+// What-if sweeps: the cartesian product of policy values (a grid) x world
+// sizes, each configuration planned (plan/) and simulated without a trace on
+// a thread pool, then ranked: the fastest configurations that fit the memory
+// limit, the Pareto front of step time vs peak reserved memory, and a
+// recommended policy compared with the base policy (docs/sweep.md).
+//
+// Results are in grid order and do not depend on the thread count: every
+// configuration is simulated independently and deterministically.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/graph.h"
+#include "sim/hardware.h"
+#include "traces/metrics.h"
+
+namespace shardscope::sim {
+
+/// One grid key (a policy key, dotted for nested keys: "mixed_precision.param_dtype")
+/// and its values.
+struct SweepAxis {
+  std::string key;
+  std::vector<nlohmann::json> values;  ///< non-empty
+};
+
+/// A grid JSON: an object whose every value is a non-empty array of values of
+/// that policy key. Axes in the object's key order (alphabetical).
+struct SweepGrid {
+  std::vector<SweepAxis> axes;
+  size_t size() const;  ///< product of the axes' lengths (1 for no axes)
+};
+
+/// Throws Error naming the key for: a document that is not an object, a key
+/// that is not a policy key (or is world_size: worlds come from the sweep's
+/// options), a value that is not a non-empty array.
+SweepGrid grid_from_json(const nlohmann::json& doc, const std::string& source = "grid");
+/// A grid JSON file. Throws Error.
+SweepGrid load_grid(const std::string& path);
+
+/// The base policy with configuration `index` of the grid applied (axes vary
+/// fastest last, like nested loops in axis order).
+nlohmann::json grid_policy(const SweepGrid& grid, const nlohmann::json& base, size_t index);
+
+struct SweepOptions {
+  std::vector<int64_t> worlds = {8};  ///< outermost loop
+  nlohmann::json base_policy = nlohmann::json::object();
+  int64_t memory_limit_bytes = 0;  ///< 0: the hardware's memory
+  int threads = 0;                 ///< 0: std::thread::hardware_concurrency()
+  /// Called from worker threads (serialised) after each configuration.
+  std::function<void(size_t done, size_t total)> progress;
+};
+
+struct SweepPoint {
+  size_t config = 0;  ///< index in worlds x grid order
+  int64_t world = 0;
+  nlohmann::json policy;  ///< the policy document simulated
+  bool rejected = false;  ///< the policy validation or planner refused it
+  std::string reason;     ///< why, when rejected
+  bool fits = false;      ///< no out-of-memory under the limit
+  std::string oom_buffer;
+  traces::MetricValues metrics;  ///< top-level simulated metrics
+  size_t rank_classes = 0;       ///< ranks simulated for the world
+  uint64_t sim_events = 0;
+  bool pareto = false;  ///< on the front of (step time, peak reserved) among those that fit
+};
+
+struct SweepResult {
+  std::vector<SweepPoint> points;  ///< every configuration, rejected included, in config order
+  size_t rejected = 0;
+  std::vector<size_t> ranking;  ///< indices into points: those that fit, fastest first
+  int64_t best = -1;            ///< index into points of the fastest that fits; -1: none fits
+  /// The base policy at the best configuration's world (for "what it gains").
+  SweepPoint baseline;
+  bool has_baseline = false;
+  uint64_t sim_events = 0;  ///< over all configurations
+};
+
+/// Runs the sweep. Throws Error for an empty world list or bad options;
+/// configurations that the policy validation rejects are counted, not thrown.
+SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const HardwareModel& hw,
+                      const SweepOptions& options);
+
+/// The dotted keys whose values differ between two policy documents, as
+/// "key: a -> b" (for explaining a recommendation).
+std::vector<std::string> policy_differences(const nlohmann::json& from, const nlohmann::json& to);
+
+}  // namespace shardscope::sim

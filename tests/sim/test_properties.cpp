@@ -1,0 +1,2 @@
+// Placeholder.
+#include <catch2/catch.hpp>

@@ -1,0 +1,226 @@
+// What-if sweeps: grid parsing and expansion, rejection counting, ranking,
+// the Pareto front, thread-count independence, the CLI and its outputs.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/models.h"
+#include "sim/sweep.h"
+#include "tests/cli/run_cli.h"
+#include "tests/temp_dir.h"
+
+using namespace shardscope;
+using nlohmann::json;
+using test::run_cli;
+
+namespace {
+
+std::string error_of(const json& doc) {
+  try {
+    sim::grid_from_json(doc, "g.json");
+  } catch (const sim::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// flavor (2) x limit_all_gathers (2) x reshard (2) x checkpointing (2) on
+// gpt2-tiny: 16 per world; fsdp2 with limit_all_gathers=true is rejected (4).
+json small_grid() {
+  return {{"flavor", {"fsdp1", "fsdp2"}},
+          {"limit_all_gathers", {false, true}},
+          {"reshard_after_forward", {true, false}},
+          {"activation_checkpointing", {"none", "full"}}};
+}
+
+json base_policy() {
+  return {{"wrap", {{"type", "class"}, {"classes", {"GPT2Block"}}}}, {"seq_len", 64}};
+}
+
+}  // namespace
+
+TEST_CASE("grid_from_json names the offending key", "[sim][sweep]") {
+  CHECK_THAT(error_of(json::array()), Catch::Contains("must be a JSON object"));
+  CHECK_THAT(error_of({{"world_size", {8, 16}}}), Catch::Contains("--world"));
+  CHECK_THAT(error_of({{"reshard", {true}}}), Catch::Contains("'reshard' is not a policy key"));
+  CHECK_THAT(error_of({{"flavor", json::array()}}),
+             Catch::Contains("'flavor' must be a non-empty"));
+  CHECK_THAT(error_of({{"flavor", "fsdp1"}}), Catch::Contains("'flavor' must be a non-empty"));
+  CHECK(error_of({{"mixed_precision.param_dtype", {"bf16"}}}).empty());
+}
+
+TEST_CASE("grid_policy enumerates the product with the last axis fastest", "[sim][sweep]") {
+  // Axes in key order: cpu_offload (2 values), mixed_precision.param_dtype (3).
+  const sim::SweepGrid g = sim::grid_from_json(
+      {{"mixed_precision.param_dtype", {"fp32", "bf16", "fp16"}}, {"cpu_offload", {false, true}}});
+  REQUIRE(g.size() == 6);
+  const json base = {{"seq_len", 32}, {"mixed_precision", nullptr}};
+  CHECK(sim::grid_policy(g, base, 0) == json{{"seq_len", 32},
+                                             {"cpu_offload", false},
+                                             {"mixed_precision", {{"param_dtype", "fp32"}}}});
+  CHECK(sim::grid_policy(g, base, 4) == json{{"seq_len", 32},
+                                             {"cpu_offload", true},
+                                             {"mixed_precision", {{"param_dtype", "bf16"}}}});
+  CHECK(sim::grid_policy(g, base, 5)["mixed_precision"]["param_dtype"] == "fp16");
+  CHECK(sim::grid_from_json(json::object()).size() == 1);
+}
+
+TEST_CASE("a sweep counts rejections, ranks what fits and marks the Pareto front", "[sim][sweep]") {
+  const plan::Graph g = plan::load_model("gpt2-tiny");
+  const sim::SweepGrid grid = sim::grid_from_json(small_grid());
+  sim::SweepOptions o;
+  o.worlds = {2, 4};
+  o.base_policy = base_policy();
+  o.threads = 1;
+  const sim::HardwareModel hw = sim::hardware_preset("h100-sxm");
+  const sim::SweepResult r = sim::run_sweep(g, grid, hw, o);
+  REQUIRE(r.points.size() == 32);
+  // fsdp2 x limit_all_gathers=true: 2 reshard x 2 checkpointing x 2 worlds.
+  CHECK(r.rejected == 8);
+  for (const sim::SweepPoint& p : r.points) {
+    INFO(p.policy.dump());
+    CHECK(p.rejected == (p.policy["flavor"] == "fsdp2" && p.policy["limit_all_gathers"] == true));
+    if (p.rejected) CHECK_THAT(p.reason, Catch::Contains("limit_all_gathers"));
+  }
+  // Everything fits on an 80 GiB GPU: the ranking holds the other 24, fastest first.
+  REQUIRE(r.ranking.size() == 24);
+  for (size_t k = 1; k < r.ranking.size(); ++k)
+    CHECK(r.points[r.ranking[k - 1]].metrics.step_time_ms <=
+          r.points[r.ranking[k]].metrics.step_time_ms);
+  CHECK(r.best == static_cast<int64_t>(r.ranking.front()));
+  // Pareto: no point that fits is strictly better in one objective and no
+  // worse in the other than a front point; every other point is dominated
+  // (weakly) by a front point.
+  size_t front = 0;
+  for (size_t i : r.ranking) {
+    const sim::SweepPoint& p = r.points[i];
+    bool dominated = false;
+    for (size_t j : r.ranking) {
+      const sim::SweepPoint& q = r.points[j];
+      const bool no_worse = q.metrics.step_time_ms <= p.metrics.step_time_ms &&
+                            q.metrics.peak_reserved_bytes <= p.metrics.peak_reserved_bytes;
+      const bool better = q.metrics.step_time_ms < p.metrics.step_time_ms ||
+                          q.metrics.peak_reserved_bytes < p.metrics.peak_reserved_bytes;
+      if (no_worse && better) dominated = true;
+    }
+    if (p.pareto) {
+      ++front;
+      CHECK_FALSE(dominated);
+    } else {
+      bool covered = false;
+      for (size_t j : r.ranking)
+        if (r.points[j].pareto && r.points[j].metrics.step_time_ms <= p.metrics.step_time_ms &&
+            r.points[j].metrics.peak_reserved_bytes <= p.metrics.peak_reserved_bytes)
+          covered = true;
+      CHECK(covered);
+    }
+  }
+  CHECK(front >= 1);
+  CHECK(r.points[static_cast<size_t>(r.best)].pareto);
+  // The baseline is the base policy at the best's world.
+  REQUIRE(r.has_baseline);
+  CHECK(r.baseline.world == r.points[static_cast<size_t>(r.best)].world);
+  CHECK(r.baseline.policy == base_policy());
+}
+
+TEST_CASE("sweep results are identical for 1, 2 and 3 threads", "[sim][sweep]") {
+  const plan::Graph g = plan::load_model("gpt2-tiny");
+  const sim::SweepGrid grid = sim::grid_from_json(small_grid());
+  sim::SweepOptions o;
+  o.worlds = {2, 8};
+  o.base_policy = base_policy();
+  const sim::HardwareModel hw = sim::hardware_preset("a100-sxm");
+  auto dump = [&](int threads) {
+    o.threads = threads;
+    const sim::SweepResult r = sim::run_sweep(g, grid, hw, o);
+    json j = json::array();
+    for (const sim::SweepPoint& p : r.points)
+      j.push_back({p.config, p.world, p.policy, p.rejected, p.fits, p.pareto,
+                   p.metrics.step_time_ms, p.metrics.peak_reserved_bytes,
+                   p.metrics.peak_allocated_bytes, p.metrics.overlap, p.sim_events});
+    j.push_back(r.best);
+    return j.dump();
+  };
+  const std::string one = dump(1);
+  CHECK(dump(2) == one);
+  CHECK(dump(3) == one);
+}
+
+TEST_CASE("a sweep where nothing fits has no best", "[sim][sweep]") {
+  const plan::Graph g = plan::load_model("gpt2-tiny");
+  sim::SweepOptions o;
+  o.worlds = {2};
+  o.base_policy = base_policy();
+  o.memory_limit_bytes = 1 << 20;  // 1 MiB: less than the persistent state
+  const sim::SweepResult r =
+      sim::run_sweep(g, sim::grid_from_json(small_grid()), sim::hardware_preset("h100-sxm"), o);
+  CHECK(r.ranking.empty());
+  CHECK(r.best == -1);
+  CHECK_FALSE(r.has_baseline);
+  for (const sim::SweepPoint& p : r.points) CHECK_FALSE(p.fits);
+  CHECK_THROWS_AS(sim::run_sweep(g, sim::SweepGrid{}, sim::hardware_preset("h100-sxm"),
+                                 sim::SweepOptions{{}, json::object(), 0, 1, {}}),
+                  sim::Error);
+}
+
+TEST_CASE("policy_differences lists changed dotted keys with defaults written out",
+          "[sim][sweep]") {
+  const std::vector<std::string> d =
+      sim::policy_differences(json::object(), {{"flavor", "fsdp1"}, {"cpu_offload", true}});
+  // fsdp1's defaults differ from fsdp2's only where the flavor says so.
+  CHECK(std::find(d.begin(), d.end(), "cpu_offload: false -> true") != d.end());
+  CHECK(std::find(d.begin(), d.end(), "flavor: \"fsdp2\" -> \"fsdp1\"") != d.end());
+  CHECK(sim::policy_differences({{"seq_len", 8}}, {{"seq_len", 8}}).empty());
+}
+
+TEST_CASE("sweep CLI: JSON contract, CSV and JSON files, errors", "[sim][sweep][cli]") {
+  test::TempDir dir("sweep");
+  const std::string grid = dir.write("grid.json", small_grid());
+  const std::string base = dir.write("base.json", base_policy());
+  const std::string common =
+      "sweep --model gpt2-tiny --policy " + base + " --grid " + grid + " --world 2,4 --threads 2";
+  auto r = run_cli(common + " --json");
+  REQUIRE(r.status == 0);
+  const json j = json::parse(r.output);
+  CHECK(j["model"] == "gpt2-tiny");
+  CHECK(j["hw"] == "h100-sxm");
+  CHECK(j["worlds"] == json({2, 4}));
+  CHECK(j["rejected"] == 8);
+  REQUIRE(j["configs"].size() == 24);
+  const json& best = j["configs"][j["best"].get<size_t>()];
+  CHECK(best["fits"] == true);
+  CHECK(best["pareto"] == true);
+  for (const json& c : j["configs"])
+    CHECK(c["metrics"]["step_time_ms"].get<double>() >=
+          best["metrics"]["step_time_ms"].get<double>());
+  for (const char* key : {"world", "policy", "metrics", "fits", "pareto"})
+    CHECK(best.contains(key));
+
+  const std::string csv = (dir.path / "out.csv").string();
+  REQUIRE(run_cli(common + " --out " + csv).status == 0);
+  std::ifstream in(csv);
+  std::string header;
+  std::getline(in, header);
+  CHECK_THAT(header, Catch::StartsWith("config,world,\"activation_checkpointing\",\"flavor\""));
+  size_t rows = 0;
+  for (std::string line; std::getline(in, line);) ++rows;
+  CHECK(rows == 32);  // every configuration, rejected included
+
+  const std::string out_json = (dir.path / "out.json").string();
+  auto t = run_cli(common + " --out " + out_json);
+  REQUIRE(t.status == 0);
+  CHECK_THAT(t.output, Catch::Contains("recommended (world"));
+  CHECK_THAT(t.output, Catch::Contains("Pareto front"));
+  std::ifstream jf(out_json);
+  CHECK(json::parse(jf)["configs"].size() == 24);
+
+  auto bad = run_cli("sweep --model gpt2-tiny --grid " + dir.write("bad.json", {{"nope", {1}}}));
+  CHECK(bad.status == 2);
+  CHECK_THAT(bad.output, Catch::Contains("'nope' is not a policy key"));
+  CHECK(run_cli(common + " --world 2,x").status == 2);
+  CHECK(run_cli("sweep --model gpt2-tiny").status == 2);
+  CHECK(run_cli(common + " --out " + (dir.path / "no/such/dir/x.csv").string()).status == 2);
+}
