@@ -1,9 +1,133 @@
+// `shardscope calibrate`: fits a hardware model (compute efficiency per op
+// type, contention factor, collective latency and bus bandwidth) to measured
+// traces and nccl-tests output, and writes it as a hardware JSON for --hw
+// (docs/calibration.md).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "cli/args.h"
 #include "cli/commands.h"
+#include "plan/error.h"
+#include "sim/calibrate.h"
+#include "sim/hardware.h"
+#include "sim/nccl_tests.h"
 
 namespace shardscope::cli {
 
+namespace {
+
+const char* kUsage =
+    "shardscope calibrate TRACE... [--nccl-tests [KIND=]FILE]... [--base H] [--dtype D]\n"
+    "                     [--group-size N] [--name NAME] --out HW.json [--json]\n\n"
+    "  TRACE               measured or simulated traces (.sstrace, .json, Kineto JSON)\n"
+    "  --nccl-tests FILE   nccl-tests output (all_gather_perf, reduce_scatter_perf,\n"
+    "                      all_reduce_perf); KIND=FILE names the collective (all_gather,\n"
+    "                      reduce_scatter, all_reduce) when the file does not\n"
+    "  --base H            model to start from: a preset or a hardware JSON (default: the\n"
+    "                      first trace's hardware when it is a preset, else h100-sxm)\n"
+    "  --dtype D           compute dtype of the traces' ops: fp32, bf16, fp16 (default: each\n"
+    "                      trace's policy param_dtype, else fp32)\n"
+    "  --group-size N      every traced collective runs over groups of N consecutive ranks\n"
+    "                      (default: derived from each trace's policy and world size)\n"
+    "  --name NAME         name of the fitted model (default: the --out file's stem)\n"
+    "  --out HW.json       the hardware JSON to write (simulate --hw HW.json)\n"
+    "  --json              print the fit report as JSON";
+
+// "all_gather=FILE" -> (all_gather, FILE); a FILE alone -> (unknown, FILE).
+std::pair<sim::NcclCollective, std::string> nccl_spec(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq != std::string::npos) {
+    sim::NcclCollective kind = sim::NcclCollective::unknown;
+    if (sim::parse_nccl_collective(spec.substr(0, eq), &kind)) return {kind, spec.substr(eq + 1)};
+  }
+  return {sim::NcclCollective::unknown, spec};
+}
+
+}  // namespace
+
 int cmd_calibrate(int argc, char** argv) {
-  return not_implemented("calibrate", "shardscope calibrate TRACE... --out HW.json", argc, argv);
+  Args args(argc, argv,
+            {{"nccl-tests", true, true},
+             {"base"},
+             {"dtype"},
+             {"group-size"},
+             {"name"},
+             {"out"},
+             {"json", false}},
+            true);
+  if (args.help()) {
+    std::printf("usage: %s\n", kUsage);
+    return 0;
+  }
+  const std::string out = args.require("out");
+  const std::vector<std::string>& trace_paths = args.positionals();
+  const std::vector<std::string> nccl_specs = args.all("nccl-tests");
+  if (trace_paths.empty() && nccl_specs.empty())
+    throw UsageError("give at least one TRACE or --nccl-tests FILE");
+
+  sim::CalibrationOptions options;
+  if (args.has("dtype")) {
+    plan::DType d;
+    try {
+      d = plan::parse_dtype(args.get("dtype"), "--dtype");
+    } catch (const plan::Error& e) {
+      throw UsageError(e.what());
+    }
+    if (d != plan::DType::f32 && d != plan::DType::bf16 && d != plan::DType::f16)
+      throw UsageError("--dtype must be fp32, bf16 or fp16");
+    options.dtype = d;
+  }
+  options.group_size = args.get_int("group-size", 0, 1, 1 << 20);
+
+  std::vector<std::unique_ptr<traces::Trace>> loaded;
+  std::vector<sim::CalibrationTrace> inputs;
+  for (const std::string& path : trace_paths) {
+    loaded.push_back(std::make_unique<traces::Trace>(sim::load_calibration_trace(path)));
+    inputs.push_back(sim::CalibrationTrace{path, loaded.back().get()});
+  }
+
+  std::string base_spec = "h100-sxm";
+  if (args.has("base"))
+    base_spec = args.get("base");
+  else if (!loaded.empty() && sim::is_hardware_preset(loaded.front()->meta.hardware))
+    base_spec = loaded.front()->meta.hardware;
+  try {
+    options.base = sim::load_hardware(base_spec);
+  } catch (const sim::Error& e) {
+    throw UsageError(std::string("--base: ") + e.what());
+  }
+  options.name = args.has("name") ? args.get("name") : std::filesystem::path(out).stem().string();
+  if (options.name.empty()) options.name = "calibrated";
+
+  std::vector<sim::NcclTestsTable> tables;
+  for (const std::string& spec : nccl_specs) {
+    const auto [kind, file] = nccl_spec(spec);
+    for (sim::NcclTestsTable& t : sim::load_nccl_tests(file, kind)) tables.push_back(std::move(t));
+  }
+
+  const sim::CalibrationResult r = sim::calibrate(inputs, tables, options);
+  const nlohmann::json hw_doc = sim::calibrated_hardware_json(
+      r.hw, sim::is_hardware_preset(base_spec) ? base_spec : std::string());
+  {
+    std::ofstream file(out);
+    if (!file) throw UsageError("--out: cannot write " + out);
+    file << hw_doc.dump(2) << "\n";
+    file.close();
+    if (!file) throw UsageError("--out: error while writing " + out);
+  }
+
+  if (args.has("json")) {
+    nlohmann::json j = sim::calibration_report_to_json(r.report);
+    j["out"] = out;
+    j["hardware"] = hw_doc;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s", sim::format_calibration_report(r.report).c_str());
+  std::printf("\nwrote %s (use: shardscope simulate --hw %s ...)\n", out.c_str(), out.c_str());
+  return 0;
 }
 
 }  // namespace shardscope::cli

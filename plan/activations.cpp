@@ -24,7 +24,7 @@ bool ActivationPlan::needs_grad(int t) const {
 int64_t ActivationPlan::bytes(int t, const Workload& w, int compute_bytes) const {
   const Tensor& tensor = g_.tensors[t];
   const int64_t per = is_floating(tensor.dtype) ? compute_bytes : dtype_bytes(tensor.dtype);
-  return tensor.numel().eval(w) * per;
+  return tensor.numel_at(w) * per;
 }
 
 void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool>& ckpt) {

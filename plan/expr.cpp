@@ -218,8 +218,10 @@ int64_t Poly::eval(const Workload& w) const {
 double Poly::eval_double(const Workload& w) const {
   double sum = 0.0;
   for (const auto& [key, c] : terms_) {
-    sum += static_cast<double>(c) * std::pow(static_cast<double>(w.batch), key.first) *
-           std::pow(static_cast<double>(w.seq), key.second);
+    double v = static_cast<double>(c);
+    for (int i = 0; i < key.first; ++i) v *= static_cast<double>(w.batch);
+    for (int i = 0; i < key.second; ++i) v *= static_cast<double>(w.seq);
+    sum += v;
   }
   return sum;
 }

@@ -69,6 +69,14 @@ int64_t Param::numel() const {
   return n;
 }
 
+int64_t Tensor::numel_at(const Workload& w) const {
+  int64_t n = 1;
+  for (const Poly& d : shape)
+    if (__builtin_mul_overflow(n, d.eval(w), &n))
+      throw std::overflow_error("tensor '" + name + "': element count overflows int64");
+  return n;
+}
+
 Poly Tensor::numel() const {
   Poly n = Poly::constant(1);
   for (const Poly& d : shape) n = n * d;

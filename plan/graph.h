@@ -46,6 +46,8 @@ struct Tensor {
   std::vector<Poly> shape;  // each dim a polynomial in (B, T), usually a monomial
   DType dtype = DType::f32;
   Poly numel() const;  // product of the dims
+  // numel().eval(w) without building the product; throws std::overflow_error.
+  int64_t numel_at(const Workload& w) const;
 };
 
 struct Op {

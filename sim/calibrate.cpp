@@ -1,1 +1,716 @@
-// Placeholder: filled in by the calibration work (issue #4 point 6).
+#include "sim/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "plan/error.h"
+#include "plan/policy.h"
+#include "plan/schedule.h"
+#include "sim/cost_model.h"
+#include "traces/error.h"
+#include "traces/trace_io.h"
+
+namespace shardscope::sim {
+
+namespace {
+
+// Relative residuals (pred - measured) / measured.
+struct Residuals {
+  double sum2 = 0;
+  double max = 0;
+  int64_t n = 0;
+  void add(double predicted, double measured) {
+    if (!(measured > 0)) return;
+    const double r = (predicted - measured) / measured;
+    sum2 += r * r;
+    max = std::max(max, std::fabs(r));
+    ++n;
+  }
+  double rms() const { return n ? std::sqrt(sum2 / static_cast<double>(n)) : 0.0; }
+};
+
+double round_ns(double ns) {
+  return ns > 0 ? static_cast<double>(std::llround(ns)) : 0.0;
+}
+
+bool collective_kind(traces::Category c, plan::OpKind* out) {
+  switch (c) {
+    case traces::Category::comm_all_gather:
+      *out = plan::OpKind::all_gather;
+      return true;
+    case traces::Category::comm_reduce_scatter:
+      *out = plan::OpKind::reduce_scatter;
+      return true;
+    case traces::Category::comm_all_reduce:
+      *out = plan::OpKind::all_reduce;
+      return true;
+    default:
+      return false;
+  }
+}
+
+double bus_factor(plan::OpKind kind) {
+  return kind == plan::OpKind::all_reduce ? 2.0 : 1.0;
+}
+
+// How one trace's collectives map to process groups (plan/'s layout: shard
+// groups of N consecutive ranks, replica groups of the ranks equal mod N).
+class GroupLayout {
+ public:
+  GroupLayout(const std::string& trace, int64_t world) : trace_(trace), world_(world) {}
+
+  void set_override(int64_t g) { override_ = g; }
+  void set_policy(const plan::Policy& p) {
+    policy_ = true;
+    shard_ = p.shard_group_size.value_or(world_);
+    if (shard_ < 1 || shard_ > world_ || world_ % shard_ != 0)
+      problem_ = "its policy's shard_group_size " + std::to_string(shard_) +
+                 " does not divide its world size " + std::to_string(world_);
+    const plan::ReshardAfterForward& r = p.reshard_after_forward;
+    if (problem_.empty() && r.is_int && r.k > 1 && r.k < shard_)
+      problem_ = "its policy has reshard_after_forward=" + std::to_string(r.k) +
+                 ": backward all-gathers run over groups of " + std::to_string(r.k) +
+                 " ranks, forward ones over " + std::to_string(shard_) +
+                 ", and the trace does not tell them apart; calibrate from a trace with "
+                 "reshard_after_forward true or false, or force one group size (--group-size)";
+  }
+
+  // The ranks of the group `rank`'s collective of `kind` runs over.
+  std::vector<int> ranks(plan::OpKind kind, int32_t rank) const {
+    if (rank < 0 || (world_ > 0 && rank >= world_ && override_ == 0))
+      throw Error("trace " + trace_ + ": rank " + std::to_string(rank) +
+                  " is outside its world of " + std::to_string(world_));
+    std::vector<int> out;
+    if (override_ > 0) {
+      const int64_t first = rank / override_ * override_;
+      for (int64_t i = 0; i < override_; ++i) out.push_back(static_cast<int>(first + i));
+      return out;
+    }
+    if (!policy_)
+      throw Error("trace " + trace_ +
+                  ": its metadata carries no policy (policy_json), so the process groups of its "
+                  "collectives are unknown; give the group size (--group-size N)");
+    if (!problem_.empty()) throw Error("trace " + trace_ + ": " + problem_);
+    if (kind == plan::OpKind::all_reduce) {
+      for (int64_t r = rank % shard_; r < world_; r += shard_) out.push_back(static_cast<int>(r));
+    } else {
+      const int64_t first = rank / shard_ * shard_;
+      for (int64_t i = 0; i < shard_; ++i) out.push_back(static_cast<int>(first + i));
+    }
+    return out;
+  }
+
+ private:
+  std::string trace_;
+  int64_t world_ = 0;
+  int64_t override_ = 0;
+  bool policy_ = false;
+  int64_t shard_ = 1;
+  std::string problem_;
+};
+
+struct Point {
+  double x = 0;  // f S (n-1)/n, bytes
+  double t = 0;  // ns
+  int64_t bytes = 0;
+  bool nccl = false;
+};
+
+using Key = std::tuple<int, int64_t, bool>;  // kind, ranks, multi_node
+
+struct KeyData {
+  plan::OpKind kind = plan::OpKind::all_gather;
+  GroupSpan span;
+  std::vector<Point> points;
+};
+
+struct ComputeSample {
+  double a = 0;    // FLOPs / peak, ns: the compute time at efficiency 1
+  double mem = 0;  // bytes / HBM bw, ns
+  double d = 0;    // measured duration, ns
+};
+
+struct TypeData {
+  std::vector<ComputeSample> compute_bound;
+  std::vector<ComputeSample> uncontended;  // compute- and memory-bound
+  std::vector<ComputeSample> contended;
+  int64_t memory_bound = 0;
+};
+
+void add_point(std::map<Key, KeyData>& keys, plan::OpKind kind, const GroupSpan& span,
+               const Point& p) {
+  const Key key{static_cast<int>(kind), span.ranks, span.nodes > 1};
+  auto [it, inserted] = keys.try_emplace(key);
+  if (inserted) {
+    it->second.kind = kind;
+    it->second.span = span;
+  }
+  it->second.points.push_back(p);
+}
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string human_rate(double bytes_per_s) {
+  return fmt("%.2f GB/s", bytes_per_s / 1e9);
+}
+
+std::string percent(double x) {
+  return fmt("%.3f%%", 100.0 * x);
+}
+
+}  // namespace
+
+traces::Trace load_calibration_trace(const std::string& path) {
+  try {
+    return traces::load_trace(path);
+  } catch (const traces::TraceError& e) {
+    throw Error("trace " + path + ": " + e.what());
+  }
+}
+
+CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
+                            const std::vector<NcclTestsTable>& nccl,
+                            const CalibrationOptions& options) {
+  const HardwareModel& base = options.base;
+  base.validate();
+  if (traces.empty() && nccl.empty()) throw Error("calibrate: no traces and no nccl-tests tables");
+  if (options.group_size < 0) throw Error("calibrate: group size must be >= 1");
+  if (!(options.memory_bound_fraction > 0 && options.memory_bound_fraction <= 1))
+    throw Error("calibrate: memory_bound_fraction must be in (0, 1]");
+
+  CalibrationResult result;
+  CalibrationReport& rep = result.report;
+  rep.name = options.name;
+  rep.base = base.name;
+
+  std::map<std::string, TypeData> types;
+  std::map<Key, KeyData> keys;
+  int64_t scalar_all_reduces = 0, one_rank = 0, other_comm = 0, zero_duration = 0;
+
+  for (const CalibrationTrace& in : traces) {
+    if (!in.trace) throw Error("calibrate: trace " + in.name + " is null");
+    const traces::Trace& t = *in.trace;
+    rep.traces.push_back(in.name);
+    const int64_t world = t.world_size();
+    GroupLayout layout(in.name, world);
+    plan::DType dtype = plan::DType::f32;
+    std::string dtype_from = "no policy in the metadata: fp32";
+    if (!t.meta.policy_json.empty()) {
+      plan::Policy policy;
+      try {
+        policy = plan::policy_from_json(nlohmann::json::parse(t.meta.policy_json));
+      } catch (const nlohmann::json::exception& e) {
+        throw Error("trace " + in.name +
+                    ": its metadata policy_json is not valid JSON: " + e.what());
+      } catch (const plan::Error& e) {
+        throw Error("trace " + in.name + ": its metadata policy: " + e.what());
+      }
+      if (policy.world_size && *policy.world_size != world)
+        throw Error("trace " + in.name + ": its policy says world_size " +
+                    std::to_string(*policy.world_size) + " but the trace has " +
+                    std::to_string(world));
+      layout.set_policy(policy);
+      dtype = policy.mixed_precision.param_dtype;
+      dtype_from = std::string("policy param_dtype ") + plan::dtype_name(dtype);
+    }
+    if (options.dtype) {
+      dtype = *options.dtype;
+      dtype_from = std::string("--dtype ") + plan::dtype_name(dtype);
+    }
+    if (options.group_size > 0) layout.set_override(options.group_size);
+    const double peak = base.peak_flops(dtype);
+
+    int64_t usable = 0;
+    for (const traces::RankTrace& r : t.ranks) {
+      // This rank's collectives: intervals for the contention test.
+      std::vector<int64_t> starts, ends;
+      std::vector<std::pair<int64_t, int64_t>> intervals;
+      for (const traces::Event& e : r.events) {
+        if (!traces::is_comm(e.category)) continue;
+        intervals.emplace_back(e.start_ns, e.start_ns + e.dur_ns);
+        ++rep.collective_events;
+        plan::OpKind kind;
+        if (!collective_kind(e.category, &kind)) {
+          ++other_comm;
+          continue;
+        }
+        if (kind == plan::OpKind::all_reduce && e.bytes <= 8 && e.unit == traces::kNoString) {
+          // clip_grad_norm's / GradScaler's scalar all-reduce: another group
+          // than the gradients' (shard group, world).
+          ++scalar_all_reduces;
+          continue;
+        }
+        const std::vector<int> group = layout.ranks(kind, r.rank);
+        const GroupSpan span = group_span(group, base.gpus_per_node);
+        if (span.ranks < 2) {
+          ++one_rank;
+          continue;
+        }
+        if (e.dur_ns <= 0) {
+          ++zero_duration;
+          continue;
+        }
+        const double n = static_cast<double>(span.ranks);
+        Point p;
+        p.bytes = static_cast<int64_t>(e.bytes);
+        p.x = bus_factor(kind) * static_cast<double>(e.bytes) * (n - 1) / n;
+        p.t = static_cast<double>(e.dur_ns);
+        add_point(keys, kind, span, p);
+        ++usable;
+      }
+      std::sort(intervals.begin(), intervals.end());
+      std::vector<int64_t> prefix_max_end;
+      for (const auto& [s, e] : intervals) {
+        starts.push_back(s);
+        ends.push_back(e);
+        prefix_max_end.push_back(prefix_max_end.empty() ? e : std::max(prefix_max_end.back(), e));
+      }
+      std::vector<int64_t> sorted_ends = ends;
+      std::sort(sorted_ends.begin(), sorted_ends.end());
+
+      for (const traces::Event& e : r.events) {
+        if (!traces::is_compute(e.category)) continue;
+        ++rep.compute_events;
+        if (e.flops == 0) {
+          ++rep.compute_without_flops;
+          continue;
+        }
+        if (e.dur_ns <= 0) {
+          ++zero_duration;
+          continue;
+        }
+        // Contended: a collective started before and ends after this start.
+        const size_t before = static_cast<size_t>(
+            std::lower_bound(starts.begin(), starts.end(), e.start_ns) - starts.begin());
+        const bool contended = before > 0 && prefix_max_end[before - 1] > e.start_ns;
+        if (!contended &&
+            (std::binary_search(starts.begin(), starts.end(), e.start_ns) ||
+             std::binary_search(sorted_ends.begin(), sorted_ends.end(), e.start_ns))) {
+          // Started at the instant a collective started or ended: whether the
+          // collective was running is a matter of event order.
+          ++rep.compute_at_boundary;
+          continue;
+        }
+        const std::string type(e.op != traces::kNoString ? t.str(e.op) : t.str(e.name));
+        ComputeSample s;
+        s.a = static_cast<double>(e.flops) / peak * 1e9;
+        s.mem = static_cast<double>(e.bytes) / base.hbm_bytes_per_s * 1e9;
+        s.d = static_cast<double>(e.dur_ns);
+        TypeData& td = types[type];
+        ++usable;
+        if (contended) {
+          td.contended.push_back(s);
+          continue;
+        }
+        td.uncontended.push_back(s);
+        if (s.mem >= options.memory_bound_fraction * s.d)
+          ++td.memory_bound;
+        else
+          td.compute_bound.push_back(s);
+      }
+    }
+    if (usable == 0)
+      throw Error("trace " + in.name +
+                  ": no compute events with FLOPs and no collectives: nothing to calibrate from");
+    rep.notes.push_back("trace " + in.name + ": compute dtype from " + dtype_from);
+  }
+
+  for (const NcclTestsTable& table : nccl) {
+    const std::string where = table.file + ":" + std::to_string(table.line);
+    plan::OpKind kind = plan::OpKind::all_gather;
+    switch (table.collective) {
+      case NcclCollective::all_gather:
+        kind = plan::OpKind::all_gather;
+        break;
+      case NcclCollective::reduce_scatter:
+        kind = plan::OpKind::reduce_scatter;
+        break;
+      case NcclCollective::all_reduce:
+        kind = plan::OpKind::all_reduce;
+        break;
+      default:
+        rep.notes.push_back(where + ": " + (table.test.empty() ? "this test" : table.test) +
+                            " is not all_gather, reduce_scatter or all_reduce: skipped");
+        continue;
+    }
+    rep.nccl_tables.push_back(where + " (" + nccl_collective_name(table.collective) + ", " +
+                              std::to_string(table.ranks) + " ranks on " +
+                              std::to_string(table.nodes) + " node(s))");
+    if (table.ranks < 2) {
+      rep.notes.push_back(where + ": one rank: a collective over one rank costs nothing; skipped");
+      continue;
+    }
+    GroupSpan span;
+    span.ranks = table.ranks;
+    span.nodes = table.nodes;
+    span.min_per_node = table.min_per_node;
+    span.max_per_node = table.max_per_node;
+    const double n = static_cast<double>(table.ranks);
+    for (const NcclTestsRow& row : table.rows) {
+      if (!(row.time_us > 0)) continue;
+      Point p;
+      p.bytes = row.bytes;
+      p.x = bus_factor(kind) * static_cast<double>(row.bytes) * (n - 1) / n;
+      p.t = row.time_us * 1e3;
+      p.nccl = true;
+      add_point(keys, kind, span, p);
+    }
+  }
+
+  HardwareModel hw = base;
+  hw.name = options.name;
+  bool anything = false;
+
+  // Efficiency per op type: least squares of d = a / eff over the
+  // compute-bound events (absolute residuals: long ops weigh most).
+  std::vector<std::string> kept;
+  for (auto& [type, td] : types) {
+    EfficiencyReport er;
+    er.op_type = type;
+    er.events = static_cast<int64_t>(td.compute_bound.size());
+    er.memory_bound = td.memory_bound;
+    er.contended = static_cast<int64_t>(td.contended.size());
+    er.base_efficiency = base.efficiency_of(type);
+    er.efficiency = er.base_efficiency;
+    double sad = 0, saa = 0;
+    for (const ComputeSample& s : td.compute_bound) {
+      sad += s.a * s.d;
+      saa += s.a * s.a;
+    }
+    if (saa > 0 && sad > 0) {
+      double eff = saa / sad;
+      if (eff > 1.0) {
+        eff = 1.0;
+        er.clamped = true;
+        rep.notes.push_back("op type " + type + ": fitted efficiency above 1 (faster than the " +
+                            "base's peak): capped at 1");
+      }
+      er.efficiency = eff;
+      er.fitted = true;
+      hw.efficiency[type] = eff;
+      anything = true;
+    } else if (!td.uncontended.empty() || !td.contended.empty()) {
+      kept.push_back(type);
+    }
+    Residuals res;
+    for (const ComputeSample& s : td.uncontended)
+      res.add(round_ns(std::max(s.a / er.efficiency, s.mem)), s.d);
+    er.rms_rel_residual = res.rms();
+    er.max_rel_residual = res.max;
+    rep.efficiency.push_back(er);
+  }
+  if (!kept.empty()) {
+    std::string list;
+    for (const std::string& k : kept) list += (list.empty() ? "" : ", ") + k;
+    rep.notes.push_back("no compute-bound event (all memory-bound or overlapped) for: " + list +
+                        "; their efficiency is the base's");
+  }
+
+  // Contention: least squares of d = factor x p over the overlapped events,
+  // p the uncontended prediction with the fitted efficiencies.
+  {
+    ContentionReport& cr = rep.contention;
+    cr.base_factor = base.contention_factor;
+    cr.factor = base.contention_factor;
+    std::vector<std::pair<double, double>> pd;  // p, d
+    for (const auto& [type, td] : types) {
+      const double eff = hw.efficiency_of(type);
+      for (const ComputeSample& s : td.contended) {
+        const double p = round_ns(std::max(s.a / eff, s.mem));
+        if (p > 0) pd.emplace_back(p, s.d);
+      }
+    }
+    double spd = 0, spp = 0;
+    for (const auto& [p, d] : pd) {
+      spd += p * d;
+      spp += p * p;
+    }
+    cr.events = static_cast<int64_t>(pd.size());
+    if (spp > 0) {
+      double f = spd / spp;
+      if (f < 1.0) {
+        f = 1.0;
+        cr.clamped = true;
+        rep.notes.push_back(
+            "contention: overlapped compute ran faster than predicted uncontended; factor set "
+            "to 1");
+      }
+      cr.factor = f;
+      cr.fitted = true;
+      hw.contention_factor = f;
+      anything = true;
+      Residuals res;
+      for (const auto& [p, d] : pd) res.add(round_ns(p * f), d);
+      cr.rms_rel_residual = res.rms();
+      cr.max_rel_residual = res.max;
+    } else {
+      rep.notes.push_back(
+          "contention: no compute event with FLOPs started while a collective ran; the base's "
+          "factor " +
+          fmt("%g", base.contention_factor) + " is kept");
+    }
+  }
+
+  // Collectives: t = latency + x / busbw, least squares with weights 1/t^2
+  // (relative residuals: sizes span decades).
+  for (auto& [key, kd] : keys) {
+    CollectiveReport cr;
+    cr.fit.kind = kd.kind;
+    cr.fit.ranks = kd.span.ranks;
+    cr.fit.multi_node = kd.span.nodes > 1;
+    std::vector<Point> pts;
+    for (const Point& p : kd.points)
+      if (p.t > 0) pts.push_back(p);
+    cr.points = static_cast<int64_t>(pts.size());
+    std::set<int64_t> sizes;
+    for (const Point& p : pts) {
+      sizes.insert(p.bytes);
+      (p.nccl ? cr.nccl_points : cr.trace_points) += 1;
+    }
+    cr.distinct_sizes = static_cast<int64_t>(sizes.size());
+    const std::string what = std::string(plan::op_kind_name(kd.kind)) + " over " +
+                             std::to_string(kd.span.ranks) + " ranks" +
+                             (cr.fit.multi_node ? " (multi-node)" : " (one node)");
+    if (pts.empty()) continue;
+    double latency = 0, slope = 0;
+    if (sizes.size() == 1) {
+      latency = static_cast<double>(collective_time(base, kd.kind, 0.0, kd.span).ns);
+      double sx = 0, sxx = 0;
+      for (const Point& p : pts) {
+        sx += p.x * (p.t - latency);
+        sxx += p.x * p.x;
+      }
+      slope = sxx > 0 ? sx / sxx : 0;
+      cr.latency_from_base = true;
+      rep.notes.push_back(what + ": one message size (" + std::to_string(*sizes.begin()) +
+                          " B) cannot separate latency from bandwidth: kept the base model's "
+                          "latency " +
+                          fmt("%.0f ns", latency) + " and fitted the bandwidth");
+    } else {
+      double sw = 0, swx = 0, swt = 0;
+      for (const Point& p : pts) {
+        const double w = 1.0 / (p.t * p.t);
+        sw += w;
+        swx += w * p.x;
+        swt += w * p.t;
+      }
+      const double xm = swx / sw, tm = swt / sw;
+      double sxy = 0, sxx = 0;
+      for (const Point& p : pts) {
+        const double w = 1.0 / (p.t * p.t);
+        sxy += w * (p.x - xm) * (p.t - tm);
+        sxx += w * (p.x - xm) * (p.x - xm);
+      }
+      slope = sxx > 0 ? sxy / sxx : 0;
+      latency = tm - slope * xm;
+      if (latency < 0) {
+        // Through the origin instead.
+        double sxt = 0, sx2 = 0;
+        for (const Point& p : pts) {
+          const double w = 1.0 / (p.t * p.t);
+          sxt += w * p.x * p.t;
+          sx2 += w * p.x * p.x;
+        }
+        latency = 0;
+        slope = sx2 > 0 ? sxt / sx2 : 0;
+        cr.latency_clamped = true;
+        rep.notes.push_back(what + ": the fitted latency was negative; set to 0");
+      }
+    }
+    if (!(slope > 0) || !std::isfinite(slope)) {
+      rep.notes.push_back(what + ": durations do not grow with the message size; no fit (the " +
+                          "base model is kept for this case)");
+      continue;
+    }
+    cr.fit.latency_ns = std::llround(latency);
+    cr.fit.bus_bytes_per_s = 1e9 / slope;
+    Residuals res;
+    for (const Point& p : pts)
+      res.add(static_cast<double>(cr.fit.latency_ns) + round_ns(p.x * slope), p.t);
+    cr.rms_rel_residual = res.rms();
+    cr.max_rel_residual = res.max;
+    bool replaced = false;
+    for (CollectiveFit& f : hw.collectives)
+      if (f.kind == cr.fit.kind && f.ranks == cr.fit.ranks && f.multi_node == cr.fit.multi_node) {
+        f = cr.fit;
+        replaced = true;
+      }
+    if (!replaced) hw.collectives.push_back(cr.fit);
+    rep.collectives.push_back(cr);
+    anything = true;
+  }
+
+  if (rep.compute_without_flops > 0)
+    rep.notes.push_back(std::to_string(rep.compute_without_flops) +
+                        " compute event(s) without FLOPs (non-graph ops, kernels without "
+                        "counts) say nothing about efficiency: unused");
+  if (rep.compute_at_boundary > 0)
+    rep.notes.push_back(std::to_string(rep.compute_at_boundary) +
+                        " compute event(s) started at the very instant a collective started or "
+                        "ended (contended or not is undecidable): unused");
+  if (scalar_all_reduces > 0)
+    rep.notes.push_back(std::to_string(scalar_all_reduces) +
+                        " scalar all-reduce(s) (clip norm, inf check: their groups differ from "
+                        "the gradients') skipped");
+  if (one_rank > 0)
+    rep.notes.push_back(std::to_string(one_rank) +
+                        " collective(s) over a one-rank group (they cost nothing) skipped");
+  if (other_comm > 0)
+    rep.notes.push_back(std::to_string(other_comm) +
+                        " collective(s) other than all-gather, reduce-scatter, all-reduce "
+                        "skipped");
+  if (zero_duration > 0)
+    rep.notes.push_back(std::to_string(zero_duration) + " zero-duration event(s) skipped");
+  rep.collectives_skipped = scalar_all_reduces + one_rank + other_comm;
+
+  if (!anything)
+    throw Error(
+        "calibrate: nothing could be fitted (no compute-bound compute event with FLOPs, no "
+        "compute event overlapping a collective, no collective with a growing duration)");
+  hw.validate();
+  result.hw = std::move(hw);
+  return result;
+}
+
+nlohmann::json calibrated_hardware_json(const HardwareModel& hw,
+                                        const std::string& preferred_base) {
+  nlohmann::json j = hardware_to_json(hw);
+  std::vector<std::string> candidates;
+  if (is_hardware_preset(preferred_base)) candidates.push_back(preferred_base);
+  for (const std::string& p : hardware_presets()) candidates.push_back(p);
+  for (const std::string& p : candidates) {
+    const HardwareModel b = hardware_preset(p);
+    bool covered = true;
+    for (const auto& [type, e] : b.efficiency) covered = covered && hw.efficiency.count(type);
+    if (covered) {
+      j["base"] = p;
+      return j;
+    }
+  }
+  // No preset's types are all in hw's map: state "default" explicitly and
+  // start from the preset whose map holds only "default".
+  j["efficiency"]["default"] = hw.efficiency_of("default");
+  j["base"] = "cpu-local";
+  return j;
+}
+
+nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
+  nlohmann::json j;
+  j["name"] = r.name;
+  j["base"] = r.base;
+  j["traces"] = r.traces;
+  j["nccl_tests"] = r.nccl_tables;
+  nlohmann::json eff = nlohmann::json::array();
+  for (const EfficiencyReport& e : r.efficiency)
+    eff.push_back({{"op_type", e.op_type},
+                   {"events", e.events},
+                   {"memory_bound", e.memory_bound},
+                   {"contended", e.contended},
+                   {"base_efficiency", e.base_efficiency},
+                   {"efficiency", e.efficiency},
+                   {"fitted", e.fitted},
+                   {"clamped", e.clamped},
+                   {"rms_rel_residual", e.rms_rel_residual},
+                   {"max_rel_residual", e.max_rel_residual}});
+  j["efficiency"] = eff;
+  nlohmann::json coll = nlohmann::json::array();
+  for (const CollectiveReport& c : r.collectives)
+    coll.push_back({{"kind", plan::op_kind_name(c.fit.kind)},
+                    {"ranks", c.fit.ranks},
+                    {"multi_node", c.fit.multi_node},
+                    {"points", c.points},
+                    {"trace_points", c.trace_points},
+                    {"nccl_points", c.nccl_points},
+                    {"distinct_sizes", c.distinct_sizes},
+                    {"latency_ns", c.fit.latency_ns},
+                    {"bus_bytes_per_s", c.fit.bus_bytes_per_s},
+                    {"latency_from_base", c.latency_from_base},
+                    {"latency_clamped", c.latency_clamped},
+                    {"rms_rel_residual", c.rms_rel_residual},
+                    {"max_rel_residual", c.max_rel_residual}});
+  j["collectives"] = coll;
+  const ContentionReport& c = r.contention;
+  j["contention"] = {{"events", c.events},
+                     {"base_factor", c.base_factor},
+                     {"factor", c.factor},
+                     {"fitted", c.fitted},
+                     {"clamped", c.clamped},
+                     {"rms_rel_residual", c.rms_rel_residual},
+                     {"max_rel_residual", c.max_rel_residual}};
+  j["events"] = {{"compute", r.compute_events},
+                 {"compute_without_flops", r.compute_without_flops},
+                 {"compute_at_collective_boundary", r.compute_at_boundary},
+                 {"collectives", r.collective_events},
+                 {"collectives_skipped", r.collectives_skipped}};
+  j["notes"] = r.notes;
+  return j;
+}
+
+std::string format_calibration_report(const CalibrationReport& r) {
+  std::string out;
+  char line[256];
+  out += "hardware '" + r.name + "' calibrated from " + std::to_string(r.traces.size()) +
+         " trace(s) and " + std::to_string(r.nccl_tables.size()) + " nccl-tests table(s); base '" +
+         r.base + "' (peaks, HBM bandwidth and the rest kept)\n";
+  out += "residuals: (predicted - measured) / measured of each duration\n\n";
+  if (!r.efficiency.empty()) {
+    out += "compute efficiency (fraction of the dtype's peak FLOP/s):\n";
+    std::snprintf(line, sizeof line, "  %-22s %8s %9s %9s %8s %9s %10s %10s\n", "op type", "events",
+                  "mem-bound", "contended", "base", "fitted", "rms rel", "max rel");
+    out += line;
+    for (const EfficiencyReport& e : r.efficiency) {
+      const std::string fitted =
+          e.fitted ? fmt("%.4f", e.efficiency) + (e.clamped ? "*" : "") : std::string("kept");
+      std::snprintf(line, sizeof line, "  %-22s %8lld %9lld %9lld %8.4f %9s %10s %10s\n",
+                    e.op_type.c_str(), static_cast<long long>(e.events),
+                    static_cast<long long>(e.memory_bound), static_cast<long long>(e.contended),
+                    e.base_efficiency, fitted.c_str(), percent(e.rms_rel_residual).c_str(),
+                    percent(e.max_rel_residual).c_str());
+      out += line;
+    }
+    out += "\n";
+  }
+  if (!r.collectives.empty()) {
+    out += "collectives (t = latency + f S (n-1)/n / busbw, f = 2 for all-reduce):\n";
+    std::snprintf(line, sizeof line, "  %-15s %5s %6s %7s %6s %12s %13s %10s %10s\n", "kind",
+                  "ranks", "nodes", "points", "sizes", "latency", "bus bw", "rms rel", "max rel");
+    out += line;
+    for (const CollectiveReport& c : r.collectives) {
+      const std::string latency = fmt("%.3f us", static_cast<double>(c.fit.latency_ns) / 1e3) +
+                                  (c.latency_from_base ? "^" : "");
+      std::snprintf(line, sizeof line, "  %-15s %5lld %6s %7lld %6lld %12s %13s %10s %10s\n",
+                    plan::op_kind_name(c.fit.kind), static_cast<long long>(c.fit.ranks),
+                    c.fit.multi_node ? "multi" : "one", static_cast<long long>(c.points),
+                    static_cast<long long>(c.distinct_sizes), latency.c_str(),
+                    human_rate(c.fit.bus_bytes_per_s).c_str(), percent(c.rms_rel_residual).c_str(),
+                    percent(c.max_rel_residual).c_str());
+      out += line;
+    }
+    const bool any_from_base =
+        std::any_of(r.collectives.begin(), r.collectives.end(),
+                    [](const CollectiveReport& c) { return c.latency_from_base; });
+    out += any_from_base ? "  (^ latency kept from the base: one message size)\n\n" : "\n";
+  }
+  const ContentionReport& c = r.contention;
+  if (c.fitted)
+    out += "contention factor " + fmt("%.4f", c.factor) + " (base " + fmt("%g", c.base_factor) +
+           ") from " + std::to_string(c.events) + " overlapped compute event(s), rms rel " +
+           percent(c.rms_rel_residual) + ", max rel " + percent(c.max_rel_residual) + "\n";
+  else
+    out += "contention factor " + fmt("%g", c.factor) + " kept from the base\n";
+  if (!r.notes.empty()) {
+    out += "\nnotes:\n";
+    for (const std::string& n : r.notes) out += "  - " + n + "\n";
+  }
+  return out;
+}
+
+}  // namespace shardscope::sim

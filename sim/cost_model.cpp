@@ -107,10 +107,16 @@ TimeNs CostModel::duration(int index) const {
     const double bw = on_host ? hw_.host_memory_bytes_per_s : hw_.hbm_bytes_per_s;
     return TimeNs::from_seconds(static_cast<double>(op.bytes) / bw);
   }
+  const size_t slot = 2 * static_cast<size_t>(op.graph_op) + (op.kind == plan::OpKind::backward);
+  if (graph_op_ns_.empty()) graph_op_ns_.assign(2 * graph_.ops.size(), Cached{});
+  Cached& cached = graph_op_ns_.at(slot);
+  if (cached.ns >= 0 && cached.dtype == op.dtype) return TimeNs(cached.ns);
   const plan::Op& g = graph_.ops.at(static_cast<size_t>(op.graph_op));
   const double compute_s = flops(index) / (hw_.peak_flops(op.dtype) * hw_.efficiency_of(g.type));
   const double memory_s = bytes(index) / hw_.hbm_bytes_per_s;
-  return TimeNs::from_seconds(compute_s > memory_s ? compute_s : memory_s);
+  cached.ns = TimeNs::from_seconds(compute_s > memory_s ? compute_s : memory_s).ns;
+  cached.dtype = op.dtype;
+  return TimeNs(cached.ns);
 }
 
 }  // namespace shardscope::sim

@@ -69,6 +69,13 @@ class CostModel {
   const plan::Graph& graph_;
   const plan::Schedule& schedule_;
   std::vector<GroupSpan> spans_;
+  // Graph-op durations by (graph op, backward?) at a dtype, ns = -1 until
+  // computed: forward and recompute of one op cost the same.
+  struct Cached {
+    int64_t ns = -1;
+    plan::DType dtype = plan::DType::f32;
+  };
+  mutable std::vector<Cached> graph_op_ns_;
 };
 
 }  // namespace shardscope::sim

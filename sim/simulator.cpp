@@ -76,7 +76,6 @@ class Executor final : public alloc::EventSource {
         units_(units),
         sched_(schedule),
         hw_(hw),
-        options_(options),
         cost_(hw, graph, schedule, std::move(spans)),
         backing_(static_cast<uint64_t>(options.memory_limit_bytes > 0 ? options.memory_limit_bytes
                                                                       : hw.memory_bytes)),
@@ -126,7 +125,6 @@ class Executor final : public alloc::EventSource {
   const plan::UnitPlan& units_;
   const plan::Schedule& sched_;
   const HardwareModel& hw_;
-  const SimOptions& options_;
   CostModel cost_;
   alloc::NullBacking backing_;
   alloc::CachingAllocator allocator_;

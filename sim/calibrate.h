@@ -1,0 +1,132 @@
+// Calibration: fits a HardwareModel to measured data (docs/calibration.md).
+//
+//   compute efficiency per op type, from the compute events of traces that
+//     carry FLOPs and bytes: dur = max(FLOPs / (peak[dtype] x eff), bytes / HBM bw);
+//     only uncontended, compute-bound events say anything about eff;
+//   the contention factor, from compute events that started while a
+//     collective of the same rank was running: dur = factor x uncontended prediction;
+//   collective latency and bus bandwidth per (kind, ranks, multi_node), from
+//     the collectives of traces and from nccl-tests tables:
+//     t = latency + f S (n-1)/n / busbw, f = 2 for all-reduce, else 1.
+//
+// Peaks, HBM bandwidth, gpus_per_node and every other figure come from the
+// base model unchanged; the result is the base with the fitted fields
+// overridden, plus a report of the fit residuals.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/graph.h"
+#include "sim/hardware.h"
+#include "sim/nccl_tests.h"
+#include "traces/trace.h"
+
+namespace shardscope::sim {
+
+struct CalibrationTrace {
+  std::string name;                      ///< its file, for messages
+  const traces::Trace* trace = nullptr;  ///< must outlive calibrate()
+};
+
+struct CalibrationOptions {
+  HardwareModel base;               ///< the model to start from
+  std::string name = "calibrated";  ///< name of the result
+  /// Compute dtype of every trace's graph ops; default: the trace metadata's
+  /// policy (mixed_precision.param_dtype), else fp32.
+  std::optional<plan::DType> dtype;
+  /// > 0: every collective of every trace runs over groups of this many
+  /// consecutive ranks (overrides the policy; needed for traces without one).
+  int64_t group_size = 0;
+  /// An uncontended event whose HBM roof (bytes / HBM bw) reaches this
+  /// fraction of its duration is memory-bound: it says nothing about eff.
+  double memory_bound_fraction = 0.99;
+};
+
+/// Residuals are relative, (predicted - measured) / measured, of durations,
+/// with the predictions rounded to whole nanoseconds as the simulator does.
+struct EfficiencyReport {
+  std::string op_type;
+  int64_t events = 0;        ///< uncontended compute-bound events the fit used
+  int64_t memory_bound = 0;  ///< uncontended events the HBM roof explains
+  int64_t contended = 0;     ///< started while a collective ran (used for the contention factor)
+  double base_efficiency = 0;
+  double efficiency = 0;        ///< fitted, or the base's when !fitted
+  bool fitted = false;          ///< false: no compute-bound event, the base's value is kept
+  bool clamped = false;         ///< the fit came out above 1 and was capped at 1
+  double rms_rel_residual = 0;  ///< over all uncontended events of the type
+  double max_rel_residual = 0;
+};
+
+struct CollectiveReport {
+  CollectiveFit fit;
+  int64_t points = 0;
+  int64_t trace_points = 0;  ///< collective events of traces
+  int64_t nccl_points = 0;   ///< nccl-tests rows
+  int64_t distinct_sizes = 0;
+  /// One size only: latency cannot be told from bandwidth; the base model's
+  /// latency for this case was kept and only the bandwidth fitted.
+  bool latency_from_base = false;
+  bool latency_clamped = false;  ///< the fitted intercept was negative: latency 0
+  double rms_rel_residual = 0;
+  double max_rel_residual = 0;
+};
+
+struct ContentionReport {
+  int64_t events = 0;  ///< overlapped compute events used
+  double base_factor = 1;
+  double factor = 1;
+  bool fitted = false;   ///< false: no overlapped event, the base's factor is kept
+  bool clamped = false;  ///< the fit came out below 1 and was raised to 1
+  double rms_rel_residual = 0;
+  double max_rel_residual = 0;
+};
+
+struct CalibrationReport {
+  std::string name;  ///< of the result
+  std::string base;  ///< name of the base model
+  std::vector<std::string> traces;
+  std::vector<std::string> nccl_tables;       ///< "FILE:LINE (all_gather, 8 ranks)"
+  std::vector<EfficiencyReport> efficiency;   ///< by op type
+  std::vector<CollectiveReport> collectives;  ///< by kind, ranks, multi_node
+  ContentionReport contention;
+  int64_t compute_events = 0;         ///< compute events of all traces
+  int64_t compute_without_flops = 0;  ///< of them: no FLOPs (non-graph ops, kernels), unused
+  int64_t compute_at_boundary = 0;    ///< started exactly as a collective started or ended: unused
+  int64_t collective_events = 0;      ///< collective events of all traces
+  int64_t collectives_skipped = 0;    ///< scalar all-reduces, one-rank groups, other collectives
+  std::vector<std::string> notes;     ///< what was kept from the base and why
+};
+
+struct CalibrationResult {
+  HardwareModel hw;
+  CalibrationReport report;
+};
+
+/// traces::load_trace(path) with its errors (missing file, malformed trace)
+/// as Error "trace PATH: ...".
+traces::Trace load_calibration_trace(const std::string& path);
+
+/// Throws Error: a trace with neither compute events carrying FLOPs nor
+/// collectives; collectives whose process group cannot be derived (no policy
+/// in the metadata and no group_size; a reshard_after_forward=k policy whose
+/// backward all-gathers run over smaller groups); nothing fitted at all.
+CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
+                            const std::vector<NcclTestsTable>& nccl,
+                            const CalibrationOptions& options);
+
+/// hardware_to_json(hw) plus the "base" preset under which
+/// hardware_from_json(...) gives back exactly `hw` (efficiency entries merge
+/// into the base's map, so the base must not add op types hw lacks).
+/// `preferred_base` is tried first.
+nlohmann::json calibrated_hardware_json(const HardwareModel& hw,
+                                        const std::string& preferred_base = "");
+
+nlohmann::json calibration_report_to_json(const CalibrationReport& report);
+std::string format_calibration_report(const CalibrationReport& report);
+
+}  // namespace shardscope::sim
