@@ -1,6 +1,11 @@
 // `shardscope simulate`: one training step of a model under a policy, predicted
 // by the discrete-event simulator (sim/) on a hardware model.
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -26,6 +31,39 @@ const char* kUsage =
     "  --mem-limit BYTES  device memory for the allocator (default: the hardware's; 80GiB ...)\n"
     "  --trace OUT        write the simulated trace (native format)\n"
     "  --json             metrics JSON (ARCHITECTURE.md \"Output contracts\")";
+
+// "0-7,16-23": ascending rank ids as runs.
+std::string rank_ranges(const std::vector<int32_t>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// Units by live bytes at the peak, largest first (ties by name); the first
+// `top` printed, the rest summed on one line.
+void print_units(const std::map<std::string, int64_t>& by_unit, size_t top) {
+  std::vector<std::pair<std::string, int64_t>> v(by_unit.begin(), by_unit.end());
+  std::stable_sort(v.begin(), v.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  int64_t rest = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i < top)
+      std::printf("  %-28s %14s\n", v[i].first.c_str(),
+                  human_bytes(static_cast<double>(v[i].second)).c_str());
+    else
+      rest += v[i].second;
+  }
+  if (v.size() > top)
+    std::printf("  (%zu more units)%*s %14s\n", v.size() - top, 12, "",
+                human_bytes(static_cast<double>(rest)).c_str());
+}
 
 }  // namespace
 
@@ -76,13 +114,34 @@ int cmd_simulate(int argc, char** argv) {
     }
     j["persistent_bytes"] = r.persistent_bytes;
     j["peak_breakdown"] = {{"by_category", r.peak.by_category}, {"by_unit", r.peak.by_unit}};
+    nlohmann::json classes = nlohmann::json::array();
+    for (const sim::RankClassResult& c : r.rank_classes)
+      classes.push_back({{"rank", c.rank},
+                         {"represents", c.represents},
+                         {"fits", c.fits},
+                         {"step_time_ms", c.step_time.ms()},
+                         {"peak_allocated_bytes", c.peak_allocated_bytes},
+                         {"peak_reserved_bytes", c.peak_reserved_bytes}});
+    j["rank_classes"] = classes;
+    j["sim_events"] = r.sim_events;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
 
-  std::printf("model %s on %s, world %lld (simulated rank 0 stands for all %lld)\n",
+  std::printf("model %s on %s, world %lld: %zu simulated rank(s) stand for all %lld (%s events)\n",
               options.model_name.c_str(), hw.name.c_str(), static_cast<long long>(world),
-              static_cast<long long>(world));
+              r.rank_classes.size(), static_cast<long long>(world),
+              with_commas(static_cast<int64_t>(r.sim_events)).c_str());
+  if (r.rank_classes.size() > 1) {
+    std::printf("  %-6s %-24s %12s %14s %14s\n", "rank", "stands for", "step ms", "peak alloc",
+                "peak reserved");
+    for (const sim::RankClassResult& c : r.rank_classes)
+      std::printf("  %-6d %-24s %12.3f %14s %14s%s\n", c.rank, rank_ranges(c.represents).c_str(),
+                  c.step_time.ms(),
+                  human_bytes(static_cast<double>(c.peak_allocated_bytes)).c_str(),
+                  human_bytes(static_cast<double>(c.peak_reserved_bytes)).c_str(),
+                  c.fits ? "" : "  DOES NOT FIT");
+  }
   if (!r.fits) {
     std::printf("DOES NOT FIT in %s: allocating '%s' (%s) failed\n  %s\n",
                 human_bytes(static_cast<double>(capacity)).c_str(), r.oom_buffer.c_str(),
@@ -103,12 +162,11 @@ int cmd_simulate(int argc, char** argv) {
     std::printf("memory           fits in %s (peak reserved %.1f%%)\n",
                 human_bytes(static_cast<double>(capacity)).c_str(),
                 100.0 * static_cast<double>(r.peak_reserved_bytes) / static_cast<double>(capacity));
-  std::printf("\npeak allocated by category (at %.3f ms):\n", r.peak.time.ms());
+  std::printf("\npeak allocated by category (reached at host time %.3f ms):\n", r.peak.time.ms());
   for (const auto& [k, v] : r.peak.by_category)
     std::printf("  %-20s %14s\n", k.c_str(), human_bytes(static_cast<double>(v)).c_str());
-  std::printf("peak allocated by unit:\n");
-  for (const auto& [k, v] : r.peak.by_unit)
-    std::printf("  %-20s %14s\n", k.c_str(), human_bytes(static_cast<double>(v)).c_str());
+  std::printf("peak allocated by unit (largest first):\n");
+  print_units(r.peak.by_unit, 10);
   return 0;
 }
 
