@@ -22,9 +22,13 @@ bool ActivationPlan::needs_grad(int t) const {
 }
 
 int64_t ActivationPlan::bytes(int t, const Workload& w, int compute_bytes) const {
+  return bytes_of(t, g_.tensors[t].numel_at(w), compute_bytes);
+}
+
+int64_t ActivationPlan::bytes_of(int t, int64_t numel, int compute_bytes) const {
   const Tensor& tensor = g_.tensors[t];
   const int64_t per = is_floating(tensor.dtype) ? compute_bytes : dtype_bytes(tensor.dtype);
-  return tensor.numel_at(w) * per;
+  return numel * per;
 }
 
 void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool>& ckpt) {

@@ -37,6 +37,8 @@ class ActivationPlan {
   bool needs_grad(int tensor) const;  // floating and produced by an op
   // Bytes of a tensor: floating tensors take the compute dtype (`compute_bytes`).
   int64_t bytes(int tensor, const Workload& w, int compute_bytes) const;
+  // The same for a tensor of `numel` elements (its count already evaluated).
+  int64_t bytes_of(int tensor, int64_t numel, int compute_bytes) const;
 
   // Tensors to free right after op `op` runs forward (recompute: inside a block's recompute).
   const std::vector<int>& dead_after_forward(int op, bool recompute) const;

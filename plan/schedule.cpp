@@ -2,6 +2,8 @@
 // schedule_builder.cpp, the checker in schedule_check.cpp.
 #include "plan/schedule.h"
 
+#include <string>
+
 namespace shardscope::plan {
 
 const char* stream_role_name(StreamRole role) {
@@ -120,6 +122,17 @@ const char* action_kind_name(ActionKind kind) {
       return "host_wait";
   }
   return "?";
+}
+
+std::string buffer_name(const Graph& graph, const Buffer& b) {
+  std::string out;
+  if (b.micro >= 0) out = "m" + std::to_string(b.micro) + ".";
+  if (b.tensor >= 0)
+    return out + b.what + "." + graph.tensors.at(static_cast<size_t>(b.tensor)).name;
+  if (b.unit >= 0) out += "u" + std::to_string(b.unit) + ".";
+  out += b.what;
+  if (b.graph_op >= 0) out += "." + graph.ops.at(static_cast<size_t>(b.graph_op)).name;
+  return out;
 }
 
 int Schedule::stream_index(StreamRole role) const {

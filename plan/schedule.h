@@ -26,7 +26,9 @@
 
 #include "plan/graph.h"
 #include "plan/policy.h"
+#include "plan/small_vector.h"
 #include "plan/units.h"
+#include "plan/workload_sizes.h"
 
 namespace shardscope::plan {
 
@@ -86,8 +88,20 @@ struct ProcessGroup {
   std::vector<int> ranks;  // global ranks, ascending
 };
 
+// A buffer's name is kept as parts (building strings for thousands of
+// buffers per schedule dominated planning); buffer_name() spells it out (not
+// unique: a unit gathered for forward and again for backward has two
+// "m0.u3.ag_out"):
+//   tensor >= 0:    "m<micro>.<what>.<tensor name>"      m0.act.h.3.mlp.out, m1.grad.x
+//   graph_op >= 0:  "m<micro>.u<unit>.workspace.<op name>"
+//   micro >= 0:     "m<micro>.u<unit>.<what>"             m0.u3.unsharded
+//   otherwise:      "u<unit>.<what>"                      u3.param_shard
+// ("u<unit>." is left out for unit < 0.)
 struct Buffer {
-  std::string name;  // unique within the schedule: "m0.u3.unsharded", "u3.param_shard"
+  const char* what = "";  // a string literal: "unsharded", "act", "workspace" ...
+  int micro = -1;         // micro-step of a transient buffer; -1: none in the name
+  int tensor = -1;        // activation buffers: the graph tensor (or its gradient)
+  int graph_op = -1;      // workspace buffers: the graph op
   int64_t bytes = 0;
   BufferCategory category = BufferCategory::activations;
   int stream = 0;  // index into Schedule::streams: the pool it comes from
@@ -96,6 +110,8 @@ struct Buffer {
   bool on_host = false;     // host memory (cpu_offload): not counted on the device
 };
 
+std::string buffer_name(const Graph& graph, const Buffer& buffer);
+
 struct ScheduleOp {
   OpKind kind = OpKind::forward;
   Phase phase = Phase::forward;
@@ -103,8 +119,8 @@ struct ScheduleOp {
   int unit = -1;      // FSDP unit the op belongs to (-1: none)
   int graph_op = -1;  // index into Graph::ops for forward/backward/recompute
   int micro_step = 0;
-  std::vector<int> waits;    // op indices that must complete before this op starts
-  std::vector<int> buffers;  // buffers the op reads or writes
+  SmallVector<int, 4> waits;    // op indices that must complete before this op starts
+  SmallVector<int, 8> buffers;  // buffers the op reads or writes
   // Collectives only.
   int group = -1;            // index into Schedule::groups
   int64_t seq = -1;          // per-group sequence number, equal across the group's ranks
@@ -117,9 +133,9 @@ const char* action_kind_name(ActionKind kind);
 
 struct Action {
   ActionKind kind = ActionKind::launch;
-  int op = -1;                   // launch, host_wait
-  int buffer = -1;               // alloc, free
-  std::vector<int> pending_ops;  // free: ops on other streams still using the buffer
+  int op = -1;                      // launch, host_wait
+  int buffer = -1;                  // alloc, free
+  SmallVector<int, 4> pending_ops;  // free: ops on other streams still using the buffer
 };
 
 struct Schedule {
@@ -141,7 +157,10 @@ struct Schedule {
 };
 
 // Builds rank `rank`'s schedule. Throws plan::Error for policies it cannot plan.
-Schedule build_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units, int rank);
+// `sizes`: the graph's sizes at the policy's workload when the caller keeps
+// them (sweeps); ignored when they are for another workload.
+Schedule build_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units, int rank,
+                        const WorkloadSizes* sizes = nullptr);
 
 // Other ranks' view of one rank's schedule. FSDP ranks' schedules are equal
 // up to which process group of each family ("world", "shard", "replica",

@@ -29,8 +29,8 @@ struct UnitState {
 
 class Builder {
  public:
-  Builder(const Graph& g, const Policy& p, const UnitPlan& up, int rank)
-      : g_(g), p_(p), up_(up), acts_(g), rank_(rank) {
+  Builder(const Graph& g, const Policy& p, const UnitPlan& up, int rank, const WorkloadSizes* sizes)
+      : g_(g), p_(p), up_(up), sizes_(sizes), acts_(g), rank_(rank) {
     const World& w = up.world;
     n_ = w.shard_group_size;
     r_ = w.replicas;
@@ -52,25 +52,39 @@ class Builder {
     return static_cast<int>(s_.streams.size()) - 1;
   }
 
-  int new_buffer(const std::string& name, int64_t bytes, BufferCategory cat, int stream, int unit,
-                 bool persistent) {
+  // `what` must be a string literal (Buffer::what).
+  int new_buffer(const char* what, int micro, int64_t bytes, BufferCategory cat, int stream,
+                 int unit, bool persistent) {
     Buffer b;
-    b.name = name;
+    b.what = what;
+    b.micro = micro;
     b.bytes = bytes;
     b.category = cat;
     b.stream = stream;
     b.unit = unit;
     b.persistent = persistent;
     b.on_host = persistent && offload_;
-    s_.buffers.push_back(std::move(b));
+    s_.buffers.push_back(b);
     users_.emplace_back();
     return static_cast<int>(s_.buffers.size()) - 1;
   }
 
-  // A transient buffer with its alloc action; -1 (nothing) for zero bytes.
-  int alloc(const std::string& name, int64_t bytes, BufferCategory cat, int stream, int unit) {
+  // A transient buffer "m<micro>.u<unit>.<what>" with its alloc action; -1
+  // (nothing) for zero bytes.
+  int alloc(const char* what, int64_t bytes, BufferCategory cat, int stream, int unit) {
+    return alloc_named(what, micro_, -1, -1, bytes, cat, stream, unit);
+  }
+  // An activation buffer "m<micro>.<what>.<tensor name>".
+  int alloc_tensor(const char* what, int tensor, int64_t bytes, int unit) {
+    return alloc_named(what, micro_, tensor, -1, bytes, BufferCategory::activations, compute_,
+                       unit);
+  }
+  int alloc_named(const char* what, int micro, int tensor, int graph_op, int64_t bytes,
+                  BufferCategory cat, int stream, int unit) {
     if (bytes <= 0) return -1;
-    const int id = new_buffer(name, bytes, cat, stream, unit, false);
+    const int id = new_buffer(what, micro, bytes, cat, stream, unit, false);
+    s_.buffers.back().tensor = tensor;
+    s_.buffers.back().graph_op = graph_op;
     Action a;
     a.kind = ActionKind::alloc;
     a.buffer = id;
@@ -78,9 +92,9 @@ class Builder {
     return id;
   }
 
-  // A buffer that exists before the step (on the host when offloading).
-  int persistent(const std::string& name, int64_t bytes, BufferCategory cat, int unit) {
-    return bytes <= 0 ? -1 : new_buffer(name, bytes, cat, compute_, unit, true);
+  // A buffer "u<unit>.<what>" that exists before the step (on the host when offloading).
+  int persistent(const char* what, int64_t bytes, BufferCategory cat, int unit) {
+    return bytes <= 0 ? -1 : new_buffer(what, -1, bytes, cat, compute_, unit, true);
   }
 
   void free_buf(int buffer) {
@@ -116,8 +130,8 @@ class Builder {
     return id;
   }
 
-  int launch_simple(OpKind kind, int stream, int unit, std::vector<int> buffers,
-                    std::vector<int> waits, int64_t bytes, DType dtype = DType::f32) {
+  int launch_simple(OpKind kind, int stream, int unit, SmallVector<int, 8> buffers,
+                    SmallVector<int, 4> waits, int64_t bytes, DType dtype = DType::f32) {
     ScheduleOp op;
     op.kind = kind;
     op.stream = stream;
@@ -130,7 +144,7 @@ class Builder {
   }
 
   int collective(OpKind kind, int stream, int unit, int group, int64_t bytes, DType dtype,
-                 std::vector<int> buffers, std::vector<int> waits) {
+                 SmallVector<int, 8> buffers, SmallVector<int, 4> waits) {
     ScheduleOp op;
     op.kind = kind;
     op.stream = stream;
@@ -150,10 +164,6 @@ class Builder {
     a.kind = ActionKind::host_wait;
     a.op = op;
     s_.actions.push_back(std::move(a));
-  }
-
-  std::string mname(int unit, const char* what) const {
-    return "m" + std::to_string(micro_) + ".u" + std::to_string(unit) + "." + what;
   }
 
   // ---- set-up -------------------------------------------------------------
@@ -190,10 +200,12 @@ class Builder {
   void compute_op(int o, OpKind kind);
   void ensure_grad_buffers(int o);
   void optimizer_step();
+  void reserve_capacity();
 
   const Graph& g_;
   const Policy& p_;
   const UnitPlan& up_;
+  const WorkloadSizes* sizes_;  // may be null
   ActivationPlan acts_;
   int rank_;
   Schedule s_;
@@ -209,7 +221,7 @@ class Builder {
   int g_shard_ = -1, g_replica_ = -1, g_reshard_ = -1;
   std::vector<int64_t> seq_;
 
-  std::vector<std::vector<int>> users_;  // buffer -> ops using it
+  std::vector<SmallVector<int, 4>> users_;  // buffer -> ops using it
   std::vector<UnitState> state_;
   std::vector<int> param_shard_, grad_shard_, opt_state_;  // per unit (persistent)
   std::vector<int> fwd_order_, bwd_order_;                 // units with parameters
@@ -230,6 +242,8 @@ class Builder {
   std::vector<int> post_reduce_ops_;  // last op of each unit's reduction, this micro-step
   std::vector<int> tensor_buf_;       // activation tensor -> live buffer (-1 when none)
   std::vector<int> grad_tensor_buf_;
+  std::vector<int64_t> act_bytes_;        // tensor -> bytes at the workload (compute dtype)
+  std::vector<int64_t> workspace_bytes_;  // graph op -> fp32 workspace bytes at the workload
 };
 
 }  // namespace shardscope::plan::detail

@@ -49,21 +49,22 @@ std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, cons
     switch (a.kind) {
       case ActionKind::alloc: {
         const Buffer& b = s.buffers[a.buffer];
-        if (b.persistent) err("persistent buffer " + b.name + " allocated inside the step");
-        if (alive[a.buffer]) err("buffer " + b.name + " allocated twice");
-        if (freed[a.buffer]) err("buffer " + b.name + " allocated again after its free");
+        if (b.persistent)
+          err("persistent buffer " + buffer_name(g, b) + " allocated inside the step");
+        if (alive[a.buffer]) err("buffer " + buffer_name(g, b) + " allocated twice");
+        if (freed[a.buffer]) err("buffer " + buffer_name(g, b) + " allocated again after its free");
         alive[a.buffer] = 1;
         break;
       }
       case ActionKind::free: {
         const Buffer& b = s.buffers[a.buffer];
-        if (b.persistent) err("persistent buffer " + b.name + " freed inside the step");
-        if (!alive[a.buffer]) err("buffer " + b.name + " freed while not allocated");
+        if (b.persistent) err("persistent buffer " + buffer_name(g, b) + " freed inside the step");
+        if (!alive[a.buffer]) err("buffer " + buffer_name(g, b) + " freed while not allocated");
         alive[a.buffer] = 0;
         freed[a.buffer] = 1;
         for (int p : a.pending_ops)
           if (p < 0 || p >= static_cast<int>(nops) || !launched[p])
-            err("free of " + b.name + " names a pending op not launched yet");
+            err("free of " + buffer_name(g, b) + " names a pending op not launched yet");
         break;
       }
       case ActionKind::host_wait: {
@@ -93,7 +94,8 @@ std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, cons
         last_on_stream[op.stream] = o;
         for (int b : op.buffers) {
           if (!alive[b])
-            err(op_name(o) + " uses buffer " + s.buffers[b].name + " outside [alloc, free]");
+            err(op_name(o) + " uses buffer " + buffer_name(g, s.buffers[b]) +
+                " outside [alloc, free]");
           if (first_user[b] < 0) first_user[b] = o;
         }
         // Each unit whose parameters a compute op reads must be gathered, and
@@ -129,7 +131,8 @@ std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, cons
     if (!launched[o]) err(op_name(static_cast<int>(o)) + " is never launched");
   for (size_t b = 0; b < s.buffers.size(); ++b)
     if (!s.buffers[b].persistent && alive[b])
-      err("transient buffer " + s.buffers[b].name + " is still allocated at the end of the step");
+      err("transient buffer " + buffer_name(g, s.buffers[b]) +
+          " is still allocated at the end of the step");
   // Collective sequence numbers increase by one per group.
   std::vector<int64_t> next_seq(s.groups.size(), 0);
   for (const Action& a : s.actions) {

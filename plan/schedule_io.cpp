@@ -28,7 +28,7 @@ json schedule_to_json(const Graph& g, const UnitPlan& up, const Schedule& s) {
   j["units"] = units;
   json buffers = json::array();
   for (const Buffer& b : s.buffers) {
-    json jb = {{"name", b.name},
+    json jb = {{"name", buffer_name(g, b)},
                {"bytes", b.bytes},
                {"category", buffer_category_name(b.category)},
                {"stream", s.streams[b.stream]}};
@@ -46,8 +46,8 @@ json schedule_to_json(const Graph& g, const UnitPlan& up, const Schedule& s) {
                {"micro_step", op.micro_step}};
     if (op.unit >= 0) jo["unit"] = op.unit;
     if (op.graph_op >= 0) jo["graph_op"] = g.ops[op.graph_op].name;
-    if (!op.waits.empty()) jo["waits"] = op.waits;
-    if (!op.buffers.empty()) jo["buffers"] = op.buffers;
+    if (!op.waits.empty()) jo["waits"] = op.waits.to_vector();
+    if (!op.buffers.empty()) jo["buffers"] = op.buffers.to_vector();
     if (op.group >= 0) {
       jo["group"] = s.groups[op.group].name;
       jo["seq"] = op.seq;
@@ -62,7 +62,7 @@ json schedule_to_json(const Graph& g, const UnitPlan& up, const Schedule& s) {
     json ja = {{"action", action_kind_name(a.kind)}};
     if (a.op >= 0) ja["op"] = a.op;
     if (a.buffer >= 0) ja["buffer"] = a.buffer;
-    if (!a.pending_ops.empty()) ja["pending_ops"] = a.pending_ops;
+    if (!a.pending_ops.empty()) ja["pending_ops"] = a.pending_ops.to_vector();
     actions.push_back(ja);
   }
   j["actions"] = actions;

@@ -67,8 +67,13 @@ TimeNs collective_time(const HardwareModel& hw, plan::OpKind kind, double bytes,
 }
 
 CostModel::CostModel(const HardwareModel& hw, const plan::Graph& graph,
-                     const plan::Schedule& schedule, std::vector<GroupSpan> spans)
-    : hw_(hw), graph_(graph), schedule_(schedule), spans_(std::move(spans)) {
+                     const plan::Schedule& schedule, std::vector<GroupSpan> spans,
+                     const plan::WorkloadSizes* sizes)
+    : hw_(hw), graph_(graph), schedule_(schedule), spans_(std::move(spans)), sizes_(sizes) {
+  if (!sizes_ || !sizes_->matches(graph, schedule.workload)) {
+    own_sizes_ = plan::workload_sizes(graph, schedule.workload);
+    sizes_ = &own_sizes_;
+  }
   if (spans_.empty())
     for (const plan::ProcessGroup& g : schedule.groups)
       spans_.push_back(group_span(g.ranks, hw.gpus_per_node));
@@ -80,19 +85,18 @@ CostModel::CostModel(const HardwareModel& hw, const plan::Graph& graph,
 double CostModel::flops(int index) const {
   const plan::ScheduleOp& op = schedule_.ops.at(static_cast<size_t>(index));
   if (op.graph_op < 0) return 0;
-  const plan::Op& g = graph_.ops.at(static_cast<size_t>(op.graph_op));
-  return op.kind == plan::OpKind::backward ? g.bwd_flops.eval_double(schedule_.workload)
-                                           : g.fwd_flops.eval_double(schedule_.workload);
+  const auto g = static_cast<size_t>(op.graph_op);
+  return op.kind == plan::OpKind::backward ? sizes_->bwd_flops.at(g) : sizes_->fwd_flops.at(g);
 }
 
 double CostModel::bytes(int index) const {
   const plan::ScheduleOp& op = schedule_.ops.at(static_cast<size_t>(index));
   if (op.graph_op < 0) return static_cast<double>(op.bytes);
-  const plan::Op& g = graph_.ops.at(static_cast<size_t>(op.graph_op));
+  const auto g = static_cast<size_t>(op.graph_op);
   // Graph bytes are fp32 bytes; the op runs in its dtype.
   const double scale = plan::dtype_bytes(op.dtype) / 4.0;
-  return scale * (op.kind == plan::OpKind::backward ? g.bwd_bytes.eval_double(schedule_.workload)
-                                                    : g.fwd_bytes.eval_double(schedule_.workload));
+  return scale *
+         (op.kind == plan::OpKind::backward ? sizes_->bwd_bytes.at(g) : sizes_->fwd_bytes.at(g));
 }
 
 TimeNs CostModel::duration(int index) const {

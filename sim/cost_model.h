@@ -24,6 +24,7 @@
 
 #include "plan/graph.h"
 #include "plan/schedule.h"
+#include "plan/workload_sizes.h"
 #include "sim/hardware.h"
 #include "sim/time.h"
 
@@ -53,8 +54,10 @@ class CostModel {
  public:
   /// References must outlive the model. `spans`: one per schedule group, as
   /// seen by the simulated rank; empty = computed from schedule.groups.
+  /// `sizes`: the graph's sizes at the schedule's workload, shared (sweeps);
+  /// null or another workload's = evaluated here.
   CostModel(const HardwareModel& hw, const plan::Graph& graph, const plan::Schedule& schedule,
-            std::vector<GroupSpan> spans = {});
+            std::vector<GroupSpan> spans = {}, const plan::WorkloadSizes* sizes = nullptr);
 
   /// Uncontended duration of schedule op `op`.
   TimeNs duration(int op) const;
@@ -69,6 +72,8 @@ class CostModel {
   const plan::Graph& graph_;
   const plan::Schedule& schedule_;
   std::vector<GroupSpan> spans_;
+  plan::WorkloadSizes own_sizes_;
+  const plan::WorkloadSizes* sizes_;
   // Graph-op durations by (graph op, backward?) at a dtype, ns = -1 until
   // computed: forward and recompute of one op cost the same.
   struct Cached {

@@ -76,7 +76,7 @@ class Executor final : public alloc::EventSource {
         units_(units),
         sched_(schedule),
         hw_(hw),
-        cost_(hw, graph, schedule, std::move(spans)),
+        cost_(hw, graph, schedule, std::move(spans), options.sizes),
         backing_(static_cast<uint64_t>(options.memory_limit_bytes > 0 ? options.memory_limit_bytes
                                                                       : hw.memory_bytes)),
         allocator_(backing_),
@@ -106,7 +106,7 @@ class Executor final : public alloc::EventSource {
   bool ready(int op) const;
   void start(int op, TimeNs now);
   bool allocate(int buffer);  // at host_now_
-  void release(int buffer, const std::vector<int>& pending);
+  void release(int buffer, const plan::SmallVector<int, 4>& pending);
   void record_peak(TimeNs now);
   // Sinks: the trace when recording one, else the metrics accumulator.
   void emit_event(size_t lane, traces::Category category, TimeNs start, TimeNs dur,
@@ -225,7 +225,7 @@ bool Executor::allocate(int buffer) {
   const plan::Buffer& b = sched_.buffers.at(static_cast<size_t>(buffer));
   if (b.on_host) return true;
   if (live_[static_cast<size_t>(buffer)])
-    throw Error("schedule allocates buffer '" + b.name + "' twice");
+    throw Error("schedule allocates buffer '" + plan::buffer_name(graph_, b) + "' twice");
   allocator_.set_time(host_now_.ns);
   try {
     live_[static_cast<size_t>(buffer)] =
@@ -233,7 +233,7 @@ bool Executor::allocate(int buffer) {
                             static_cast<uint32_t>(b.category));
   } catch (const alloc::OutOfMemory& e) {
     result_.fits = false;
-    result_.oom_buffer = b.name;
+    result_.oom_buffer = plan::buffer_name(graph_, b);
     result_.oom_bytes = b.bytes;
     result_.oom_message = e.what();
     return false;
@@ -260,12 +260,14 @@ void Executor::record_peak(TimeNs now) {
   peak_by_unit_ = live_by_unit_;
 }
 
-void Executor::release(int buffer, const std::vector<int>& pending) {
+void Executor::release(int buffer, const plan::SmallVector<int, 4>& pending) {
   const TimeNs now = host_now_;
   const plan::Buffer& b = sched_.buffers.at(static_cast<size_t>(buffer));
   if (b.on_host) return;
   auto& slot = live_[static_cast<size_t>(buffer)];
-  if (!slot) throw Error("schedule frees buffer '" + b.name + "' that is not allocated");
+  if (!slot)
+    throw Error("schedule frees buffer '" + plan::buffer_name(graph_, b) +
+                "' that is not allocated");
   std::vector<alloc::EventId> events;
   for (int op : pending)
     if (!done_.at(static_cast<size_t>(op))) events.push_back(static_cast<alloc::EventId>(op) + 1);

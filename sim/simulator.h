@@ -21,6 +21,7 @@
 #include "plan/graph.h"
 #include "plan/schedule.h"
 #include "plan/units.h"
+#include "plan/workload_sizes.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
 #include "sim/time.h"
@@ -37,6 +38,9 @@ struct SimOptions {
   /// false: no trace is built; metrics are accumulated while simulating
   /// (sweeps). SimResult::trace is then empty.
   bool record_trace = true;
+  /// The graph's sizes at the schedule's workload when the caller shares them
+  /// across simulations (sweeps); null = evaluated per simulation.
+  const plan::WorkloadSizes* sizes = nullptr;
 };
 
 /// One class of ranks that run identically.

@@ -57,19 +57,42 @@ class UnitsCache {
   std::map<std::string, std::shared_ptr<const plan::UnitPlan>> cache_;
 };
 
+// The graph's sizes per workload (batch, seq), shared by every configuration
+// of that workload.
+class SizesCache {
+ public:
+  std::shared_ptr<const plan::WorkloadSizes> get(const plan::Graph& g, const plan::Workload& w) {
+    const std::pair<int64_t, int64_t> key{w.batch, w.seq};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = cache_.find(key);
+      if (it != cache_.end()) return it->second;
+    }
+    auto built = std::make_shared<const plan::WorkloadSizes>(plan::workload_sizes(g, w));
+    std::lock_guard<std::mutex> lock(mu_);
+    return cache_.emplace(key, std::move(built)).first->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const plan::WorkloadSizes>> cache_;
+};
+
 SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const SweepOptions& options,
-                    UnitsCache& units, nlohmann::json doc, int64_t world) {
+                    UnitsCache& units, SizesCache& sizes_cache, nlohmann::json doc, int64_t world) {
   SweepPoint pt;
   pt.world = world;
   pt.policy = std::move(doc);
   std::shared_ptr<const plan::UnitPlan> up;
+  std::shared_ptr<const plan::WorkloadSizes> sizes;
   plan::Policy policy;
   plan::Schedule schedule;
   try {
     policy = plan::policy_from_json(pt.policy);
     const plan::World w = plan::validate_policy(policy, graph, world);
     up = units.get(graph, policy, w);
-    schedule = plan::build_schedule(graph, policy, *up, 0);
+    sizes = sizes_cache.get(graph, {policy.batch_size, plan::resolve_seq_len(policy, graph)});
+    schedule = plan::build_schedule(graph, policy, *up, 0, sizes.get());
   } catch (const plan::Error& e) {
     pt.rejected = true;
     pt.reason = e.what();
@@ -78,6 +101,7 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
   SimOptions so;
   so.memory_limit_bytes = options.memory_limit_bytes;
   so.record_trace = false;
+  so.sizes = sizes.get();
   const SimResult r = simulate(graph, *up, schedule, hw, so);
   pt.fits = r.fits;
   pt.oom_buffer = r.oom_buffer;
@@ -174,6 +198,7 @@ SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const Har
   SweepResult result;
   result.points.resize(total);
   UnitsCache units;
+  SizesCache sizes;
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
   std::mutex progress_mu;
@@ -185,7 +210,7 @@ SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const Har
       if (i >= total) return;
       try {
         const int64_t world = options.worlds[i / per_world];
-        SweepPoint pt = evaluate(graph, hw, options, units,
+        SweepPoint pt = evaluate(graph, hw, options, units, sizes,
                                  grid_policy(grid, options.base_policy, i % per_world), world);
         pt.config = i;
         result.points[i] = std::move(pt);
@@ -241,7 +266,7 @@ SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const Har
     result.best = static_cast<int64_t>(result.ranking.front());
     const SweepPoint& best = result.points[static_cast<size_t>(result.best)];
     result.baseline = evaluate(
-        graph, hw, options, units,
+        graph, hw, options, units, sizes,
         options.base_policy.is_null() ? nlohmann::json::object() : options.base_policy, best.world);
     result.has_baseline = true;
   }

@@ -282,7 +282,8 @@ TEST_CASE("gradient accumulation without sync: all-gathers every micro-step, one
   CHECK(count_ops(s, plan::OpKind::reduce_scatter) == 3);
   // The unsharded accumulators are allocated once per unit, in reduce dtype.
   int accum = 0;
-  for (const plan::Buffer& b : s.buffers) accum += b.name.find("accum_grad") != std::string::npos;
+  for (const plan::Buffer& b : s.buffers)
+    accum += std::string(b.what).find("accum_grad") != std::string::npos;
   CHECK(accum == 3);
 }
 
@@ -358,7 +359,12 @@ TEST_CASE("toy model fsdp2: the forward issue order of unit 1 is copy-in, all-ga
   }
   CHECK(seq == std::vector<std::string>{"cast_params@ag_copy_in", "all_gather@all_gather",
                                         "copy_out@compute", "forward@compute"});
-  // The all-gather buffer of unit 1: 2 ranks x 10 elements x 4 bytes.
+  // The all-gather buffers of unit 1: 2 ranks x 10 elements x 4 bytes.
+  int found = 0;
   for (const plan::Buffer& b : s.buffers)
-    if (b.name == "m0.u1.ag_out") CHECK(b.bytes == 80);
+    if (plan::buffer_name(p.graph, b) == "m0.u1.ag_out") {
+      ++found;
+      CHECK(b.bytes == 80);
+    }
+  CHECK(found == 2);  // gathered for forward and again for backward
 }

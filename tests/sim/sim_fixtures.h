@@ -67,10 +67,10 @@ class ScheduleBuilder {
   void host_wait(int op_index) {
     s.actions.push_back(plan::Action{plan::ActionKind::host_wait, op_index, -1, {}});
   }
-  int buffer(const std::string& name, int64_t bytes, plan::BufferCategory c, int unit = -1,
+  int buffer(const char* name, int64_t bytes, plan::BufferCategory c, int unit = -1,
              bool persistent = false) {
     plan::Buffer b;
-    b.name = name;
+    b.what = name;  // a literal: Buffer::what
     b.bytes = bytes;
     b.category = c;
     b.stream = kCompute;

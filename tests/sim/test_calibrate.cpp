@@ -260,8 +260,9 @@ TEST_CASE(
   // Durations are rounded to whole ns; efficiency is a least-squares fit of
   // d = a / eff whose error is at most 0.5 ns / (a-weighted mean duration),
   // far below 1e-5 for these microsecond ops: 1e-5 relative is the tolerance.
-  for (const auto& [type, eff] :
-       {std::pair<std::string, double>{"linear", 0.55}, {"attention", 0.35}}) {
+  for (const auto& want : {std::pair<std::string, double>{"linear", 0.55}, {"attention", 0.35}}) {
+    const std::string& type = want.first;
+    const double eff = want.second;
     INFO(type);
     const auto it = std::find_if(rep.efficiency.begin(), rep.efficiency.end(),
                                  [&](const sim::EfficiencyReport& e) { return e.op_type == type; });
