@@ -80,7 +80,9 @@ nlohmann::json sweep_json(const sim::SweepResult& r, const std::string& model,
                         {"policy", p.policy},
                         {"metrics", metrics_json(p.metrics)},
                         {"fits", p.fits},
-                        {"pareto", p.pareto}};
+                        {"pareto", p.pareto},
+                        {"tokens_per_step", p.tokens_per_step},
+                        {"tokens_per_s", p.tokens_per_s}};
     if (!p.fits) c["oom_buffer"] = p.oom_buffer;
     configs.push_back(std::move(c));
   }
@@ -97,6 +99,8 @@ nlohmann::json sweep_json(const sim::SweepResult& r, const std::string& model,
                      {"policy", b.policy},
                      {"rejected", b.rejected},
                      {"fits", b.fits},
+                     {"tokens_per_step", b.tokens_per_step},
+                     {"tokens_per_s", b.tokens_per_s},
                      {"metrics", metrics_json(b.metrics)}};
   }
   return j;
@@ -127,16 +131,17 @@ std::string csv_quote(const std::string& s) {
 void write_csv(const sim::SweepResult& r, const sim::SweepGrid& grid, std::ostream& out) {
   out << "config,world";
   for (const sim::SweepAxis& a : grid.axes) out << ',' << csv_quote(a.key);
-  out << ",rejected,fits,pareto,step_time_ms,peak_allocated_bytes,peak_reserved_bytes,compute_ms,"
-         "comm_ms,exposed_comm_ms,overlap,idle_ms,policy\n";
+  out << ",rejected,fits,pareto,tokens_per_step,tokens_per_s,step_time_ms,peak_allocated_bytes,"
+         "peak_reserved_bytes,compute_ms,comm_ms,exposed_comm_ms,overlap,idle_ms,policy\n";
   char buf[512];
   for (const sim::SweepPoint& p : r.points) {
     out << p.config << ',' << p.world;
     for (const sim::SweepAxis& a : grid.axes)
       out << ',' << csv_quote(short_value(value_at(p.policy, a.key)));
     const traces::MetricValues& m = p.metrics;
-    std::snprintf(buf, sizeof buf, ",%d,%d,%d,%.6f,%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.6f,",
-                  p.rejected ? 1 : 0, p.fits ? 1 : 0, p.pareto ? 1 : 0, m.step_time_ms,
+    std::snprintf(buf, sizeof buf, ",%d,%d,%d,%lld,%.3f,%.6f,%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.6f,",
+                  p.rejected ? 1 : 0, p.fits ? 1 : 0, p.pareto ? 1 : 0,
+                  static_cast<long long>(p.tokens_per_step), p.tokens_per_s, m.step_time_ms,
                   static_cast<long long>(m.peak_allocated_bytes),
                   static_cast<long long>(m.peak_reserved_bytes), m.compute_ms, m.comm_ms,
                   m.exposed_comm_ms, m.overlap, m.idle_ms);
@@ -182,33 +187,37 @@ void print_report(const sim::SweepResult& r, const sim::SweepGrid& grid, const s
                 human_bytes(static_cast<double>(capacity)).c_str());
     return;
   }
-  std::printf("\nfastest that fit:\n  %4s %6s %12s %12s %12s %8s  %s\n", "#", "world", "step ms",
-              "reserved", "allocated", "overlap", "configuration");
+  std::printf(
+      "\nhighest throughput that fit (tokens/s = world x batch x seq x accum / step):\n"
+      "  %4s %6s %12s %12s %12s %12s %8s  %s\n",
+      "#", "world", "tokens/s", "step ms", "reserved", "allocated", "overlap", "configuration");
   for (size_t k = 0; k < r.ranking.size() && k < top; ++k) {
     const sim::SweepPoint& p = r.points[r.ranking[k]];
-    std::printf("  %4zu %6lld %12.3f %12s %12s %7.1f%%  %s%s\n", k + 1,
-                static_cast<long long>(p.world), p.metrics.step_time_ms,
+    std::printf("  %4zu %6lld %12.0f %12.3f %12s %12s %7.1f%%  %s%s\n", k + 1,
+                static_cast<long long>(p.world), p.tokens_per_s, p.metrics.step_time_ms,
                 human_bytes(static_cast<double>(p.metrics.peak_reserved_bytes)).c_str(),
                 human_bytes(static_cast<double>(p.metrics.peak_allocated_bytes)).c_str(),
                 100.0 * p.metrics.overlap, axis_values(p, grid).c_str(),
                 p.pareto ? "  [pareto]" : "");
   }
-  std::printf("\nPareto front (step time vs peak reserved):\n");
+  std::printf("\nPareto front (tokens/s vs peak reserved):\n");
   for (size_t i : r.ranking) {
     const sim::SweepPoint& p = r.points[i];
     if (!p.pareto) continue;
-    std::printf("  %12.3f ms %12s  world %lld  %s\n", p.metrics.step_time_ms,
+    std::printf("  %12.0f tokens/s %12.3f ms %12s  world %lld  %s\n", p.tokens_per_s,
+                p.metrics.step_time_ms,
                 human_bytes(static_cast<double>(p.metrics.peak_reserved_bytes)).c_str(),
                 static_cast<long long>(p.world), axis_values(p, grid).c_str());
   }
   const sim::SweepPoint& best = r.points[static_cast<size_t>(r.best)];
   std::printf("\nrecommended (world %lld): %s\n", static_cast<long long>(best.world),
               best.policy.dump().c_str());
-  std::printf("  step %.3f ms, peak reserved %s, peak allocated %s, overlap %.1f%%\n",
-              best.metrics.step_time_ms,
-              human_bytes(static_cast<double>(best.metrics.peak_reserved_bytes)).c_str(),
-              human_bytes(static_cast<double>(best.metrics.peak_allocated_bytes)).c_str(),
-              100.0 * best.metrics.overlap);
+  std::printf(
+      "  %.0f tokens/s, step %.3f ms, peak reserved %s, peak allocated %s, overlap %.1f%%\n",
+      best.tokens_per_s, best.metrics.step_time_ms,
+      human_bytes(static_cast<double>(best.metrics.peak_reserved_bytes)).c_str(),
+      human_bytes(static_cast<double>(best.metrics.peak_allocated_bytes)).c_str(),
+      100.0 * best.metrics.overlap);
   const sim::SweepPoint& base = r.baseline;
   if (base.rejected) {
     std::printf("  why: the base policy is not valid at world %lld (%s)\n",
@@ -218,12 +227,12 @@ void print_report(const sim::SweepResult& r, const sim::SweepGrid& grid, const s
                 human_bytes(static_cast<double>(capacity)).c_str(),
                 static_cast<long long>(best.world), base.oom_buffer.c_str());
   } else {
-    const double dt = base.metrics.step_time_ms - best.metrics.step_time_ms;
+    const double gain = base.tokens_per_s > 0 ? best.tokens_per_s / base.tokens_per_s : 0.0;
     std::printf(
-        "  why: vs the base policy (%.3f ms, %s reserved): %.3f ms faster (%.1f%%), %s %s\n",
-        base.metrics.step_time_ms,
-        human_bytes(static_cast<double>(base.metrics.peak_reserved_bytes)).c_str(), dt,
-        base.metrics.step_time_ms > 0 ? 100.0 * dt / base.metrics.step_time_ms : 0.0,
+        "  why: vs the base policy (%.0f tokens/s, step %.3f ms, %s reserved): %.2fx the "
+        "throughput, %s %s\n",
+        base.tokens_per_s, base.metrics.step_time_ms,
+        human_bytes(static_cast<double>(base.metrics.peak_reserved_bytes)).c_str(), gain,
         human_bytes(static_cast<double>(std::llabs(best.metrics.peak_reserved_bytes -
                                                    base.metrics.peak_reserved_bytes)))
             .c_str(),

@@ -93,6 +93,7 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
     up = units.get(graph, policy, w);
     sizes = sizes_cache.get(graph, {policy.batch_size, plan::resolve_seq_len(policy, graph)});
     schedule = plan::build_schedule(graph, policy, *up, 0, sizes.get());
+    pt.tokens_per_step = world * policy.batch_size * sizes->workload.seq * policy.grad_accum_steps;
   } catch (const plan::Error& e) {
     pt.rejected = true;
     pt.reason = e.what();
@@ -106,6 +107,8 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
   pt.fits = r.fits;
   pt.oom_buffer = r.oom_buffer;
   pt.metrics = r.metrics.total;
+  if (pt.metrics.step_time_ms > 0)
+    pt.tokens_per_s = static_cast<double>(pt.tokens_per_step) / (pt.metrics.step_time_ms / 1e3);
   pt.rank_classes = r.rank_classes.size();
   pt.sim_events = r.sim_events;
   return pt;
@@ -239,7 +242,7 @@ SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const Har
   }
   if (failure) std::rethrow_exception(failure);
 
-  // Ranking and the Pareto front of (step time, peak reserved) among those that fit.
+  // Ranking and the Pareto front of (tokens/s, peak reserved) among those that fit.
   for (size_t i = 0; i < total; ++i) {
     const SweepPoint& p = result.points[i];
     result.sim_events += p.sim_events;
@@ -251,6 +254,8 @@ SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const Har
   std::stable_sort(result.ranking.begin(), result.ranking.end(), [&](size_t a, size_t b) {
     const traces::MetricValues& ma = result.points[a].metrics;
     const traces::MetricValues& mb = result.points[b].metrics;
+    const double ta = result.points[a].tokens_per_s, tb = result.points[b].tokens_per_s;
+    if (ta != tb) return ta > tb;
     if (ma.step_time_ms != mb.step_time_ms) return ma.step_time_ms < mb.step_time_ms;
     return ma.peak_reserved_bytes < mb.peak_reserved_bytes;
   });

@@ -64,16 +64,24 @@ struct SweepPoint {
   bool fits = false;      ///< no out-of-memory under the limit
   std::string oom_buffer;
   traces::MetricValues metrics;  ///< top-level simulated metrics
-  size_t rank_classes = 0;       ///< ranks simulated for the world
+  /// Global tokens per optimizer step: world x batch_size x seq_len x
+  /// grad_accum_steps; and their rate, tokens_per_step / step time (0 when
+  /// not simulated). The ranking's key: configurations with different batch
+  /// sizes, sequence lengths or worlds compare by throughput.
+  int64_t tokens_per_step = 0;
+  double tokens_per_s = 0;
+  size_t rank_classes = 0;  ///< ranks simulated for the world
   uint64_t sim_events = 0;
-  bool pareto = false;  ///< on the front of (step time, peak reserved) among those that fit
+  bool pareto = false;  ///< on the front of (tokens/s, peak reserved) among those that fit
 };
 
 struct SweepResult {
   std::vector<SweepPoint> points;  ///< every configuration, rejected included, in config order
   size_t rejected = 0;
-  std::vector<size_t> ranking;  ///< indices into points: those that fit, fastest first
-  int64_t best = -1;            ///< index into points of the fastest that fits; -1: none fits
+  /// Indices into points: those that fit, highest tokens/s first (ties: lower
+  /// step time, then lower peak reserved).
+  std::vector<size_t> ranking;
+  int64_t best = -1;  ///< index into points of the first of the ranking; -1: none fits
   /// The base policy at the best configuration's world (for "what it gains").
   SweepPoint baseline;
   bool has_baseline = false;

@@ -73,3 +73,14 @@ TEST_CASE("simulate reports the rank classes that stand for the whole world", "[
   CHECK_THAT(t.output, Catch::Contains("2 simulated rank(s) stand for all 24") &&
                            Catch::Contains("0-5,18-23") && Catch::Contains("6-17"));
 }
+
+TEST_CASE("the demo plans, simulates and sweeps", "[sim][cli]") {
+  auto r = run_cli("demo");
+  REQUIRE(r.status == 0);
+  // Four GPT-2 policies with predicted step times, then the Llama-3-8B sweep:
+  // 2^5 policies, all within 80 GiB at batch 1-2 on 64 ranks.
+  CHECK_THAT(r.output, Catch::Contains("step ms") && Catch::Contains("peak resv") &&
+                           Catch::Contains("DDP (shard_group_size 1)"));
+  CHECK_THAT(r.output, Catch::Contains("32 policies") && Catch::Contains("32 fit") &&
+                           Catch::Contains("highest throughput that fits"));
+}

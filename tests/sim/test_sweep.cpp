@@ -85,11 +85,17 @@ TEST_CASE("a sweep counts rejections, ranks what fits and marks the Pareto front
     CHECK(p.rejected == (p.policy["flavor"] == "fsdp2" && p.policy["limit_all_gathers"] == true));
     if (p.rejected) CHECK_THAT(p.reason, Catch::Contains("limit_all_gathers"));
   }
-  // Everything fits on an 80 GiB GPU: the ranking holds the other 24, fastest first.
+  // Everything fits on an 80 GiB GPU: the ranking holds the other 24, highest
+  // throughput first. Tokens per step = world x batch 1 x seq 64 x 1 micro-step.
   REQUIRE(r.ranking.size() == 24);
   for (size_t k = 1; k < r.ranking.size(); ++k)
-    CHECK(r.points[r.ranking[k - 1]].metrics.step_time_ms <=
-          r.points[r.ranking[k]].metrics.step_time_ms);
+    CHECK(r.points[r.ranking[k - 1]].tokens_per_s >= r.points[r.ranking[k]].tokens_per_s);
+  for (size_t i : r.ranking) {
+    const sim::SweepPoint& p = r.points[i];
+    CHECK(p.tokens_per_step == p.world * 64);
+    CHECK(p.tokens_per_s ==
+          Approx(static_cast<double>(p.tokens_per_step) / (p.metrics.step_time_ms / 1e3)));
+  }
   CHECK(r.best == static_cast<int64_t>(r.ranking.front()));
   // Pareto: no point that fits is strictly better in one objective and no
   // worse in the other than a front point; every other point is dominated
@@ -100,9 +106,9 @@ TEST_CASE("a sweep counts rejections, ranks what fits and marks the Pareto front
     bool dominated = false;
     for (size_t j : r.ranking) {
       const sim::SweepPoint& q = r.points[j];
-      const bool no_worse = q.metrics.step_time_ms <= p.metrics.step_time_ms &&
+      const bool no_worse = q.tokens_per_s >= p.tokens_per_s &&
                             q.metrics.peak_reserved_bytes <= p.metrics.peak_reserved_bytes;
-      const bool better = q.metrics.step_time_ms < p.metrics.step_time_ms ||
+      const bool better = q.tokens_per_s > p.tokens_per_s ||
                           q.metrics.peak_reserved_bytes < p.metrics.peak_reserved_bytes;
       if (no_worse && better) dominated = true;
     }
@@ -112,7 +118,7 @@ TEST_CASE("a sweep counts rejections, ranks what fits and marks the Pareto front
     } else {
       bool covered = false;
       for (size_t j : r.ranking)
-        if (r.points[j].pareto && r.points[j].metrics.step_time_ms <= p.metrics.step_time_ms &&
+        if (r.points[j].pareto && r.points[j].tokens_per_s >= p.tokens_per_s &&
             r.points[j].metrics.peak_reserved_bytes <= p.metrics.peak_reserved_bytes)
           covered = true;
       CHECK(covered);
@@ -194,9 +200,9 @@ TEST_CASE("sweep CLI: JSON contract, CSV and JSON files, errors", "[sim][sweep][
   CHECK(best["fits"] == true);
   CHECK(best["pareto"] == true);
   for (const json& c : j["configs"])
-    CHECK(c["metrics"]["step_time_ms"].get<double>() >=
-          best["metrics"]["step_time_ms"].get<double>());
-  for (const char* key : {"world", "policy", "metrics", "fits", "pareto"})
+    if (c["fits"] == true)
+      CHECK(c["tokens_per_s"].get<double>() <= best["tokens_per_s"].get<double>());
+  for (const char* key : {"world", "policy", "metrics", "fits", "pareto", "tokens_per_step"})
     CHECK(best.contains(key));
 
   const std::string csv = (dir.path / "out.csv").string();
