@@ -49,11 +49,17 @@ int main() {
         {"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}},
         {"activation_checkpointing", "full"},
         {"grad_accum_steps", 4}}},
+      {"llama3-70b",
+       1024,
+       {{"wrap", llama_wrap},
+        {"mixed_precision", {{"param_dtype", "bf16"}}},
+        {"activation_checkpointing", "full"},
+        {"batch_size", 2}}},
   };
   const sim::HardwareModel hw = sim::hardware_preset("h100-sxm");
-  std::printf("%-11s %5s %3s %7s %8s %9s %9s %9s %9s %10s %9s %7s\n", "model", "world", "ga", "ops",
-              "units ms", "sched ms", "sim ms", "notrace", "events", "Mevents/s", "step ms",
-              "classes");
+  std::printf("%-11s %5s %3s %7s %8s %9s %9s %9s %9s %10s %9s %7s %5s\n", "model", "world", "ga",
+              "ops", "units ms", "sched ms", "sim ms", "notrace", "events", "Mevents/s", "step ms",
+              "classes", "fits");
   for (const Case& c : cases) {
     const plan::Graph g = plan::load_model(c.model);
     const plan::Policy p = plan::policy_from_json(c.policy);
@@ -76,12 +82,13 @@ int main() {
     t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i) r = sim::simulate(g, up, s, hw, o);
     const double notrace_ms = ms_since(t0) / reps;
-    std::printf("%-11s %5lld %3lld %7zu %8.2f %9.2f %9.2f %9.2f %9llu %10.2f %9.1f %7zu\n", c.model,
-                static_cast<long long>(c.world), static_cast<long long>(p.grad_accum_steps),
-                s.ops.size(), units_ms, sched_ms, sim_ms, notrace_ms,
-                static_cast<unsigned long long>(r.sim_events),
+    std::printf("%-11s %5lld %3lld %7zu %8.2f %9.2f %9.2f %9.2f %9llu %10.2f %9.1f %7zu %5s\n",
+                c.model, static_cast<long long>(c.world),
+                static_cast<long long>(p.grad_accum_steps), s.ops.size(), units_ms, sched_ms,
+                sim_ms, notrace_ms, static_cast<unsigned long long>(r.sim_events),
                 static_cast<double>(r.sim_events) / notrace_ms / 1e3, r.step_time.ms(),
-                r.rank_classes.size());
+                r.rank_classes.size(), r.fits ? "yes" : "OOM");
   }
+  std::printf("(OOM: the step stops at the failed allocation, so fewer events are simulated)\n");
   return 0;
 }

@@ -47,8 +47,8 @@ void run(const char* title, const plan::Graph& graph, const json& grid_doc, int 
               static_cast<double>(r.sim_events) / s / 1e6);
   if (r.best >= 0) {
     const sim::SweepPoint& b = r.points[static_cast<size_t>(r.best)];
-    std::printf("  fastest that fits: %.1f ms, %s\n", b.metrics.step_time_ms,
-                b.policy.dump().c_str());
+    std::printf("  highest throughput that fits: %.0f tokens/s (step %.1f ms), %s\n",
+                b.tokens_per_s, b.metrics.step_time_ms, b.policy.dump().c_str());
   }
 }
 
