@@ -86,6 +86,21 @@ class GroupLayout {
                   " is outside its world of " + std::to_string(world_));
     std::vector<int> out;
     if (override_ > 0) {
+      // plan/'s layout with N = the override: all-gathers and reduce-scatters
+      // over N consecutive ranks, all-reduces (hybrid, DDP) over the ranks
+      // equal mod N, which needs the world size.
+      if (kind == plan::OpKind::all_reduce) {
+        if (world_ <= 0 || world_ % override_ != 0)
+          throw Error("trace " + trace_ + ": --group-size " + std::to_string(override_) +
+                      ": an all-reduce runs over the ranks equal mod " + std::to_string(override_) +
+                      ", which needs a world size it divides (" +
+                      (world_ > 0 ? "the trace's is " + std::to_string(world_)
+                                  : std::string("the trace gives none")) +
+                      ")");
+        for (int64_t r = rank % override_; r < world_; r += override_)
+          out.push_back(static_cast<int>(r));
+        return out;
+      }
       const int64_t first = rank / override_ * override_;
       for (int64_t i = 0; i < override_; ++i) out.push_back(static_cast<int>(first + i));
       return out;

@@ -39,8 +39,9 @@ struct CalibrationOptions {
   /// Compute dtype of every trace's graph ops; default: the trace metadata's
   /// policy (mixed_precision.param_dtype), else fp32.
   std::optional<plan::DType> dtype;
-  /// > 0: every collective of every trace runs over groups of this many
-  /// consecutive ranks (overrides the policy; needed for traces without one).
+  /// > 0: the shard group size N of every trace (overrides the policy; needed
+  /// for traces without one): all-gathers and reduce-scatters run over N
+  /// consecutive ranks, all-reduces over the ranks equal mod N (plan/'s layout).
   int64_t group_size = 0;
   /// An uncontended event whose HBM roof (bytes / HBM bw) reaches this
   /// fraction of its duration is memory-bound: it says nothing about eff.

@@ -698,6 +698,27 @@ TEST_CASE("bad calibration inputs are errors naming the trace", "[sim][calibrate
   const sim::CalibrationResult r = sim::calibrate({{"bare.sstrace", &bare}}, {}, o);
   CHECK(find_fit(r.report, plan::OpKind::all_gather, 2, false) != nullptr);
 
+  // --group-size follows plan/'s layout: on the hybrid trace (16 ranks, shard
+  // groups of 8) without its policy, group size 8 puts the all-reduces over
+  // {r, r + 8} (two nodes), exactly as the policy does.
+  traces::Trace hybrid = synthetic().results[4].trace;
+  o.group_size = 0;
+  const sim::CalibrationResult with_policy = sim::calibrate({{"h.sstrace", &hybrid}}, {}, o);
+  hybrid.meta.policy_json.clear();
+  o.group_size = 8;
+  const sim::CalibrationResult forced = sim::calibrate({{"h.sstrace", &hybrid}}, {}, o);
+  const sim::CollectiveReport* ar = find_fit(forced.report, plan::OpKind::all_reduce, 2, true);
+  REQUIRE(ar != nullptr);
+  CHECK(ar->fit.latency_ns == 25000);
+  CHECK(find_fit(forced.report, plan::OpKind::all_reduce, 8, false) == nullptr);
+  CHECK(sim::hardware_to_json(forced.hw) == sim::hardware_to_json(with_policy.hw));
+  // A group size the trace's world is no multiple of cannot place the all-reduces.
+  o.group_size = 6;
+  CHECK_THAT(error_of([&] {
+               sim::calibrate({{"h.sstrace", &hybrid}}, {}, o);
+             }),
+             Catch::Contains("h.sstrace") && Catch::Contains("--group-size 6"));
+
   // reshard_after_forward=2 with 4-rank shard groups mixes group sizes.
   Planned p = plan_for({"gpt2-tiny", {{"wrap", kBlock}, {"reshard_after_forward", 2}}, 4});
   const sim::SimResult res = simulate(p, truth_hw());
