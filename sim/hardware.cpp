@@ -1,7 +1,10 @@
 #include "sim/hardware.h"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 
 namespace shardscope::sim {
 
@@ -88,10 +91,39 @@ HardwareModel cpu_local() {
 template <typename T>
 void read_field(const nlohmann::json& v, const std::string& key, const std::string& source,
                 T* out) {
-  try {
-    *out = v.get<T>();
-  } catch (const nlohmann::json::exception&) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // Integers may be written as JSON integers or as integral numbers such as
+    // 80e9; anything else (a fraction, out of range) is an error, never a
+    // silent (undefined) conversion.
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+      throw Error(source + ": hardware key '" + key + "' is out of range");
+    if (v.is_number_integer()) {
+      const int64_t x = v.get<int64_t>();
+      if (x < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+          x > static_cast<int64_t>(std::numeric_limits<T>::max()))
+        throw Error(source + ": hardware key '" + key + "' is out of range");
+      *out = static_cast<T>(x);
+      return;
+    }
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      // [min, max] of T as doubles; 2^63 itself is out of range for int64.
+      const double lo = static_cast<double>(std::numeric_limits<T>::min());
+      const double hi = -lo;
+      if (!std::isfinite(d) || d != std::floor(d) || d < lo || d >= hi)
+        throw Error(source + ": hardware key '" + key + "' must be an integer in range, got " +
+                    v.dump());
+      *out = static_cast<T>(d);
+      return;
+    }
     throw Error(source + ": hardware key '" + key + "' has the wrong type");
+  } else {
+    try {
+      *out = v.get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw Error(source + ": hardware key '" + key + "' has the wrong type");
+    }
   }
 }
 

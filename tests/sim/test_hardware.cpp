@@ -47,6 +47,28 @@ TEST_CASE("an unknown hardware key is an error naming it", "[sim][hw]") {
   CHECK_THROWS_AS(sim::hardware_from_json(json{{"memory_bytes", "lots"}}), sim::Error);
 }
 
+TEST_CASE("integer hardware keys take integral numbers in range, nothing else", "[sim][hw]") {
+  // 80e9 is an integral number written as a float: accepted exactly.
+  CHECK(sim::hardware_from_json(json{{"memory_bytes", 80e9}}).memory_bytes == 80000000000);
+  CHECK(sim::hardware_from_json(json{{"gpus_per_node", 4.0}}).gpus_per_node == 4);
+  // A fraction, a value beyond int64 (found by fuzz_hardware_json: it was an
+  // undefined float-to-integer conversion) and a huge unsigned are errors
+  // naming the key.
+  for (const json& bad : {json(1.5), json(8.4e38), json(-1e300), json(18446744073709551615u)}) {
+    INFO(bad.dump());
+    try {
+      sim::hardware_from_json(json{{"memory_bytes", bad}}, "hw.json");
+      FAIL("no error");
+    } catch (const sim::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains("hw.json") && Catch::Contains("'memory_bytes'"));
+    }
+  }
+  CHECK_THROWS_AS(
+      sim::hardware_from_json(json{
+          {"collectives", {{{"kind", "all_gather"}, {"ranks", 2.5}, {"bus_bytes_per_s", 1e9}}}}}),
+      sim::Error);
+}
+
 TEST_CASE("ring collective times follow the nccl-tests bus-bandwidth formulas", "[sim][hw]") {
   // One node, B = 1e9 B/s, C = 100 ns, hop 10 ns, S = 8000 B, n = 8:
   //   all-gather / reduce-scatter: 100 + 7 x 10 + 8000 x 7/8 = 7170 ns;
