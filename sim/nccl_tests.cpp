@@ -159,7 +159,12 @@ class Parser {
     while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
     if (i == line.size()) return;
     if (line[i] != '#') {
-      if (is_digit(line[i])) {
+      // A row's first token is the size, all digits; a line whose first token
+      // merely starts with one ("10-0-0-7:4242:4242 [0] NCCL INFO ...", a
+      // timestamp) is a log line.
+      size_t end = i;
+      while (end < line.size() && is_digit(line[end])) ++end;
+      if (end > i && (end == line.size() || line[end] == ' ' || line[end] == '\t')) {
         row(line.substr(i), no);
       } else {
         note_mention(line);  // a command line echo, a log line

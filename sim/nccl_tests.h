@@ -14,10 +14,11 @@
 // Columns are found by their names in the header line (so versions with or
 // without the redop/root columns, "time" or "cputime", and extra per-iteration
 // columns all read); the first time/algbw/busbw columns are the out-of-place
-// figures. A row is a line starting with a digit: it must have exactly the
-// header's number of columns and numeric size, time, algbw and busbw. Lines
-// not starting with '#' or a digit (NCCL INFO logs, MPI messages) are
-// ignored. A file may hold several tests one after the other.
+// figures. A row is a line whose first token is all digits (the size): it
+// must have exactly the header's number of columns and numeric size, time,
+// algbw and busbw. Other lines not starting with '#' (NCCL INFO logs, even
+// from hosts named "10-0-0-7", timestamps, MPI messages) are ignored. A file may hold several tests
+// one after the other.
 #pragma once
 
 #include <cstdint>

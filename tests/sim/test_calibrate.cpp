@@ -593,6 +593,26 @@ TEST_CASE("nccl-tests parser reads older and multi-test layouts", "[sim][nccl]")
   CHECK_FALSE(sim::parse_nccl_collective("alltoall_perf", &k));
 }
 
+TEST_CASE("log lines among nccl-tests rows are ignored, even starting with a digit",
+          "[sim][nccl]") {
+  const std::string good = nccl_output("all_gather", 1, 2, 10, 100, 1024, 4096);
+  const size_t first_row = good.find("        1024");
+  REQUIRE(first_row != std::string::npos);
+  const std::string logged = good.substr(0, first_row) +
+                             "10-0-0-7:4242:4242 [0] NCCL INFO Channel 00/02 : 0 1\n"
+                             "2026-11-22 09:50:01 rank 0 ready\n" +
+                             good.substr(first_row);
+  const std::vector<sim::NcclTestsTable> a = sim::parse_nccl_tests(good, "a.txt");
+  const std::vector<sim::NcclTestsTable> b = sim::parse_nccl_tests(logged, "b.txt");
+  REQUIRE(a.size() == 1);
+  REQUIRE(b.size() == 1);
+  REQUIRE(b[0].rows.size() == 3);  // 1024, 2048, 4096
+  for (size_t i = 0; i < a[0].rows.size(); ++i) {
+    CHECK(b[0].rows[i].bytes == a[0].rows[i].bytes);
+    CHECK(b[0].rows[i].time_us == a[0].rows[i].time_us);
+  }
+}
+
 TEST_CASE("malformed nccl-tests files are errors naming the file and line", "[sim][nccl]") {
   const std::string good = nccl_output("all_gather", 1, 2, 10, 100, 1024, 4096);
   // Line numbers: 7 header lines + 2 rank lines + NCCL version + 4 table header lines.
