@@ -32,14 +32,19 @@ void run(const char* title, const plan::Graph& graph, const json& grid_doc, int 
   const sim::SweepResult r = sim::run_sweep(graph, grid, hw, o);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  size_t fits = 0, oom = 0;
-  for (const sim::SweepPoint& p : r.points)
+  size_t fits = 0, oom = 0, oom_persistent = 0;
+  for (const sim::SweepPoint& p : r.points) {
     if (!p.rejected) (p.fits ? fits : oom)++;
+    if (!p.rejected && !p.fits && p.sim_events == 0) ++oom_persistent;
+  }
   const double n = static_cast<double>(r.points.size());
   const int used = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
   std::printf("%s: llama3-70b x1024 on h100-sxm, %zu configurations, %d threads\n", title,
               r.points.size(), used);
-  std::printf("  rejected by validation %zu, out of memory %zu, fit %zu\n", r.rejected, oom, fits);
+  std::printf(
+      "  rejected by validation %zu, out of memory %zu (%zu by the persistent state alone), fit "
+      "%zu\n",
+      r.rejected, oom, oom_persistent, fits);
   std::printf("  wall %.3f s: %.0f configurations/s (%.3f ms per configuration per thread)\n", s,
               n / s, 1e3 * s / n * used);
   std::printf("  %llu simulated events: %.2f M events/s\n",

@@ -161,6 +161,13 @@ struct Schedule {
 // them (sweeps); ignored when they are for another workload.
 Schedule build_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units, int rank,
                         const WorkloadSizes* sizes = nullptr);
+// build_schedule's schedule before its first action: the same streams,
+// groups and persistent buffers in the same order, no ops, no actions; it
+// throws what build_schedule throws. Cheap: an executor that allocates the
+// persistent buffers before anything else (sim/) can tell from it alone
+// whether a step runs out of memory before it starts.
+Schedule build_persistent_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units,
+                                   int rank);
 
 // Other ranks' view of one rank's schedule. FSDP ranks' schedules are equal
 // up to which process group of each family ("world", "shard", "replica",

@@ -295,7 +295,7 @@ void Builder::reserve_capacity() {
   users_.reserve(3 * per_op + per_unit);
 }
 
-Schedule Builder::build() {
+Schedule Builder::build(bool persistent_only) {
   s_.rank = rank_;
   s_.world = up_.world;
   s_.workload = Workload{p_.batch_size, resolve_seq_len(p_, g_)};
@@ -306,6 +306,7 @@ Schedule Builder::build() {
   setup_streams_and_groups();
   setup_persistent();
   setup_checkpointing();
+  if (persistent_only) return std::move(s_);
   acts_.set_checkpointed(up_, checkpointed_);
   for (size_t u = 0; u < up_.units.size(); ++u)
     if (has_params(static_cast<int>(u))) fwd_order_.push_back(static_cast<int>(u));
@@ -353,6 +354,12 @@ Schedule build_schedule(const Graph& graph, const Policy& policy, const UnitPlan
                         const WorkloadSizes* sizes) {
   detail::Builder b(graph, policy, units, rank, sizes);
   return b.build();
+}
+
+Schedule build_persistent_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units,
+                                   int rank) {
+  detail::Builder b(graph, policy, units, rank, nullptr);
+  return b.build(true);
 }
 
 }  // namespace shardscope::plan

@@ -42,7 +42,8 @@ class Builder {
     state_.resize(up.units.size());
   }
 
-  Schedule build();
+  // persistent_only: stop before the first action (build_persistent_schedule).
+  Schedule build(bool persistent_only = false);
 
  private:
   // ---- primitives -------------------------------------------------------

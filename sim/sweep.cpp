@@ -86,14 +86,14 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
   std::shared_ptr<const plan::UnitPlan> up;
   std::shared_ptr<const plan::WorkloadSizes> sizes;
   plan::Policy policy;
-  plan::Schedule schedule;
+  plan::Schedule persistent;
   try {
     policy = plan::policy_from_json(pt.policy);
     const plan::World w = plan::validate_policy(policy, graph, world);
     up = units.get(graph, policy, w);
     sizes = sizes_cache.get(graph, {policy.batch_size, plan::resolve_seq_len(policy, graph)});
-    schedule = plan::build_schedule(graph, policy, *up, 0, sizes.get());
     pt.tokens_per_step = world * policy.batch_size * sizes->workload.seq * policy.grad_accum_steps;
+    persistent = plan::build_persistent_schedule(graph, policy, *up, 0);
   } catch (const plan::Error& e) {
     pt.rejected = true;
     pt.reason = e.what();
@@ -103,14 +103,31 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
   so.memory_limit_bytes = options.memory_limit_bytes;
   so.record_trace = false;
   so.sizes = sizes.get();
-  const SimResult r = simulate(graph, *up, schedule, hw, so);
-  pt.fits = r.fits;
-  pt.oom_buffer = r.oom_buffer;
-  pt.metrics = r.metrics.total;
-  if (pt.metrics.step_time_ms > 0)
-    pt.tokens_per_s = static_cast<double>(pt.tokens_per_step) / (pt.metrics.step_time_ms / 1e3);
-  pt.rank_classes = r.rank_classes.size();
-  pt.sim_events = r.sim_events;
+  auto record = [&](const SimResult& r) {
+    pt.fits = r.fits;
+    pt.oom_buffer = r.oom_buffer;
+    pt.metrics = r.metrics.total;
+    if (pt.metrics.step_time_ms > 0)
+      pt.tokens_per_s = static_cast<double>(pt.tokens_per_step) / (pt.metrics.step_time_ms / 1e3);
+    pt.rank_classes = r.rank_classes.size();
+    pt.sim_events = r.sim_events;
+  };
+  // The simulator allocates the persistent buffers before any action, so when
+  // they alone do not fit, the persistent schedule's result is the step's
+  // (same buffer, same metrics, no events) and neither the step's schedule
+  // nor its simulation is needed. Only tried when they take over half the
+  // memory, where such failures are; the gate decides speed, never results.
+  const int64_t capacity =
+      options.memory_limit_bytes > 0 ? options.memory_limit_bytes : hw.memory_bytes;
+  if (persistent.persistent_device_bytes() > capacity / 2) {
+    const SimResult r = simulate(graph, *up, persistent, hw, so);
+    if (!r.fits) {
+      record(r);
+      return pt;
+    }
+  }
+  const plan::Schedule schedule = plan::build_schedule(graph, policy, *up, 0, sizes.get());
+  record(simulate(graph, *up, schedule, hw, so));
   return pt;
 }
 

@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/models.h"
+#include "plan/schedule.h"
+#include "plan/units.h"
+#include "sim/simulator.h"
 #include "sim/sweep.h"
 #include "tests/cli/run_cli.h"
 #include "tests/temp_dir.h"
@@ -153,6 +156,51 @@ TEST_CASE("sweep results are identical for 1, 2 and 3 threads", "[sim][sweep]") 
   const std::string one = dump(1);
   CHECK(dump(2) == one);
   CHECK(dump(3) == one);
+}
+
+TEST_CASE("sweep points equal full simulations, also when persistent state alone overflows",
+          "[sim][sweep]") {
+  // gpt2-small on 8 ranks under 1.5 GiB: DDP's 16 Psi = 1.85 GiB of persistent
+  // state cannot fit (the sweep answers from the persistent buffers alone),
+  // shard groups of 2 (0.46 GiB) and 8 (0.12 GiB) get past them.
+  const plan::Graph g = plan::load_model("gpt2-small");
+  const sim::SweepGrid grid = sim::grid_from_json(
+      {{"shard_group_size", {1, 2, 8}}, {"activation_checkpointing", {"none", "full"}}});
+  sim::SweepOptions o;
+  o.worlds = {8};
+  o.base_policy = {{"wrap", {{"type", "class"}, {"classes", {"GPT2Block"}}}}, {"seq_len", 1024}};
+  o.memory_limit_bytes = int64_t{3} << 29;  // 1.5 GiB
+  o.threads = 1;
+  const sim::HardwareModel hw = sim::hardware_preset("h100-sxm");
+  const sim::SweepResult r = sim::run_sweep(g, grid, hw, o);
+  REQUIRE(r.points.size() == 6);
+  size_t persistent_oom = 0;
+  for (const sim::SweepPoint& p : r.points) {
+    INFO(p.policy.dump());
+    REQUIRE_FALSE(p.rejected);
+    const plan::Policy policy = plan::policy_from_json(p.policy);
+    const plan::World w = plan::validate_policy(policy, g, 8);
+    const plan::UnitPlan units = plan::build_units(g, policy, w);
+    const plan::Schedule s = plan::build_schedule(g, policy, units, 0);
+    sim::SimOptions so;
+    so.memory_limit_bytes = o.memory_limit_bytes;
+    so.record_trace = false;
+    const sim::SimResult full = sim::simulate(g, units, s, hw, so);
+    CHECK(p.fits == full.fits);
+    CHECK(p.oom_buffer == full.oom_buffer);
+    CHECK(p.metrics.step_time_ms == full.metrics.total.step_time_ms);
+    CHECK(p.metrics.peak_reserved_bytes == full.metrics.total.peak_reserved_bytes);
+    CHECK(p.metrics.peak_allocated_bytes == full.metrics.total.peak_allocated_bytes);
+    CHECK(p.sim_events == full.sim_events);
+    CHECK(p.rank_classes == full.rank_classes.size());
+    if (p.policy["shard_group_size"] == 1) {
+      CHECK_FALSE(p.fits);
+      CHECK(p.sim_events == 0);  // failed before the step's first event
+      ++persistent_oom;
+    }
+  }
+  CHECK(persistent_oom == 2);
+  CHECK(r.ranking.size() >= 1);
 }
 
 TEST_CASE("a sweep where nothing fits has no best", "[sim][sweep]") {
