@@ -146,6 +146,35 @@ TEST_CASE("host_wait: later launches wait for the op the host blocks on", "[sim]
   CHECK(o.step_time == TimeNs(1520));
 }
 
+TEST_CASE("a full launch queue blocks the host until a launched op finishes", "[sim][exact]") {
+  // Queue depth 2; three 1000 B compute ops, then a 100 B op on another
+  // stream. op0 and op1 launch at 0; op2's launch waits for op0 (1000) and
+  // runs [2000, 3000) after op1; op3's launch waits for op1 (2000): [2000, 2100).
+  // With the default depth op3 runs at once: [0, 100).
+  ScheduleBuilder b;
+  int o0 = b.launch(OpKind::grad_scale, ScheduleBuilder::kCompute, 1000);
+  int o1 = b.launch(OpKind::grad_scale, ScheduleBuilder::kCompute, 1000);
+  int o2 = b.launch(OpKind::grad_scale, ScheduleBuilder::kCompute, 1000);
+  int o3 = b.launch(OpKind::grad_accumulate, ScheduleBuilder::kReduceScatter, 100);
+  sim::SimResult free_run = run(b.s);
+  CHECK(free_run.op_start[o3] == TimeNs(0));
+  sim::HardwareModel hw = test::unit_hardware();
+  hw.launch_queue_depth = 2;
+  sim::SimResult r = run(b.s, hw);
+  CHECK(r.op_start[o0] == TimeNs(0));
+  CHECK(r.op_start[o1] == TimeNs(1000));
+  CHECK(r.op_start[o2] == TimeNs(2000));
+  CHECK(r.op_end[o2] == TimeNs(3000));
+  CHECK(r.op_start[o3] == TimeNs(2000));
+  CHECK(r.op_end[o3] == TimeNs(2100));
+  CHECK(r.step_time == TimeNs(3000));
+  // The host's blocked time shows as "launch queue full" on its lane: 0-1000, 1000-2000.
+  int64_t blocked = 0;
+  for (const traces::Event& e : r.trace.ranks.at(0).events)
+    if (r.trace.str(e.name) == "launch queue full") blocked += e.dur_ns;
+  CHECK(blocked == 2000);
+}
+
 TEST_CASE("peak allocated is the sum of the live buffers worked out by hand", "[sim][memory]") {
   // persistent p 1024 B; then a 2048 B, b 4096 B, free a, c 1536 B, free b, c.
   // Live: 1024 -> 3072 -> 7168 (peak) -> 5120 -> 6656 -> 1024.
