@@ -36,47 +36,32 @@ nlohmann::json::json_pointer pointer_of(const std::string& dotted) {
   return nlohmann::json::json_pointer(p);
 }
 
-// Units are shared by every configuration with the same plan::units_key.
-class UnitsCache {
+// What configurations share, built once by whichever thread asks first
+// (another thread asking meanwhile may build it too; the first stored wins).
+template <typename Key, typename Value>
+class SharedCache {
  public:
-  std::shared_ptr<const plan::UnitPlan> get(const plan::Graph& g, const plan::Policy& p,
-                                            const plan::World& w) {
-    const std::string key = plan::units_key(p, w);
+  template <typename Build>
+  std::shared_ptr<const Value> get(const Key& key, const Build& build) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = cache_.find(key);
       if (it != cache_.end()) return it->second;
     }
-    auto built = std::make_shared<const plan::UnitPlan>(plan::build_units(g, p, w));
+    auto built = std::make_shared<const Value>(build());
     std::lock_guard<std::mutex> lock(mu_);
     return cache_.emplace(key, std::move(built)).first->second;
   }
 
  private:
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const plan::UnitPlan>> cache_;
+  std::map<Key, std::shared_ptr<const Value>> cache_;
 };
 
-// The graph's sizes per workload (batch, seq), shared by every configuration
-// of that workload.
-class SizesCache {
- public:
-  std::shared_ptr<const plan::WorkloadSizes> get(const plan::Graph& g, const plan::Workload& w) {
-    const std::pair<int64_t, int64_t> key{w.batch, w.seq};
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = cache_.find(key);
-      if (it != cache_.end()) return it->second;
-    }
-    auto built = std::make_shared<const plan::WorkloadSizes>(plan::workload_sizes(g, w));
-    std::lock_guard<std::mutex> lock(mu_);
-    return cache_.emplace(key, std::move(built)).first->second;
-  }
-
- private:
-  std::mutex mu_;
-  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const plan::WorkloadSizes>> cache_;
-};
+// FSDP units, by plan::units_key (flavor, wrap, world).
+using UnitsCache = SharedCache<std::string, plan::UnitPlan>;
+// The graph's sizes, by workload (batch, seq).
+using SizesCache = SharedCache<std::pair<int64_t, int64_t>, plan::WorkloadSizes>;
 
 SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const SweepOptions& options,
                     UnitsCache& units, SizesCache& sizes_cache, nlohmann::json doc, int64_t world) {
@@ -90,8 +75,10 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
   try {
     policy = plan::policy_from_json(pt.policy);
     const plan::World w = plan::validate_policy(policy, graph, world);
-    up = units.get(graph, policy, w);
-    sizes = sizes_cache.get(graph, {policy.batch_size, plan::resolve_seq_len(policy, graph)});
+    up = units.get(plan::units_key(policy, w), [&] { return plan::build_units(graph, policy, w); });
+    const plan::Workload workload{policy.batch_size, plan::resolve_seq_len(policy, graph)};
+    sizes = sizes_cache.get({workload.batch, workload.seq},
+                            [&] { return plan::workload_sizes(graph, workload); });
     pt.tokens_per_step = world * policy.batch_size * sizes->workload.seq * policy.grad_accum_steps;
     persistent = plan::build_persistent_schedule(graph, policy, *up, 0);
   } catch (const plan::Error& e) {
