@@ -1,6 +1,9 @@
 #include "plan/activations.h"
 
 #include <algorithm>
+#include <string>
+
+#include "plan/error.h"
 
 namespace shardscope::plan {
 
@@ -31,7 +34,26 @@ int64_t ActivationPlan::bytes_of(int t, int64_t numel, int compute_bytes) const 
   return numel * per;
 }
 
+std::vector<bool> checkpointed_units(const Policy& policy, const UnitPlan& up) {
+  std::vector<bool> checkpointed(up.units.size(), false);
+  if (policy.activation_checkpointing == CheckpointMode::none) return checkpointed;
+  std::vector<int> blocks;
+  for (size_t u = 1; u < up.units.size(); ++u)
+    if (up.units[u].parent == 0 && up.units[u].first_op >= 0) blocks.push_back(static_cast<int>(u));
+  if (blocks.empty())
+    throw Error("policy: activation_checkpointing: needs wrapped blocks to checkpoint, but wrap." +
+                std::string("type \"") + wrap_type_name(policy.wrap.type) +
+                "\" yields only the root unit");
+  const int64_t every =
+      policy.activation_checkpointing == CheckpointMode::full ? 1 : policy.checkpoint_every;
+  for (size_t j = 0; j < blocks.size(); ++j)
+    if (static_cast<int64_t>(j) % every == 0) checkpointed[blocks[j]] = true;
+  return checkpointed;
+}
+
 void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool>& ckpt) {
+  units_ = &up;
+  checkpointed_ = ckpt;
   const size_t nt = g_.tensors.size(), no = g_.ops.size();
   // Checkpointed block of each op (-1 when none).
   std::vector<int> block(no, -1);

@@ -22,9 +22,17 @@
 #include <vector>
 
 #include "plan/graph.h"
+#include "plan/policy.h"
 #include "plan/units.h"
 
 namespace shardscope::plan {
+
+// The units activation checkpointing applies to (indexed like
+// UnitPlan::units): "blocks" are non-root units not nested in another
+// non-root unit, in forward order; "full" checkpoints every block,
+// {"every": k} blocks 0, k, 2k, ... Throws Error when the policy
+// checkpoints but the wrap yields no block.
+std::vector<bool> checkpointed_units(const Policy& policy, const UnitPlan& units);
 
 class ActivationPlan {
  public:
@@ -52,8 +60,15 @@ class ActivationPlan {
   // Units in the order their backward starts.
   std::vector<int> backward_unit_order() const;
 
+  // What set_checkpointed was given: a plan can stand in for another
+  // schedule's (sweeps share them) only for the same units and blocks.
+  const UnitPlan* units() const { return units_; }
+  const std::vector<bool>& checkpointed() const { return checkpointed_; }
+
  private:
   const Graph& g_;
+  const UnitPlan* units_ = nullptr;
+  std::vector<bool> checkpointed_;
   std::vector<int> producer_;  // tensor -> op (-1: graph input)
   std::vector<int> last_use_;  // tensor -> last forward consumer (or producer)
   std::vector<std::vector<int>> dead_fwd_, dead_rc_, released_bwd_;

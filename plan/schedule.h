@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/activations.h"
 #include "plan/graph.h"
 #include "plan/policy.h"
 #include "plan/small_vector.h"
@@ -158,9 +159,11 @@ struct Schedule {
 
 // Builds rank `rank`'s schedule. Throws plan::Error for policies it cannot plan.
 // `sizes`: the graph's sizes at the policy's workload when the caller keeps
-// them (sweeps); ignored when they are for another workload.
+// them (sweeps); ignored when they are for another workload. `acts`: an
+// activation plan built for these very `units` (same object) with
+// checkpointed_units(policy, units) (sweeps share them); ignored otherwise.
 Schedule build_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units, int rank,
-                        const WorkloadSizes* sizes = nullptr);
+                        const WorkloadSizes* sizes = nullptr, const ActivationPlan* acts = nullptr);
 // build_schedule's schedule before its first action: the same streams,
 // groups and persistent buffers in the same order, no ops, no actions; it
 // throws what build_schedule throws. Cheap: an executor that allocates the

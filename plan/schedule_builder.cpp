@@ -67,24 +67,8 @@ void Builder::setup_persistent() {
   }
 }
 
-// Activation checkpointing applies to "blocks": non-root units not nested in
-// another non-root unit, in forward order. "full": every block; {"every": k}:
-// blocks 0, k, 2k, ...
 void Builder::setup_checkpointing() {
-  checkpointed_.assign(up_.units.size(), false);
-  if (p_.activation_checkpointing == CheckpointMode::none) return;
-  std::vector<int> blocks;
-  for (size_t u = 1; u < up_.units.size(); ++u)
-    if (up_.units[u].parent == 0 && up_.units[u].first_op >= 0)
-      blocks.push_back(static_cast<int>(u));
-  if (blocks.empty())
-    throw Error("policy: activation_checkpointing: needs wrapped blocks to checkpoint, but wrap." +
-                std::string("type \"") + wrap_type_name(p_.wrap.type) +
-                "\" yields only the root unit");
-  const int64_t every =
-      p_.activation_checkpointing == CheckpointMode::full ? 1 : p_.checkpoint_every;
-  for (size_t j = 0; j < blocks.size(); ++j)
-    if (static_cast<int64_t>(j) % every == 0) checkpointed_[blocks[j]] = true;
+  checkpointed_ = checkpointed_units(p_, up_);
 }
 
 int Builder::next_unit(Phase order, int u) const {
@@ -123,7 +107,7 @@ void Builder::compute_op(int o, OpKind kind) {
     for (int t : op.saved) bufs.push_back(tensor_buf_[t]);
     for (int t : op.outputs) bufs.push_back(grad_tensor_buf_[t]);
     for (int t : op.inputs) {
-      if (!acts_.needs_grad(t)) continue;
+      if (!acts_->needs_grad(t)) continue;
       if (grad_tensor_buf_[t] < 0)
         grad_tensor_buf_[t] = alloc_tensor("grad", t, act_bytes_[t], up_.op_unit[o]);
       bufs.push_back(grad_tensor_buf_[t]);
@@ -157,13 +141,13 @@ void Builder::compute_op(int o, OpKind kind) {
       free_buf(grad_tensor_buf_[t]);
       grad_tensor_buf_[t] = -1;
     }
-    for (int t : acts_.released_after_backward(o)) {
+    for (int t : acts_->released_after_backward(o)) {
       free_buf(tensor_buf_[t]);
       tensor_buf_[t] = -1;
     }
   } else {
     const bool in_recompute = kind == OpKind::recompute;
-    for (int t : acts_.dead_after_forward(o, in_recompute)) {
+    for (int t : acts_->dead_after_forward(o, in_recompute)) {
       free_buf(tensor_buf_[t]);
       tensor_buf_[t] = -1;
     }
@@ -175,7 +159,7 @@ void Builder::forward_pass() {
   for (int t : g_.inputs) tensor_buf_[t] = alloc_tensor("input", t, act_bytes_[t], 0);
   for (size_t oi = 0; oi < g_.ops.size(); ++oi) {
     const int o = static_cast<int>(oi);
-    for (int u : acts_.units_entering(o)) {
+    for (int u : acts_->units_entering(o)) {
       unshard(u);
       if (p_.forward_prefetch > 0) {
         // fsdp1 forward_prefetch / fsdp2 explicit prefetch list of depth k.
@@ -189,7 +173,7 @@ void Builder::forward_pass() {
       wait_for_unshard(u);
     }
     compute_op(o, OpKind::forward);
-    for (int u : acts_.units_leaving(o)) post_forward(u);
+    for (int u : acts_->units_leaving(o)) post_forward(u);
   }
   // The root frees the last all-gather output at the end of forward.
   free_buf(prev_fwd_ag_out_);
@@ -202,7 +186,7 @@ void Builder::forward_pass() {
 void Builder::recompute_block(int block) {
   const Unit& unit = up_.units[block];
   for (int r = unit.first_op; r <= unit.last_op; ++r) {
-    for (int u : acts_.units_entering(r)) {
+    for (int u : acts_->units_entering(r)) {
       if (u == block) continue;
       unshard(u);
       wait_for_unshard(u);
@@ -215,12 +199,12 @@ void Builder::backward_pass() {
   phase_ = Phase::backward;
   for (size_t oi = g_.ops.size(); oi-- > 0;) {
     const int o = static_cast<int>(oi);
-    for (int u : acts_.units_leaving(o)) {  // outer first in reverse
+    for (int u : acts_->units_leaving(o)) {  // outer first in reverse
       pre_backward(u);
       if (checkpointed_[u]) recompute_block(u);
     }
     compute_op(o, OpKind::backward);
-    std::vector<int> entering = acts_.units_entering(o);
+    std::vector<int> entering = acts_->units_entering(o);
     std::reverse(entering.begin(), entering.end());  // inner first
     for (int u : entering) post_backward(u);
   }
@@ -307,10 +291,16 @@ Schedule Builder::build(bool persistent_only) {
   setup_persistent();
   setup_checkpointing();
   if (persistent_only) return std::move(s_);
-  acts_.set_checkpointed(up_, checkpointed_);
+  if (shared_acts_ && shared_acts_->units() == &up_ &&
+      shared_acts_->checkpointed() == checkpointed_) {
+    acts_ = shared_acts_;
+  } else {
+    own_acts_.set_checkpointed(up_, checkpointed_);
+    acts_ = &own_acts_;
+  }
   for (size_t u = 0; u < up_.units.size(); ++u)
     if (has_params(static_cast<int>(u))) fwd_order_.push_back(static_cast<int>(u));
-  bwd_order_ = acts_.backward_unit_order();
+  bwd_order_ = acts_->backward_unit_order();
   bwd_order_.erase(
       std::remove_if(bwd_order_.begin(), bwd_order_.end(), [&](int u) { return !has_params(u); }),
       bwd_order_.end());
@@ -331,7 +321,7 @@ Schedule Builder::build(bool persistent_only) {
   }
   act_bytes_.resize(g_.tensors.size());
   for (size_t t = 0; t < g_.tensors.size(); ++t)
-    act_bytes_[t] = acts_.bytes_of(static_cast<int>(t), sizes->tensor_numel[t], b_p_);
+    act_bytes_[t] = acts_->bytes_of(static_cast<int>(t), sizes->tensor_numel[t], b_p_);
   workspace_bytes_ = sizes->workspace_bytes;
   reserve_capacity();
 
@@ -351,14 +341,14 @@ Schedule Builder::build(bool persistent_only) {
 }  // namespace detail
 
 Schedule build_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units, int rank,
-                        const WorkloadSizes* sizes) {
-  detail::Builder b(graph, policy, units, rank, sizes);
+                        const WorkloadSizes* sizes, const ActivationPlan* acts) {
+  detail::Builder b(graph, policy, units, rank, sizes, acts);
   return b.build();
 }
 
 Schedule build_persistent_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units,
                                    int rank) {
-  detail::Builder b(graph, policy, units, rank, nullptr);
+  detail::Builder b(graph, policy, units, rank, nullptr, nullptr);
   return b.build(true);
 }
 

@@ -29,8 +29,9 @@ struct UnitState {
 
 class Builder {
  public:
-  Builder(const Graph& g, const Policy& p, const UnitPlan& up, int rank, const WorkloadSizes* sizes)
-      : g_(g), p_(p), up_(up), sizes_(sizes), acts_(g), rank_(rank) {
+  Builder(const Graph& g, const Policy& p, const UnitPlan& up, int rank, const WorkloadSizes* sizes,
+          const ActivationPlan* shared_acts)
+      : g_(g), p_(p), up_(up), sizes_(sizes), shared_acts_(shared_acts), own_acts_(g), rank_(rank) {
     const World& w = up.world;
     n_ = w.shard_group_size;
     r_ = w.replicas;
@@ -206,8 +207,10 @@ class Builder {
   const Graph& g_;
   const Policy& p_;
   const UnitPlan& up_;
-  const WorkloadSizes* sizes_;  // may be null
-  ActivationPlan acts_;
+  const WorkloadSizes* sizes_;               // may be null
+  const ActivationPlan* shared_acts_;        // may be null; used when it matches
+  ActivationPlan own_acts_;                  // built here otherwise
+  const ActivationPlan* acts_ = &own_acts_;  // the one in use
   int rank_;
   Schedule s_;
   int64_t n_ = 1, r_ = 1, k_ = 1;

@@ -62,20 +62,26 @@ class SharedCache {
 using UnitsCache = SharedCache<std::string, plan::UnitPlan>;
 // The graph's sizes, by workload (batch, seq).
 using SizesCache = SharedCache<std::pair<int64_t, int64_t>, plan::WorkloadSizes>;
+// Activation liveness, by units key and the checkpointed units (which hold
+// the cached units' identity: plan::build_schedule uses it for those only).
+using ActsCache = SharedCache<std::pair<std::string, std::vector<bool>>, plan::ActivationPlan>;
 
 SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const SweepOptions& options,
-                    UnitsCache& units, SizesCache& sizes_cache, nlohmann::json doc, int64_t world) {
+                    UnitsCache& units, SizesCache& sizes_cache, ActsCache& acts_cache,
+                    nlohmann::json doc, int64_t world) {
   SweepPoint pt;
   pt.world = world;
   pt.policy = std::move(doc);
   std::shared_ptr<const plan::UnitPlan> up;
   std::shared_ptr<const plan::WorkloadSizes> sizes;
+  std::string units_key;
   plan::Policy policy;
   plan::Schedule persistent;
   try {
     policy = plan::policy_from_json(pt.policy);
     const plan::World w = plan::validate_policy(policy, graph, world);
-    up = units.get(plan::units_key(policy, w), [&] { return plan::build_units(graph, policy, w); });
+    units_key = plan::units_key(policy, w);
+    up = units.get(units_key, [&] { return plan::build_units(graph, policy, w); });
     const plan::Workload workload{policy.batch_size, plan::resolve_seq_len(policy, graph)};
     sizes = sizes_cache.get({workload.batch, workload.seq},
                             [&] { return plan::workload_sizes(graph, workload); });
@@ -113,7 +119,15 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
       return pt;
     }
   }
-  const plan::Schedule schedule = plan::build_schedule(graph, policy, *up, 0, sizes.get());
+  std::vector<bool> checkpointed = plan::checkpointed_units(policy, *up);
+  const std::shared_ptr<const plan::ActivationPlan> acts =
+      acts_cache.get({units_key, checkpointed}, [&] {
+        plan::ActivationPlan a(graph);
+        a.set_checkpointed(*up, checkpointed);
+        return a;
+      });
+  const plan::Schedule schedule =
+      plan::build_schedule(graph, policy, *up, 0, sizes.get(), acts.get());
   record(simulate(graph, *up, schedule, hw, so));
   return pt;
 }
@@ -206,6 +220,7 @@ SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const Har
   result.points.resize(total);
   UnitsCache units;
   SizesCache sizes;
+  ActsCache acts;
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
   std::mutex progress_mu;
@@ -217,7 +232,7 @@ SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const Har
       if (i >= total) return;
       try {
         const int64_t world = options.worlds[i / per_world];
-        SweepPoint pt = evaluate(graph, hw, options, units, sizes,
+        SweepPoint pt = evaluate(graph, hw, options, units, sizes, acts,
                                  grid_policy(grid, options.base_policy, i % per_world), world);
         pt.config = i;
         result.points[i] = std::move(pt);
@@ -275,7 +290,7 @@ SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const Har
     result.best = static_cast<int64_t>(result.ranking.front());
     const SweepPoint& best = result.points[static_cast<size_t>(result.best)];
     result.baseline = evaluate(
-        graph, hw, options, units, sizes,
+        graph, hw, options, units, sizes, acts,
         options.base_policy.is_null() ? nlohmann::json::object() : options.base_policy, best.world);
     result.has_baseline = true;
   }

@@ -2,12 +2,15 @@
 // behaviours of each knob.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
 #include "plan/error.h"
 #include "plan/models.h"
 #include "plan/schedule.h"
+#include "plan/schedule_io.h"
+#include "plan/workload_sizes.h"
 #include "tests/plan/schedule_grid.h"
 #include "tests/plan/toy_graph.h"
 
@@ -367,4 +370,38 @@ TEST_CASE("toy model fsdp2: the forward issue order of unit 1 is copy-in, all-ga
       CHECK(b.bytes == 80);
     }
   CHECK(found == 2);  // gathered for forward and again for backward
+}
+
+TEST_CASE("shared sizes and activation plans give the schedule built without them", "[schedule]") {
+  // Sweeps pass one WorkloadSizes per workload and one ActivationPlan per
+  // (units, checkpointed blocks); a plan for other units or other blocks, and
+  // sizes of another workload, must be ignored, never used.
+  const plan::Graph g = plan::load_model("gpt2-small");
+  const plan::Policy p =
+      plan::policy_from_json({{"wrap", {{"type", "class"}, {"classes", {"GPT2Block"}}}},
+                              {"activation_checkpointing", {{"every", 2}}},
+                              {"seq_len", 128}});
+  const plan::World w = plan::validate_policy(p, g, 4);
+  const plan::UnitPlan units = plan::build_units(g, p, w);
+  const plan::UnitPlan other_units = plan::build_units(g, p, w);  // equal, another object
+  const nlohmann::json own = plan::schedule_to_json(g, units, plan::build_schedule(g, p, units, 1));
+
+  const plan::WorkloadSizes sizes = plan::workload_sizes(g, {1, 128});
+  const plan::WorkloadSizes wrong_sizes = plan::workload_sizes(g, {2, 64});
+  plan::ActivationPlan acts(g);
+  acts.set_checkpointed(units, plan::checkpointed_units(p, units));
+  plan::ActivationPlan other_blocks(g);
+  other_blocks.set_checkpointed(units, std::vector<bool>(units.units.size(), false));
+  plan::ActivationPlan for_other_units(g);
+  for_other_units.set_checkpointed(other_units, plan::checkpointed_units(p, other_units));
+
+  CHECK(plan::schedule_to_json(g, units, plan::build_schedule(g, p, units, 1, &sizes, &acts)) ==
+        own);
+  CHECK(plan::schedule_to_json(
+            g, units, plan::build_schedule(g, p, units, 1, &wrong_sizes, &other_blocks)) == own);
+  CHECK(plan::schedule_to_json(
+            g, units, plan::build_schedule(g, p, units, 1, nullptr, &for_other_units)) == own);
+  // The checkpointed blocks: every other GPT2Block of the 12.
+  const std::vector<bool> ck = plan::checkpointed_units(p, units);
+  CHECK(std::count(ck.begin(), ck.end(), true) == 6);
 }
