@@ -1,6 +1,6 @@
 // `shardscope sweep`: what-if policy sweep over a grid of policy values and
 // world sizes, simulated on a thread pool (sim/sweep.h), ranked, with the
-// Pareto front of step time vs peak reserved memory and a recommendation.
+// Pareto front of throughput (tokens/s) vs peak reserved memory and a recommendation.
 #include <unistd.h>
 
 #include <algorithm>

@@ -11,8 +11,8 @@
 //     n = 1: 0
 //     a CollectiveFit for (kind, n, k > 1): latency + f (S / busbw) (n-1)/n
 //     ring:  C + f (n-1) hop + f (S / B) (n-1)/n
-//     tree (all-reduce across nodes only):
-//            C + 2 ((m-1) hop_nvlink + ceil(log2 k) hop_ib) + 2 (S / B) (n-1)/n
+//     tree (all-reduce across nodes only; M = most of its ranks on one node):
+//            C + 2 ((M-1) hop_nvlink + ceil(log2 k) hop_ib) + 2 (S / B) (n-1)/n
 //     C = collective_latency_ns; hop = NVLink hop latency when k = 1, else IB's;
 //     B = NVLink bus bandwidth when k = 1, else min(NVLink, m x IB per GPU):
 //     NCCL runs one ring per NIC, so a node's m GPUs drive m NICs at once.

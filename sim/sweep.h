@@ -1,7 +1,7 @@
 // What-if sweeps: the cartesian product of policy values (a grid) x world
 // sizes, each configuration planned (plan/) and simulated without a trace on
-// a thread pool, then ranked: the fastest configurations that fit the memory
-// limit, the Pareto front of step time vs peak reserved memory, and a
+// a thread pool, then ranked: the configurations that fit the memory limit by
+// throughput (tokens/s), the Pareto front of tokens/s vs peak reserved memory, and a
 // recommended policy compared with the base policy (docs/sweep.md).
 //
 // Results are in grid order and do not depend on the thread count: every
