@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "plan/error.h"
@@ -85,11 +86,22 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
     const plan::Workload workload{policy.batch_size, plan::resolve_seq_len(policy, graph)};
     sizes = sizes_cache.get({workload.batch, workload.seq},
                             [&] { return plan::workload_sizes(graph, workload); });
-    pt.tokens_per_step = world * policy.batch_size * sizes->workload.seq * policy.grad_accum_steps;
+    int64_t tokens = world;
+    for (int64_t factor : {policy.batch_size, sizes->workload.seq, policy.grad_accum_steps})
+      if (__builtin_mul_overflow(tokens, factor, &tokens))
+        throw std::overflow_error(
+            "tokens per step (world x batch_size x seq_len x "
+            "grad_accum_steps) overflow int64");
+    pt.tokens_per_step = tokens;
     persistent = plan::build_persistent_schedule(graph, policy, *up, 0);
   } catch (const plan::Error& e) {
     pt.rejected = true;
     pt.reason = e.what();
+    return pt;
+  } catch (const std::overflow_error& e) {
+    // Sizes beyond int64 (a batch of 1e15): an impossible configuration, rejected like one.
+    pt.rejected = true;
+    pt.reason = std::string("sizes: ") + e.what();
     return pt;
   }
   SimOptions so;

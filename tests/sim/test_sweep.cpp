@@ -203,6 +203,23 @@ TEST_CASE("sweep points equal full simulations, also when persistent state alone
   CHECK(r.ranking.size() >= 1);
 }
 
+TEST_CASE("a configuration whose sizes overflow int64 is rejected, not fatal", "[sim][sweep]") {
+  const plan::Graph g = plan::load_model("gpt2-tiny");
+  const sim::SweepGrid grid = sim::grid_from_json({{"batch_size", {1, int64_t{1000000000000000}}}});
+  sim::SweepOptions o;
+  o.worlds = {2};
+  o.base_policy = base_policy();
+  o.threads = 1;
+  const sim::SweepResult r = sim::run_sweep(g, grid, sim::hardware_preset("h100-sxm"), o);
+  REQUIRE(r.points.size() == 2);
+  CHECK_FALSE(r.points[0].rejected);
+  CHECK(r.points[0].fits);
+  CHECK(r.points[1].rejected);
+  CHECK_THAT(r.points[1].reason, Catch::Contains("sizes") && Catch::Contains("overflow"));
+  CHECK(r.rejected == 1);
+  CHECK(r.best == 0);
+}
+
 TEST_CASE("a sweep where nothing fits has no best", "[sim][sweep]") {
   const plan::Graph g = plan::load_model("gpt2-tiny");
   sim::SweepOptions o;
