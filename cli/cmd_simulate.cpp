@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/plan_inputs.h"
+#include "cli/sim_flags.h"
 #include "plan/schedule.h"
 #include "plan/units.h"
 #include "sim/hardware.h"
@@ -77,17 +78,8 @@ int cmd_simulate(int argc, char** argv) {
   }
   const int64_t world = args.get_int("world", 8, 1, 1 << 20);
   const std::string hw_spec = args.get("hw", "h100-sxm");
-  sim::HardwareModel hw;
-  try {
-    hw = sim::load_hardware(hw_spec);
-  } catch (const sim::Error& e) {
-    throw UsageError(std::string("--hw: ") + e.what());
-  }
-  int64_t mem_limit = 0;
-  if (args.has("mem-limit")) {
-    mem_limit = parse_size(args.get("mem-limit"), "--mem-limit");
-    if (mem_limit <= 0) throw UsageError("--mem-limit must be > 0");
-  }
+  const sim::HardwareModel hw = hardware_flag(args);
+  const int64_t mem_limit = memory_limit_flag(args);
   PlanInputs in = load_plan_inputs(args, world);
   plan::UnitPlan units = plan::build_units(in.graph, in.policy, in.world);
   for (const std::string& w : units.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());

@@ -14,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/plan_inputs.h"
+#include "cli/sim_flags.h"
 #include "plan/models.h"
 #include "sim/sweep.h"
 
@@ -265,18 +266,8 @@ int cmd_sweep(int argc, char** argv) {
   const std::string model = args.require("model");
   const std::string grid_path = args.require("grid");
   const std::vector<int64_t> worlds = parse_worlds(args.get("world", "8"));
-  const std::string hw_spec = args.get("hw", "h100-sxm");
-  sim::HardwareModel hw;
-  try {
-    hw = sim::load_hardware(hw_spec);
-  } catch (const sim::Error& e) {
-    throw UsageError(std::string("--hw: ") + e.what());
-  }
-  int64_t mem_limit = 0;
-  if (args.has("mem-limit")) {
-    mem_limit = parse_size(args.get("mem-limit"), "--mem-limit");
-    if (mem_limit <= 0) throw UsageError("--mem-limit must be > 0");
-  }
+  const sim::HardwareModel hw = hardware_flag(args);
+  const int64_t mem_limit = memory_limit_flag(args);
   const int threads = static_cast<int>(args.get_int("threads", 0, 0, 1024));
   const auto top = static_cast<size_t>(args.get_int("top", 10, 1, 1 << 20));
   sim::SweepGrid grid;
