@@ -1,0 +1,166 @@
+// Calibration output: the hardware JSON that reads back to the fitted model,
+// and the fit report as JSON and as text (sim/calibrate.h). The fitting is in
+// calibrate.cpp.
+#include "sim/calibrate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "plan/schedule.h"
+#include "sim/hardware.h"
+
+namespace shardscope::sim {
+
+namespace {
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string human_rate(double bytes_per_s) {
+  return fmt("%.2f GB/s", bytes_per_s / 1e9);
+}
+
+std::string percent(double x) {
+  return fmt("%.3f%%", 100.0 * x);
+}
+
+}  // namespace
+
+nlohmann::json calibrated_hardware_json(const HardwareModel& hw,
+                                        const std::string& preferred_base) {
+  nlohmann::json j = hardware_to_json(hw);
+  std::vector<std::string> candidates;
+  if (is_hardware_preset(preferred_base)) candidates.push_back(preferred_base);
+  for (const std::string& p : hardware_presets()) candidates.push_back(p);
+  for (const std::string& p : candidates) {
+    const HardwareModel b = hardware_preset(p);
+    bool covered = true;
+    for (const auto& [type, e] : b.efficiency) covered = covered && hw.efficiency.count(type);
+    if (covered) {
+      j["base"] = p;
+      return j;
+    }
+  }
+  // No preset's types are all in hw's map: state "default" explicitly and
+  // start from the preset whose map holds only "default".
+  j["efficiency"]["default"] = hw.efficiency_of("default");
+  j["base"] = "cpu-local";
+  return j;
+}
+
+nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
+  nlohmann::json j;
+  j["name"] = r.name;
+  j["base"] = r.base;
+  j["traces"] = r.traces;
+  j["nccl_tests"] = r.nccl_tables;
+  nlohmann::json eff = nlohmann::json::array();
+  for (const EfficiencyReport& e : r.efficiency)
+    eff.push_back({{"op_type", e.op_type},
+                   {"events", e.events},
+                   {"memory_bound", e.memory_bound},
+                   {"contended", e.contended},
+                   {"base_efficiency", e.base_efficiency},
+                   {"efficiency", e.efficiency},
+                   {"fitted", e.fitted},
+                   {"clamped", e.clamped},
+                   {"rms_rel_residual", e.rms_rel_residual},
+                   {"max_rel_residual", e.max_rel_residual}});
+  j["efficiency"] = eff;
+  nlohmann::json coll = nlohmann::json::array();
+  for (const CollectiveReport& c : r.collectives)
+    coll.push_back({{"kind", plan::op_kind_name(c.fit.kind)},
+                    {"ranks", c.fit.ranks},
+                    {"multi_node", c.fit.multi_node},
+                    {"points", c.points},
+                    {"trace_points", c.trace_points},
+                    {"nccl_points", c.nccl_points},
+                    {"distinct_sizes", c.distinct_sizes},
+                    {"latency_ns", c.fit.latency_ns},
+                    {"bus_bytes_per_s", c.fit.bus_bytes_per_s},
+                    {"latency_from_base", c.latency_from_base},
+                    {"latency_clamped", c.latency_clamped},
+                    {"rms_rel_residual", c.rms_rel_residual},
+                    {"max_rel_residual", c.max_rel_residual}});
+  j["collectives"] = coll;
+  const ContentionReport& c = r.contention;
+  j["contention"] = {{"events", c.events},
+                     {"base_factor", c.base_factor},
+                     {"factor", c.factor},
+                     {"fitted", c.fitted},
+                     {"clamped", c.clamped},
+                     {"rms_rel_residual", c.rms_rel_residual},
+                     {"max_rel_residual", c.max_rel_residual}};
+  j["events"] = {{"compute", r.compute_events},
+                 {"compute_without_flops", r.compute_without_flops},
+                 {"compute_at_collective_boundary", r.compute_at_boundary},
+                 {"collectives", r.collective_events},
+                 {"collectives_skipped", r.collectives_skipped}};
+  j["notes"] = r.notes;
+  return j;
+}
+
+std::string format_calibration_report(const CalibrationReport& r) {
+  std::string out;
+  char line[256];
+  out += "hardware '" + r.name + "' calibrated from " + std::to_string(r.traces.size()) +
+         " trace(s) and " + std::to_string(r.nccl_tables.size()) + " nccl-tests table(s); base '" +
+         r.base + "' (peaks, HBM bandwidth and the rest kept)\n";
+  out += "residuals: (predicted - measured) / measured of each duration\n\n";
+  if (!r.efficiency.empty()) {
+    out += "compute efficiency (fraction of the dtype's peak FLOP/s):\n";
+    std::snprintf(line, sizeof line, "  %-22s %8s %9s %9s %8s %9s %10s %10s\n", "op type", "events",
+                  "mem-bound", "contended", "base", "fitted", "rms rel", "max rel");
+    out += line;
+    for (const EfficiencyReport& e : r.efficiency) {
+      const std::string fitted =
+          e.fitted ? fmt("%.4f", e.efficiency) + (e.clamped ? "*" : "") : std::string("kept");
+      std::snprintf(line, sizeof line, "  %-22s %8lld %9lld %9lld %8.4f %9s %10s %10s\n",
+                    e.op_type.c_str(), static_cast<long long>(e.events),
+                    static_cast<long long>(e.memory_bound), static_cast<long long>(e.contended),
+                    e.base_efficiency, fitted.c_str(), percent(e.rms_rel_residual).c_str(),
+                    percent(e.max_rel_residual).c_str());
+      out += line;
+    }
+    out += "\n";
+  }
+  if (!r.collectives.empty()) {
+    out += "collectives (t = latency + f S (n-1)/n / busbw, f = 2 for all-reduce):\n";
+    std::snprintf(line, sizeof line, "  %-15s %5s %6s %7s %6s %12s %13s %10s %10s\n", "kind",
+                  "ranks", "nodes", "points", "sizes", "latency", "bus bw", "rms rel", "max rel");
+    out += line;
+    for (const CollectiveReport& c : r.collectives) {
+      const std::string latency = fmt("%.3f us", static_cast<double>(c.fit.latency_ns) / 1e3) +
+                                  (c.latency_from_base ? "^" : "");
+      std::snprintf(line, sizeof line, "  %-15s %5lld %6s %7lld %6lld %12s %13s %10s %10s\n",
+                    plan::op_kind_name(c.fit.kind), static_cast<long long>(c.fit.ranks),
+                    c.fit.multi_node ? "multi" : "one", static_cast<long long>(c.points),
+                    static_cast<long long>(c.distinct_sizes), latency.c_str(),
+                    human_rate(c.fit.bus_bytes_per_s).c_str(), percent(c.rms_rel_residual).c_str(),
+                    percent(c.max_rel_residual).c_str());
+      out += line;
+    }
+    const bool any_from_base =
+        std::any_of(r.collectives.begin(), r.collectives.end(),
+                    [](const CollectiveReport& c) { return c.latency_from_base; });
+    out += any_from_base ? "  (^ latency kept from the base: one message size)\n\n" : "\n";
+  }
+  const ContentionReport& c = r.contention;
+  if (c.fitted)
+    out += "contention factor " + fmt("%.4f", c.factor) + " (base " + fmt("%g", c.base_factor) +
+           ") from " + std::to_string(c.events) + " overlapped compute event(s), rms rel " +
+           percent(c.rms_rel_residual) + ", max rel " + percent(c.max_rel_residual) + "\n";
+  else
+    out += "contention factor " + fmt("%g", c.factor) + " kept from the base\n";
+  if (!r.notes.empty()) {
+    out += "\nnotes:\n";
+    for (const std::string& n : r.notes) out += "  - " + n + "\n";
+  }
+  return out;
+}
+
+}  // namespace shardscope::sim
