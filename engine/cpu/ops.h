@@ -1,0 +1,119 @@
+// CPU ops with forward and backward for every op type of plan/'s model graphs
+// (plan/model_builders.h): fp32 math on contiguous row-major float arrays.
+//
+// Conventions (every function below):
+//  - Shapes are given by the arguments; N = rows (product of every dim but the
+//    last), C = the last dim. Pointers are never aliased unless a comment says so.
+//  - Forward functions *overwrite* their outputs.
+//  - Backward functions *accumulate* (+=) into every gradient they produce
+//    (inputs and parameters alike): a tensor read by two ops, or a tied
+//    parameter, receives the sum of its users' contributions. Callers zero a
+//    gradient buffer before its first producer runs.
+//  - Deterministic: no result depends on thread count or timing (fixed-order
+//    reductions; OpenBLAS runs single-threaded per calling thread, see
+//    set_blas_threads).
+#pragma once
+
+#include <cstdint>
+
+namespace shardscope::engine::cpu {
+
+// OpenBLAS threads used by linear(); the engine calls set_blas_threads(1) so
+// that each stream thread runs one BLAS thread (2 cores are not oversubscribed).
+void set_blas_threads(int threads);
+
+enum class WeightLayout : uint8_t { out_in, in_out };  // nn.Linear [out, in] | HF Conv1D [in, out]
+
+// ---- embedding ----------------------------------------------------------------
+// out[i, :] = table[ids[i], :]; ids in [0, rows) (checked: throws std::out_of_range
+// naming the id). ids == nullptr: positions, out[i, :] = table[i, :] for i < n.
+void embedding_forward(const int64_t* ids, const float* table, float* out, int64_t n, int64_t rows,
+                       int64_t dim);
+// dtable[ids[i], :] += dout[i, :], in order of i (fixed order).
+void embedding_backward(const int64_t* ids, const float* dout, float* dtable, int64_t n,
+                        int64_t rows, int64_t dim);
+
+// ---- linear -------------------------------------------------------------------
+// y[N, out] = x[N, in] @ W^T + b (out_in: W [out, in]; in_out: W [in, out], y = x @ W).
+// bias may be nullptr.
+void linear_forward(const float* x, const float* w, const float* bias, float* y, int64_t n,
+                    int64_t in, int64_t out, WeightLayout layout);
+// dx += dy @ W (as laid out), dw += dy^T x (or x^T dy for in_out), dbias += sum_rows dy.
+// dx may be nullptr (input needs no gradient); dbias nullptr when there is no bias.
+void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                     float* dbias, int64_t n, int64_t in, int64_t out, WeightLayout layout);
+
+// ---- normalisation --------------------------------------------------------------
+// y = (x - mean) * rstd * w + b per row; mean[N], rstd[N] = 1/sqrt(var + eps) (biased var).
+void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
+                       float* rstd, int64_t n, int64_t c, double eps);
+void layernorm_backward(const float* x, const float* w, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dw, float* db, int64_t n, int64_t c);
+// y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps).
+void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t n, int64_t c,
+                     double eps);
+void rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy, float* dx,
+                      float* dw, int64_t n, int64_t c);
+
+// ---- attention --------------------------------------------------------------------
+// Causal scaled-dot-product attention with grouped-query heads and optional
+// rotary embeddings (Hugging Face Llama's rotate_half convention: element i of a
+// head pairs with i + D/2, inv_freq[i] = theta^(-2i/D), position = t).
+struct AttentionShape {
+  int64_t batch = 1, seq = 1;     // B, T
+  int64_t n_head = 1;             // H query heads
+  int64_t n_kv_head = 1;          // Hkv, H % Hkv == 0: query head h uses kv head h / (H / Hkv)
+  int64_t head_dim = 1;           // D (even when rope)
+  double scale = 1.0;             // scores = scale * q.k
+  bool rope = false;
+  double rope_theta = 10000.0;
+};
+// q [B, T, H*D], k and v [B, T, Hkv*D] given as base pointers with row strides
+// (elements between consecutive (b, t) rows): packed GPT-2 c_attn output
+// [B, T, 3*H*D] is q = base, k = base + H*D, v = base + 2*H*D, all stride 3*H*D;
+// separate tensors have stride H*D (q) and Hkv*D (k, v).
+// out [B, T, H*D]; lse [B, H, T] = log-sum-exp of each query's scaled scores.
+struct QkvView {
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t q_stride, kv_stride;
+};
+void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, float* lse);
+// Gradients of q, k, v (same layout and strides as the inputs, accumulated):
+// dq/dk/dv point at the gradient buffer(s) laid out like qkv.
+struct QkvGrad {
+  float* dq;
+  float* dk;
+  float* dv;
+  int64_t q_stride, kv_stride;
+};
+void attention_backward(const AttentionShape& s, const QkvView& qkv, const float* out,
+                        const float* lse, const float* dout, const QkvGrad& grad);
+
+// ---- pointwise ----------------------------------------------------------------------
+// approximate: tanh form (true: gelu_new / gelu_pytorch_tanh) or exact erf form.
+void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approximation);
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approximation);
+void relu_forward(const float* x, float* y, int64_t n);
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n);  // uses the output
+// y = silu(gate) * up
+void swiglu_forward(const float* gate, const float* up, float* y, int64_t n);
+void swiglu_backward(const float* gate, const float* up, const float* dy, float* dgate, float* dup,
+                     int64_t n);
+// y[n] = a[n] + b[n % b_n] (b_n == n: plain add; b_n < n: b broadcast over leading dims,
+// GPT-2's wte + wpe). Backward: da += dy; db[j] += sum over rows of dy (fixed order).
+void residual_forward(const float* a, const float* b, float* y, int64_t n, int64_t b_n);
+void residual_backward(const float* dy, float* da, float* db, int64_t n, int64_t b_n);
+
+// ---- loss ------------------------------------------------------------------------------
+// Mean cross entropy of logits [N, V] against labels [N] (each in [0, V), checked).
+// Writes log_probs [N, V] (kept for backward) and returns the loss (double sum
+// of the rows' losses, in row order, divided by N).
+double cross_entropy_forward(const float* logits, const int64_t* labels, float* log_probs,
+                             int64_t n, int64_t v);
+// dlogits += dloss * (softmax - onehot) / N.
+void cross_entropy_backward(const float* log_probs, const int64_t* labels, float dloss,
+                            float* dlogits, int64_t n, int64_t v);
+
+}  // namespace shardscope::engine::cpu
