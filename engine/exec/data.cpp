@@ -1,0 +1,120 @@
+#include "engine/exec/data.h"
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+namespace shardscope::engine::exec {
+
+uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_name(const std::string& name) {  // FNV-1a 64
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+double uniform01(uint64_t seed, uint64_t stream, uint64_t index) {
+  const uint64_t r = mix64(mix64(seed ^ mix64(stream)) + index);
+  return (static_cast<double>(r >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+double normal01(uint64_t seed, uint64_t stream, uint64_t index) {
+  const double u1 = uniform01(seed, stream, 2 * index);
+  const double u2 = uniform01(seed, stream, 2 * index + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+namespace {
+const plan::Op* first_user(const plan::Graph& g, int param) {
+  for (const plan::Op& op : g.ops)
+    for (int p : op.params)
+      if (p == param) return &op;
+  return nullptr;
+}
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+float initial_value(const plan::Graph& g, int param, int64_t index, uint64_t seed) {
+  const plan::Param& p = g.params[static_cast<size_t>(param)];
+  const plan::Op* op = first_user(g, param);
+  const std::string type = op ? op->type : "";
+  if (ends_with(p.name, ".bias")) return 0.0f;
+  if (type == "layernorm" || type == "rmsnorm") return 1.0f;
+  double std = 0.02;
+  if (g.family == "gpt2" && ends_with(p.name, ".c_proj.weight")) {
+    int64_t layers = 0;
+    for (const plan::Module& m : g.modules)
+      if (m.class_name == "GPT2Block") ++layers;
+    std /= std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(layers, 1)));
+  }
+  return static_cast<float>(std * normal01(seed, hash_name(p.name), static_cast<uint64_t>(index)));
+}
+
+DataSource::DataSource(const plan::Graph& graph, uint64_t seed) : g_(&graph), seed_(seed) {}
+
+DataSource DataSource::from_text_file(const plan::Graph& graph, uint64_t seed,
+                                      const std::string& path) {
+  if (graph.vocab_size < 256)
+    throw std::invalid_argument("--data " + path + ": model '" + graph.model_name +
+                                "' has a vocabulary of " + std::to_string(graph.vocab_size) +
+                                " < 256 byte values (byte-level training needs a token model)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument("--data " + path + ": cannot open the file");
+  DataSource d(graph, seed);
+  d.text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (d.text_.size() < 2)
+    throw std::invalid_argument("--data " + path + ": the file holds fewer than 2 bytes");
+  return d;
+}
+
+uint64_t DataSource::token_at(int64_t sample, int64_t pos, int64_t seq) const {
+  if (text_.empty())
+    return static_cast<uint64_t>(
+        uniform01(seed_, 0x70c3e5ull + static_cast<uint64_t>(sample), static_cast<uint64_t>(pos)) *
+        static_cast<double>(g_->vocab_size));
+  const uint64_t len = text_.size();
+  const uint64_t span = static_cast<uint64_t>(seq) + 1;
+  const uint64_t starts = len > span ? len - span + 1 : 1;
+  const uint64_t start = mix64(seed_ ^ mix64(static_cast<uint64_t>(sample))) % starts;
+  return text_[(start + static_cast<uint64_t>(pos)) % len];
+}
+
+void DataSource::fill(int tensor, int64_t first, int64_t batch, int64_t seq, void* out) const {
+  const plan::Tensor& t = g_->tensors[static_cast<size_t>(tensor)];
+  if (g_->family == "mlp") {
+    if (t.dtype == plan::DType::f32) {  // x [B, in]
+      const auto in = static_cast<int64_t>(t.shape.back().eval(plan::Workload{1, 1}));
+      auto* x = static_cast<float*>(out);
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < in; ++i)
+          x[b * in + i] = static_cast<float>(normal01(
+              seed_, 0xf00dull + static_cast<uint64_t>(first + b), static_cast<uint64_t>(i)));
+      return;
+    }
+    int64_t classes = 0;  // labels [B]: from the cross-entropy op
+    for (const plan::Op& op : g_->ops)
+      if (op.type == "cross_entropy") classes = op.attrs.value("classes", int64_t{0});
+    auto* y = static_cast<int64_t*>(out);
+    for (int64_t b = 0; b < batch; ++b)
+      y[b] = static_cast<int64_t>(uniform01(seed_, 0x1abe1ull, static_cast<uint64_t>(first + b)) *
+                                  static_cast<double>(classes));
+    return;
+  }
+  const bool labels = t.name == "labels";
+  auto* ids = static_cast<int64_t*>(out);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < seq; ++i)
+      ids[b * seq + i] = static_cast<int64_t>(token_at(first + b, i + (labels ? 1 : 0), seq));
+}
+
+}  // namespace shardscope::engine::exec

@@ -1,0 +1,48 @@
+// Training data: per global sample index, deterministic from the seed (so
+// every world size sees the same global batch; ARCHITECTURE.md's
+// data-parallel semantics). Token models: a sequence of T+1 tokens, input ids
+// the first T and labels the last T (next-token prediction). MLP: features
+// x[in] ~ N(0, 1) and a class label.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/graph.h"
+
+namespace shardscope::engine::exec {
+
+class DataSource {
+ public:
+  // Synthetic tokens (uniform over the vocabulary) or features, from `seed`.
+  DataSource(const plan::Graph& graph, uint64_t seed);
+  // Byte-level text: sample g is a window of T+1 bytes of the file at a
+  // seeded offset. The model's vocabulary must hold the 256 byte values.
+  static DataSource from_text_file(const plan::Graph& graph, uint64_t seed,
+                                   const std::string& path);
+
+  // Fills graph input `tensor` (input_ids / labels / x) for global samples
+  // [first, first + batch) at sequence length seq into `out` (its dtype: i64 or f32).
+  void fill(int tensor, int64_t first, int64_t batch, int64_t seq, void* out) const;
+
+ private:
+  const plan::Graph* g_;
+  uint64_t seed_;
+  std::vector<uint8_t> text_;  // empty: synthetic
+  uint64_t token_at(int64_t sample, int64_t pos, int64_t seq) const;
+};
+
+// Counter-based random numbers: the same (seed, stream, index) always gives
+// the same value, whatever the order of calls.
+uint64_t mix64(uint64_t x);
+uint64_t hash_name(const std::string& name);
+double uniform01(uint64_t seed, uint64_t stream, uint64_t index);  // (0, 1)
+double normal01(uint64_t seed, uint64_t stream, uint64_t index);   // Box-Muller
+
+// Initial value of element `index` of parameter `param` (GPT-2/Llama
+// conventions: normal(0, 0.02) weights, GPT-2's residual projections scaled by
+// 1/sqrt(2 n_layer), norm weights 1, biases 0).
+float initial_value(const plan::Graph& graph, int param, int64_t index, uint64_t seed);
+
+}  // namespace shardscope::engine::exec

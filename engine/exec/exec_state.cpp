@@ -1,0 +1,56 @@
+// Parameter state of a rank outside the step: initial weights (rank 0 builds,
+// broadcasts over the world, every rank keeps its shard) and gathering the
+// full parameters back (tests, consolidated checkpoints).
+#include <cstring>
+
+#include "engine/exec/rank_executor.h"
+
+namespace shardscope::engine::exec {
+
+void RankExecutor::init_weights(uint64_t seed) {
+  for (size_t u = 0; u < up_.units.size(); ++u) {
+    const UnitLayout& lay = layouts_[u];
+    if (lay.shard_numel() == 0) continue;
+    std::vector<float> full(static_cast<size_t>(lay.full_numel()), 0.0f);  // unsharded layout
+    if (s_.rank == 0)
+      for (const ParamPlace& pp : lay.params())
+        for (int64_t i = 0; i < pp.numel; ++i)
+          full[static_cast<size_t>(pp.unsharded + i)] = initial_value(g_, pp.param, i, seed);
+    comm_.broadcast(0, full.data(), full.size() * sizeof(float), 0);
+    std::vector<float> gathered(full.size());
+    lay.unsharded_to_gathered(full.data(), gathered.data(), 4);
+    std::memcpy(param_shard(static_cast<int>(u)),
+                gathered.data() + shard_index_ * lay.shard_numel(),
+                static_cast<size_t>(lay.shard_numel()) * sizeof(float));
+  }
+}
+
+std::vector<std::vector<float>> RankExecutor::gather_full_params() {
+  std::vector<std::vector<float>> out(g_.params.size());
+  int shard_group = 0;
+  for (size_t i = 0; i < s_.groups.size(); ++i) {
+    const plan::ProcessGroup& grp = s_.groups[i];
+    if (grp.name.rfind("shard", 0) == 0 &&
+        std::find(grp.ranks.begin(), grp.ranks.end(), s_.rank) != grp.ranks.end())
+      shard_group = static_cast<int>(i);
+  }
+  for (size_t u = 0; u < up_.units.size(); ++u) {
+    const UnitLayout& lay = layouts_[u];
+    if (lay.shard_numel() == 0) continue;
+    std::vector<float> gathered(static_cast<size_t>(lay.full_numel()));
+    if (lay.n() == 1)
+      std::memcpy(gathered.data(), param_shard(static_cast<int>(u)),
+                  gathered.size() * sizeof(float));
+    else
+      comm_.all_gather(shard_group, param_shard(static_cast<int>(u)), gathered.data(),
+                       static_cast<size_t>(lay.shard_numel()) * sizeof(float));
+    std::vector<float> full(gathered.size());
+    lay.gathered_to_unsharded(gathered.data(), full.data(), 4);
+    for (const ParamPlace& pp : lay.params())
+      out[static_cast<size_t>(pp.param)].assign(full.begin() + pp.unsharded,
+                                                full.begin() + pp.unsharded + pp.numel);
+  }
+  return out;
+}
+
+}  // namespace shardscope::engine::exec

@@ -1,0 +1,91 @@
+#include "engine/exec/train.h"
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <thread>
+
+#include "engine/comm/shm_communicator.h"
+#include "engine/cpu/ops.h"
+#include "engine/exec/data.h"
+#include "engine/exec/rank_executor.h"
+#include "plan/schedule.h"
+#include "plan/units.h"
+
+namespace shardscope::engine::exec {
+
+namespace {
+std::vector<comm::Group> comm_groups(const plan::Schedule& s) {
+  std::vector<comm::Group> groups;
+  for (const plan::ProcessGroup& g : s.groups) groups.push_back(comm::Group{g.name, g.ranks});
+  return groups;
+}
+}  // namespace
+
+RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks) {
+  const plan::Graph& graph = *config.graph;
+  const plan::World world = plan::validate_policy(config.policy, graph, config.world_size);
+  const plan::UnitPlan units = plan::build_units(graph, config.policy, world);
+  const plan::Schedule schedule = plan::build_schedule(graph, config.policy, units, comm.rank());
+  const auto seed = static_cast<uint64_t>(config.policy.seed);
+  const DataSource data = config.data_file.empty()
+                              ? DataSource(graph, seed)
+                              : DataSource::from_text_file(graph, seed, config.data_file);
+  cpu::set_blas_threads(1);
+
+  RankRun run;
+  run.rank = comm.rank();
+  try {
+    RankExecutor exec(graph, config.policy, units, schedule, comm, data);
+    exec.trace().meta.model = config.model_name;
+    exec.trace().meta.policy_json = plan::policy_to_json(config.policy).dump();
+    exec.trace().meta.world_size = config.world_size;
+    exec.trace().meta.hardware = "cpu";
+    exec.init_weights(seed);
+    for (int64_t step = 0; step < config.steps; ++step) {
+      const StepOutcome out = exec.run_step(step);
+      float loss = static_cast<float>(out.loss);
+      comm.all_reduce(0, &loss, 1, comm::ReduceOp::avg);  // mean over the global batch
+      run.losses.push_back(loss);
+      run.step_seconds.push_back(static_cast<double>(out.end_ns - out.start_ns) * 1e-9);
+      if (hooks.on_step && comm.rank() == 0)
+        hooks.on_step(StepReport{step, loss, run.step_seconds.back(), out.skipped});
+    }
+    if (hooks.gather_final_params) {
+      auto params = exec.gather_full_params();
+      if (comm.rank() == 0) run.params = std::move(params);
+    }
+    run.peak_allocated_bytes = exec.peak_allocated_bytes();
+    run.persistent_bytes = exec.persistent_allocated_bytes();
+    run.trace = std::move(exec.trace());
+  } catch (const std::exception& e) {
+    comm.abort(e.what());
+    throw;
+  }
+  return run;
+}
+
+std::vector<RankRun> train_threads(const TrainConfig& config, const TrainHooks& hooks) {
+  const plan::Graph& graph = *config.graph;
+  const plan::World world = plan::validate_policy(config.policy, graph, config.world_size);
+  const plan::UnitPlan units = plan::build_units(graph, config.policy, world);
+  const plan::Schedule s0 = plan::build_persistent_schedule(graph, config.policy, units, 0);
+  auto comms = comm::make_thread_communicators(config.world_size, comm_groups(s0));
+  std::vector<RankRun> runs(static_cast<size_t>(config.world_size));
+  std::vector<std::exception_ptr> errors(runs.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < runs.size(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        runs[r] = train_rank(config, *comms[r], hooks);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return runs;
+}
+
+}  // namespace shardscope::engine::exec

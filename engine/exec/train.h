@@ -1,0 +1,58 @@
+// Training driver of the CPU engine: runs S steps of one rank (its executor,
+// its communicator) and gathers what `shardscope run` reports. Ranks run as
+// processes (launcher + shared-memory communicator) or, for tests and the
+// demo, as threads of one process sharing nothing but the communicator.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "plan/graph.h"
+#include "plan/policy.h"
+#include "traces/trace.h"
+
+namespace shardscope::engine::exec {
+
+struct TrainConfig {
+  const plan::Graph* graph = nullptr;
+  plan::Policy policy;
+  int world_size = 1;
+  int64_t steps = 1;
+  std::string data_file;  // empty: synthetic data
+  std::string model_name;
+};
+
+struct StepReport {
+  int64_t step = 0;
+  double loss = 0;  // mean over the global batch (all-reduced over the world)
+  double seconds = 0;
+  bool skipped = false;
+};
+using StepCallback = std::function<void(const StepReport&)>;
+
+struct RankRun {
+  int rank = 0;
+  std::vector<double> losses;  // global mean loss per step
+  std::vector<double> step_seconds;
+  int64_t peak_allocated_bytes = 0;
+  int64_t persistent_bytes = 0;
+  traces::Trace trace;                     // this rank's recording (its own clock)
+  std::vector<std::vector<float>> params;  // final full parameters (rank 0 only, when asked)
+};
+
+struct TrainHooks {
+  StepCallback on_step;              // rank 0 only
+  bool gather_final_params = false;  // rank 0 receives every parameter in full (tests)
+};
+
+// Runs the steps on this rank. Throws on any error (after aborting the
+// communicator so that peers fail fast).
+RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks);
+
+// All ranks as threads of this process; returns them by rank.
+std::vector<RankRun> train_threads(const TrainConfig& config, const TrainHooks& hooks);
+
+}  // namespace shardscope::engine::exec
