@@ -23,6 +23,7 @@ struct UnitState {
   int ag_op = -1;          // fsdp2: all-gather awaiting its copy-out
   int ag_out_buf = -1;     // fsdp2: all-gather output awaiting copy-out
   int post_fwd_buf = -1;   // fsdp2 reshard k: the 1/k slice kept after forward
+  int post_fwd_op = -1;    // the reshard_copy that wrote it (the copy-in must wait for it)
   int grad_buf = -1;       // unsharded gradient of the current micro-step
   int accum_buf = -1;      // unsharded gradient accumulated over no-sync micro-steps
 };

@@ -60,12 +60,17 @@ void Builder::unshard(int u) {
     int out = alloc("ag_out", full_bytes, BufferCategory::comm_buffers, copy_in_, u);
     const int64_t in_elems = backward_slice ? n_ * s / k_ : s;
     const int64_t src_bytes = backward_slice ? b_p_ : 4;
-    int copy = launch_simple(OpKind::cast_params, copy_in_, u, {src, out}, {},
+    // The copy-in stream waits for compute's write of the kept slice (FSDP2's
+    // copy-in stream waits on the current stream before copying in).
+    SmallVector<int, 4> copy_waits;
+    if (backward_slice) copy_waits.push_back(st.post_fwd_op);
+    int copy = launch_simple(OpKind::cast_params, copy_in_, u, {src, out}, copy_waits,
                              in_elems * (src_bytes + b_p_), pdt);
     free_buf(h2d_buf);
     if (backward_slice) {
       free_buf(st.post_fwd_buf);
       st.post_fwd_buf = -1;
+      st.post_fwd_op = -1;
     }
     st.ag_op = collective(OpKind::all_gather, ag_, u, group, full_bytes, pdt, {out}, {copy});
     st.ag_out_buf = out;
@@ -139,8 +144,8 @@ void Builder::post_forward(int u) {
     // fsdp2 reshard_after_forward=k: keep this rank's 1/k slice of the whole unit.
     const int64_t slice_bytes = n_ * shard(u) * b_p_ / k_;
     int slice = alloc("post_fwd_slice", slice_bytes, BufferCategory::unsharded_params, compute_, u);
-    launch_simple(OpKind::reshard_copy, compute_, u, {st.unsharded_buf, slice}, {}, 2 * slice_bytes,
-                  p_.mixed_precision.param_dtype);
+    st.post_fwd_op = launch_simple(OpKind::reshard_copy, compute_, u, {st.unsharded_buf, slice}, {},
+                                   2 * slice_bytes, p_.mixed_precision.param_dtype);
     reshard(u);
     st.post_fwd_buf = slice;
     return;

@@ -102,3 +102,61 @@ TEST_CASE("losses decrease on the synthetic data's repeated batch structure", "[
   // Initial loss of a 10-class classifier near log(10).
   CHECK(std::abs(runs[0].losses[0] - std::log(10.0)) < 0.3);
 }
+
+// The policy grid: flavor x wrap x reshard x prefetch x accumulation x
+// checkpointing on gpt2-tiny and llama-tiny with 2 ranks, plus 4-rank cases
+// (fsdp2 reshard to 2, hybrid sharding, DDP) — every one against the
+// single-rank reference.
+TEST_CASE("training equals single-rank training over the policy grid", "[exec][grid]") {
+  int cases = 0;
+  for (const std::string model : {"gpt2-tiny", "llama-tiny"}) {
+    const std::string block = model == "gpt2-tiny" ? "GPT2Block" : "LlamaDecoderLayer";
+    for (const std::string flavor : {"fsdp1", "fsdp2"})
+      for (const bool wrap : {false, true})
+        for (const std::string reshard : {"true", "false"})
+          for (const std::string prefetch : {"none", "pre"})
+            for (const int accum : {1, 2})
+              for (const bool ckpt : {false, true}) {
+                if (ckpt && !wrap) continue;
+                Case c{
+                    model,
+                    {"flavor=" + flavor, "reshard_after_forward=" + reshard,
+                     "backward_prefetch=" + prefetch, "grad_accum_steps=" + std::to_string(accum)},
+                    2};
+                if (flavor == "fsdp1" && reshard == "false")
+                  c.sets[1] = "reshard_after_forward=false";
+                if (wrap) {
+                  c.sets.push_back("wrap.type=class");
+                  c.sets.push_back("wrap.classes=[\"" + block + "\"]");
+                }
+                if (ckpt) c.sets.push_back("activation_checkpointing=full");
+                INFO(model << " " << flavor << " wrap " << wrap << " reshard " << reshard
+                           << " prefetch " << prefetch << " accum " << accum << " ckpt " << ckpt);
+                check_equivalent(c);
+                ++cases;
+              }
+  }
+  const std::vector<std::string> per_block = {"wrap.type=class", "wrap.classes=[\"GPT2Block\"]"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> s = per_block;
+    s.insert(s.end(), extra.begin(), extra.end());
+    return s;
+  };
+  for (const Case& c :
+       {Case{"gpt2-tiny", with({"reshard_after_forward=2"}), 4},
+        Case{"gpt2-tiny", with({"shard_group_size=2"}), 4},
+        Case{"gpt2-tiny", with({"shard_group_size=1"}), 4},
+        Case{"gpt2-tiny", with({"flavor=fsdp1", "backward_prefetch=post"}), 4},
+        Case{"gpt2-tiny", with({"forward_prefetch=2"}), 4},
+        Case{"gpt2-tiny",
+             with({"flavor=fsdp1", "forward_prefetch=true", "limit_all_gathers=false"}), 2},
+        Case{"gpt2-tiny", with({"cpu_offload=true"}), 2},
+        Case{"gpt2-tiny", with({"grad_clip_norm=0.5"}), 2},
+        Case{"gpt2-tiny", with({"activation_checkpointing={\"every\":2}"}), 2},
+        Case{"gpt2-tiny", with({"shard_group_size=2", "flavor=fsdp1"}), 4}}) {
+    INFO(c.model << " world " << c.world << " " << c.sets.back());
+    check_equivalent(c);
+    ++cases;
+  }
+  CHECK(cases == 2 * (2 * 2 * 2 * 2 * 2 + 2 * 2 * 2 * 2) + 10);
+}
