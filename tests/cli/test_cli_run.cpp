@@ -1,0 +1,154 @@
+// `shardscope run` with real rank processes: equivalence with single-rank
+// training on the same global batch, failures that must end every process
+// quickly with the failed rank named, and bad launcher environments.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cli/run_cli.h"
+
+using shardscope::test::run_cli;
+
+namespace {
+
+nlohmann::json json_of(const std::string& output) {
+  const size_t at = output.rfind("\n{\n");
+  const size_t start = output.rfind("{\n", 0) == 0 ? 0 : (at == std::string::npos ? 0 : at + 1);
+  return nlohmann::json::parse(output.substr(start));
+}
+
+std::vector<double> losses(const std::string& args) {
+  const auto r = run_cli("run " + args + " --steps 3 --json");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  return json_of(r.output).at("losses").get<std::vector<double>>();
+}
+
+}  // namespace
+
+TEST_CASE("run with rank processes equals single-rank training", "[cli][run]") {
+  struct Case {
+    std::string model, sets;
+    int nproc, batch;
+  };
+  const std::string block = "--set wrap.type=class --set 'wrap.classes=[\"GPT2Block\"]' ";
+  const std::vector<Case> cases = {
+      {"gpt2-tiny", block, 2, 2},
+      {"gpt2-tiny", block + "--set flavor=fsdp1 --set grad_accum_steps=2", 2, 2},
+      {"gpt2-tiny", block + "--set activation_checkpointing=full --set reshard_after_forward=false",
+       2, 2},
+      {"gpt2-tiny", block + "--set shard_group_size=2", 4, 1},
+      {"llama-tiny",
+       "--set wrap.type=class --set 'wrap.classes=[\"LlamaDecoderLayer\"]' --set "
+       "backward_prefetch=none",
+       3, 1},
+  };
+  const std::string sgd = "--set 'optimizer={\"type\":\"sgd\",\"lr\":0.05,\"momentum\":0.9}' ";
+  for (const Case& c : cases) {
+    INFO(c.model << " " << c.sets << " nproc " << c.nproc);
+    const std::string common = "--model " + c.model + " --set seq_len=16 " + sgd;
+    const auto sharded = losses(common + c.sets + " --nproc " + std::to_string(c.nproc) +
+                                " --set batch_size=" + std::to_string(c.batch));
+    const std::string accum =
+        c.sets.find("grad_accum_steps=2") != std::string::npos ? " --set grad_accum_steps=2" : "";
+    const auto single =
+        losses(common + "--nproc 1 --set batch_size=" + std::to_string(c.batch * c.nproc) + accum);
+    REQUIRE(sharded.size() == single.size());
+    for (size_t i = 0; i < single.size(); ++i)
+      CHECK(std::abs(sharded[i] - single[i]) <= 1e-5 * std::abs(single[i]));
+  }
+}
+
+TEST_CASE("a rank killed mid-run ends every process within 10 s and is named", "[cli][run]") {
+  const std::string log = "/tmp/shardscope-kill-test-" + std::to_string(getpid()) + ".log";
+  const pid_t launcher = fork();
+  REQUIRE(launcher >= 0);
+  if (launcher == 0) {
+    const std::string cmd = std::string(SHARDSCOPE_CLI) +
+                            " run --model gpt2-tiny --nproc 3 --steps 1000000 --set batch_size=1 "
+                            "--set seq_len=16 > " +
+                            log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until training runs (rank 0 prints step lines), then find rank 1.
+  auto read_log = [&] {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_log().find("step 3/") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(read_log().find("step 3/") != std::string::npos);
+  std::vector<pid_t> children;
+  {
+    std::ifstream in("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) +
+                     "/children");
+    pid_t p;
+    while (in >> p) children.push_back(p);
+  }
+  REQUIRE(children.size() == 3);  // ranks 0, 1, 2 in start order
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(kill(children[1], SIGKILL) == 0);
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (done == 0) {
+    kill(launcher, SIGKILL);
+    waitpid(launcher, &status, 0);
+  }
+  const std::string out = read_log();
+  std::remove(log.c_str());
+  INFO(out);
+  CHECK(done == launcher);
+  CHECK(seconds <= 10.0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  CHECK(out.find("rank 1") != std::string::npos);
+  CHECK(out.find("signal 9") != std::string::npos);
+  for (pid_t c : children) CHECK((kill(c, 0) == -1 && errno == ESRCH));
+}
+
+TEST_CASE("bad launcher environments are clear errors", "[cli][run]") {
+  // An environment variable before the binary: run_cli's command line goes through sh.
+  const std::string cli = SHARDSCOPE_CLI;
+  auto r = run_cli(
+      "--help >/dev/null; RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+      "MASTER_PORT=99999 " +
+      cli + " run --model gpt2-tiny --steps 1");
+  CHECK(r.status != 0);
+  CHECK(r.output.find("MASTER_PORT") != std::string::npos);
+  CHECK(r.output.find("99999") != std::string::npos);
+
+  r = run_cli(
+      "--help >/dev/null; RANK=2 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+      "MASTER_PORT=29511 " +
+      cli + " run --model gpt2-tiny --steps 1");
+  CHECK(r.status != 0);
+  CHECK(r.output.find("RANK") != std::string::npos);
+
+  r = run_cli("run --model gpt2-tiny --nproc 2 --set world_size=4 --steps 1");
+  CHECK(r.status == 2);
+  CHECK(r.output.find("world_size") != std::string::npos);
+
+  r = run_cli("run --model gpt2-tiny --backend cuda --steps 1");
+  CHECK(r.status == 2);
+  CHECK(r.output.find("CUDA") != std::string::npos);
+}
