@@ -46,6 +46,10 @@ const char* kUsage =
     "tokens)\n"
     "  --trace OUT         write the merged trace of every rank (native format)\n"
     "  --json              metrics JSON (source engine-cpu) with losses and tokens_per_s\n"
+    "  --save DIR          checkpoint after the last step: DIR/step-N/ (sharded files + index,\n"
+    "                      model.safetensors) and DIR/latest\n"
+    "  --load PATH         start from a checkpoint (DIR, DIR/step-N or a .safetensors file), any\n"
+    "                      world size or policy\n"
     "  --ranks-as-threads  run the ranks as threads of this process\n"
     "Under torchrun, srun or mpirun (RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK set)\n"
     "this process is one rank and rendezvouses at MASTER_ADDR:MASTER_PORT.";
@@ -206,8 +210,6 @@ int cmd_run(int argc, char** argv) {
   if (backend != "cpu") throw UsageError("--backend: expected cpu or cuda, got '" + backend + "'");
   if (args.has("emulate-world") || args.has("rank") || args.has("profile"))
     throw UsageError("--emulate-world, --rank and --profile need --backend cuda");
-  if (args.has("save") || args.has("load"))
-    throw UsageError("--save / --load: checkpoints are not wired into `run` yet");
   if (args.has("hw"))
     throw UsageError("--hw: the CPU backend measures; it takes no hardware model");
 
@@ -221,6 +223,8 @@ int cmd_run(int argc, char** argv) {
   config.steps = args.get_int("steps", 5, 1, 1000000);
   config.data_file = args.get("data");
   config.model_name = args.require("model");
+  config.save_dir = args.get("save");
+  config.load_path = args.get("load");
   const int64_t tokens = tokens_per_step(in, world);
 
   if (env) return run_worker(args, in, config, *env);

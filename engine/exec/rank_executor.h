@@ -90,6 +90,7 @@ class RankExecutor {
   float* optimizer_state(int unit, int which);  // which < policy.optimizer.state_tensors()
   const UnitLayout& layout(int unit) const { return layouts_[static_cast<size_t>(unit)]; }
   int64_t shard_index() const { return shard_index_; }
+  const plan::Schedule& schedule() const { return s_; }
 
  private:
   enum class Init : uint8_t { none, zero, data };

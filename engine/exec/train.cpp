@@ -7,6 +7,7 @@
 
 #include "engine/comm/shm_communicator.h"
 #include "engine/cpu/ops.h"
+#include "engine/exec/checkpointing.h"
 #include "engine/exec/data.h"
 #include "engine/exec/rank_executor.h"
 #include "plan/schedule.h"
@@ -42,7 +43,10 @@ RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const Tr
     exec.trace().meta.world_size = config.world_size;
     exec.trace().meta.hardware = "cpu";
     exec.init_weights(seed);
-    for (int64_t step = 0; step < config.steps; ++step) {
+    int64_t first = 0;
+    if (!config.load_path.empty())
+      first = load_checkpoint(config.load_path, exec, graph, config.policy, units).steps_done;
+    for (int64_t step = first; step < first + config.steps; ++step) {
       const StepOutcome out = exec.run_step(step);
       float loss = static_cast<float>(out.loss);
       comm.all_reduce(0, &loss, 1, comm::ReduceOp::avg);  // mean over the global batch
@@ -51,6 +55,9 @@ RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const Tr
       if (hooks.on_step && comm.rank() == 0)
         hooks.on_step(StepReport{step, loss, run.step_seconds.back(), out.skipped});
     }
+    if (!config.save_dir.empty())
+      save_checkpoint(config.save_dir, exec, comm, graph, config.policy, units,
+                      CheckpointState{first + config.steps});
     if (hooks.gather_final_params) {
       auto params = exec.gather_full_params();
       if (comm.rank() == 0) run.params = std::move(params);

@@ -23,6 +23,9 @@ struct TrainConfig {
   int64_t steps = 1;
   std::string data_file;  // empty: synthetic data
   std::string model_name;
+  std::string save_dir;  // non-empty: checkpoint after the last step (checkpointing.h)
+  std::string
+      load_path;  // non-empty: start from this checkpoint (its step count and data position)
 };
 
 struct StepReport {

@@ -1,0 +1,179 @@
+#include "engine/exec/checkpointing.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint.h"
+
+namespace shardscope::engine::exec {
+
+namespace ckpt = engine::checkpoint;
+
+namespace {
+
+std::vector<std::string> state_names(const plan::Policy& policy) {
+  const plan::OptimizerConfig& o = policy.optimizer;
+  if (o.type == "adamw") return {"exp_avg", "exp_avg_sq"};
+  if (o.type == "sgd" && o.momentum > 0) return {"momentum_buffer"};
+  return {};
+}
+
+std::string step_dir_name(int64_t steps) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%08lld", static_cast<long long>(steps));
+  return buf;
+}
+
+// The shard group index of this rank and whether it writes shard files (the
+// first replica does; the others hold the same shards).
+bool writes_shards(const plan::Schedule& s) {
+  return s.rank < s.world.shard_group_size;
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) throw ExecError("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw ExecError("cannot rename " + tmp);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, RankExecutor& exec, comm::Communicator& comm,
+                     const plan::Graph& graph, const plan::Policy& policy,
+                     const plan::UnitPlan& units, const CheckpointState& state) {
+  const plan::Schedule& s = exec.schedule();
+  const int64_t n = s.world.shard_group_size;
+  const int64_t q = exec.shard_index();
+  const std::string step_dir = dir + "/" + step_dir_name(state.steps_done);
+  ckpt::Metadata meta = {{"format", "shardscope.checkpoint"},
+                         {"model", graph.model_name},
+                         {"policy", plan::policy_to_json(policy).dump()},
+                         {"steps_done", std::to_string(state.steps_done)},
+                         {"optimizer_steps", std::to_string(exec.optimizer_steps())},
+                         {"loss_scale", std::to_string(exec.loss_scaler().scale)},
+                         {"loss_scale_good_steps", std::to_string(exec.loss_scaler().good_steps)},
+                         {"world_size", std::to_string(s.world.world_size)}};
+  const std::vector<std::string> states = state_names(policy);
+  if (comm.rank() == 0) {
+    mkdir(dir.c_str(), 0755);
+    mkdir(step_dir.c_str(), 0755);
+  }
+  comm.barrier(0);
+
+  // Sharded: this rank's ranges of every parameter and optimizer state tensor.
+  auto slices_of = [&](int64_t shard, bool with_data) {
+    std::vector<ckpt::Slice> slices;
+    for (size_t u = 0; u < units.units.size(); ++u) {
+      const UnitLayout& lay = exec.layout(static_cast<int>(u));
+      for (const ParamPlace& pp : lay.params()) {
+        const Range r = lay.held_range(pp, shard);
+        const int64_t off = lay.held_shard_offset(pp, shard);
+        const plan::Param& param = graph.params[static_cast<size_t>(pp.param)];
+        ckpt::Slice sl;
+        sl.name = param.name;
+        sl.shape = param.shape;
+        sl.begin = r.begin;
+        sl.end = r.end;
+        sl.data = with_data ? exec.param_shard(static_cast<int>(u)) + off : nullptr;
+        slices.push_back(sl);
+        for (size_t k = 0; k < states.size(); ++k) {
+          sl.name = param.name + "." + states[k];
+          sl.data = with_data ? exec.optimizer_state(static_cast<int>(u), static_cast<int>(k)) + off
+                              : nullptr;
+          slices.push_back(sl);
+        }
+      }
+    }
+    return slices;
+  };
+  if (writes_shards(s))
+    ckpt::write_shard_file(step_dir, static_cast<int>(q), static_cast<int>(n), slices_of(q, true),
+                           meta);
+  if (comm.rank() == 0) {
+    std::vector<std::vector<ckpt::IndexEntry>> per_rank(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r)
+      for (const ckpt::Slice& sl : slices_of(r, false))
+        per_rank[static_cast<size_t>(r)].push_back(
+            ckpt::IndexEntry{sl.name, sl.shape, sl.begin, sl.end, sl.padding});
+    ckpt::write_shard_index(step_dir, static_cast<int>(n), per_rank, meta);
+  }
+  // Consolidated parameters (a collective over the shard group).
+  const std::vector<std::vector<float>> full = exec.gather_full_params();
+  if (comm.rank() == 0) {
+    std::vector<ckpt::FullTensor> tensors;
+    for (size_t p = 0; p < graph.params.size(); ++p)
+      tensors.push_back(
+          ckpt::FullTensor{graph.params[p].name, graph.params[p].shape, full[p].data()});
+    ckpt::write_safetensors(step_dir + "/model.safetensors", tensors, meta);
+  }
+  comm.barrier(0);  // every file is in place before `latest` names it
+  if (comm.rank() == 0)
+    write_text_atomically(dir + "/latest", step_dir_name(state.steps_done) + "\n");
+  comm.barrier(0);
+}
+
+CheckpointState load_checkpoint(const std::string& path, RankExecutor& exec,
+                                const plan::Graph& graph, const plan::Policy& policy,
+                                const plan::UnitPlan& units) {
+  std::string target = path;
+  struct stat st {};
+  if (stat((path + "/latest").c_str(), &st) == 0) {
+    std::ifstream in(path + "/latest");
+    std::string name;
+    in >> name;
+    if (name.empty() || name.find('/') != std::string::npos)
+      throw ExecError(path + "/latest: expected a step directory name, got '" + name + "'");
+    target = path + "/" + name;
+  }
+  const ckpt::Reader reader = ckpt::Reader::open(target);
+  const std::vector<std::string> states = state_names(policy);
+  const int64_t q = exec.shard_index();
+  bool has_states = !states.empty();
+  for (size_t u = 0; u < units.units.size(); ++u) {
+    const UnitLayout& lay = exec.layout(static_cast<int>(u));
+    for (const ParamPlace& pp : lay.params()) {
+      const plan::Param& param = graph.params[static_cast<size_t>(pp.param)];
+      if (!reader.has(param.name))
+        throw ExecError(target + ": no tensor '" + param.name + "' (model " + graph.model_name +
+                        ")");
+      if (reader.shape(param.name) != param.shape)
+        throw ExecError(target + ": tensor '" + param.name +
+                        "' has another shape than the model's");
+      const Range r = lay.held_range(pp, q);
+      const int64_t off = lay.held_shard_offset(pp, q);
+      reader.read(param.name, r.begin, r.end, exec.param_shard(static_cast<int>(u)) + off);
+      for (size_t k = 0; k < states.size(); ++k) {
+        const std::string name = param.name + "." + states[k];
+        if (!reader.has(name)) {
+          has_states = false;
+          continue;
+        }
+        reader.read(name, r.begin, r.end,
+                    exec.optimizer_state(static_cast<int>(u), static_cast<int>(k)) + off);
+      }
+    }
+  }
+  CheckpointState state;
+  const ckpt::Metadata& m = reader.metadata();
+  auto get = [&](const char* key) -> const std::string* {
+    auto it = m.find(key);
+    return it == m.end() ? nullptr : &it->second;
+  };
+  if (const std::string* v = get("steps_done")) state.steps_done = std::stoll(*v);
+  if (has_states) {
+    if (const std::string* v = get("optimizer_steps")) exec.set_optimizer_steps(std::stoll(*v));
+    if (const std::string* v = get("loss_scale")) exec.loss_scaler().scale = std::stod(*v);
+    if (const std::string* v = get("loss_scale_good_steps"))
+      exec.loss_scaler().good_steps = std::stoll(*v);
+  }
+  return state;
+}
+
+}  // namespace shardscope::engine::exec

@@ -1,0 +1,42 @@
+// Checkpoints of a training run (engine/checkpoint formats):
+//   DIR/step-<N>/shard-<q>-of-<n>.bin + index.json   sharded: each rank of the
+//       first shard group writes its own shards, no communication; rank 0
+//       writes the index from the layout every rank knows;
+//   DIR/step-<N>/model.safetensors                    consolidated parameters
+//       (Hugging Face names, loadable by safetensors / PyTorch), gathered over
+//       the shard group as FULL_STATE_DICT does;
+//   DIR/latest                                        "step-<N>", replaced
+//       atomically by rank 0 after every rank finished: a run killed during a
+//       save leaves the previous checkpoint the one that loads.
+// Optimizer state ("<param>.exp_avg", ".exp_avg_sq" or ".momentum_buffer")
+// lives in the sharded files; metadata carries the step, optimizer steps and
+// loss scale. Loading reads each rank's ranges from whichever files hold
+// them, so any world size or policy can load any checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/comm/communicator.h"
+#include "engine/exec/rank_executor.h"
+
+namespace shardscope::engine::exec {
+
+struct CheckpointState {
+  int64_t steps_done = 0;  // training steps (global batches) consumed
+};
+
+// Collective over the world (barriers through the communicator).
+void save_checkpoint(const std::string& dir, RankExecutor& exec, comm::Communicator& comm,
+                     const plan::Graph& graph, const plan::Policy& policy,
+                     const plan::UnitPlan& units, const CheckpointState& state);
+
+// Loads parameters (and optimizer state and counters when the checkpoint has
+// them) into this rank's shards. `path`: DIR (its latest), DIR/step-N, or a
+// .safetensors file. Throws checkpoint::CheckpointError / ExecError naming the
+// file or tensor.
+CheckpointState load_checkpoint(const std::string& path, RankExecutor& exec,
+                                const plan::Graph& graph, const plan::Policy& policy,
+                                const plan::UnitPlan& units);
+
+}  // namespace shardscope::engine::exec
