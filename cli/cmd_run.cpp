@@ -95,10 +95,21 @@ std::string summary_text(const nlohmann::json& j, int64_t persistent, int64_t pe
   return buf;
 }
 
+// One line per step; on a terminal, one line redrawn with a progress bar.
 void progress(const engine::exec::StepReport& r, int64_t steps, int64_t tokens) {
+  const double tps = r.seconds > 0 ? static_cast<double>(tokens) / r.seconds : 0.0;
+  if (isatty(STDERR_FILENO)) {
+    const int width = 24;
+    const auto filled = static_cast<int>(width * (r.index + 1) / std::max<int64_t>(steps, 1));
+    std::string bar(static_cast<size_t>(std::min(filled, width)), '#');
+    bar.resize(width, '.');
+    std::fprintf(stderr, "\r[%s] step %" PRId64 "/%" PRId64 "  loss %.5f  %.0f tokens/s%s",
+                 bar.c_str(), r.index + 1, steps, r.loss, tps, r.skipped ? " (skipped)" : "");
+    if (r.index + 1 >= steps) std::fputc('\n', stderr);
+    return;
+  }
   std::fprintf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.5f  %.1f ms  %.0f tokens/s%s\n",
-               r.step + 1, steps, r.loss, r.seconds * 1e3,
-               r.seconds > 0 ? static_cast<double>(tokens) / r.seconds : 0.0,
+               r.index + 1, steps, r.loss, r.seconds * 1e3, tps,
                r.skipped ? "  (overflow: step skipped)" : "");
 }
 

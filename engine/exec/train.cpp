@@ -53,7 +53,7 @@ RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const Tr
       run.losses.push_back(loss);
       run.step_seconds.push_back(static_cast<double>(out.end_ns - out.start_ns) * 1e-9);
       if (hooks.on_step && comm.rank() == 0)
-        hooks.on_step(StepReport{step, loss, run.step_seconds.back(), out.skipped});
+        hooks.on_step(StepReport{step, step - first, loss, run.step_seconds.back(), out.skipped});
     }
     if (!config.save_dir.empty())
       save_checkpoint(config.save_dir, exec, comm, graph, config.policy, units,

@@ -29,8 +29,9 @@ struct TrainConfig {
 };
 
 struct StepReport {
-  int64_t step = 0;
-  double loss = 0;  // mean over the global batch (all-reduced over the world)
+  int64_t step = 0;   // global step (data position), counting loaded steps
+  int64_t index = 0;  // 0-based step of this run
+  double loss = 0;    // mean over the global batch (all-reduced over the world)
   double seconds = 0;
   bool skipped = false;
 };
