@@ -12,9 +12,15 @@
 // group's members in ascending rank order, in float (sum) and divided by the
 // group size for avg, so results are bit-identical run to run.
 //
+// Sizes (bytes_per_rank, count, bytes, root) must be equal on every member of
+// a call; implementations check this and throw rather than corrupt data.
+//
 // Failure: a peer that died, a peer that reported an error (abort()), or a
 // wait longer than the timeout makes every pending and later call throw
-// CommError naming the rank and the collective; never a hang.
+// CommError naming the rank and the collective; never a hang. Calling on a
+// group the rank is not in is a CommError too.
+//
+// Implementations: shm_communicator.h (CPU, processes or threads of one host).
 #pragma once
 
 #include <cstddef>
@@ -48,7 +54,7 @@ class Communicator {
   // out[i * bytes_per_rank ...] = member i's `in` (in may alias out's own slot).
   virtual void all_gather(int group, const void* in, void* out, size_t bytes_per_rank) = 0;
   // out[count] = reduce over members of in[my_index * count ... + count]; in holds
-  // group_size * count floats.
+  // group_size * count floats. out may alias in + my_index * count (in place).
   virtual void reduce_scatter(int group, const float* in, float* out, size_t count,
                               ReduceOp op) = 0;
   // data[count] = reduce over members of their data (in place).
@@ -58,7 +64,8 @@ class Communicator {
   virtual void barrier(int group) = 0;
 
   // Marks this rank failed with a message: peers' pending and later calls
-  // throw CommError naming this rank and the message.
+  // throw CommError naming this rank and the message; so do this rank's later
+  // calls. Never throws.
   virtual void abort(const std::string& message) = 0;
 };
 
