@@ -1,0 +1,37 @@
+// "Click simulates that configuration": the same steps as `shardscope
+// simulate` (cli/cmd_simulate.cpp), with the model, hardware, memory limit,
+// world and policy taken from the sweep file.
+#include <stdexcept>
+#include <string>
+
+#include "gui/sweep_file.h"
+#include "plan/models.h"
+#include "plan/policy.h"
+#include "plan/schedule.h"
+#include "plan/units.h"
+#include "sim/hardware.h"
+#include "sim/simulator.h"
+
+namespace shardscope::gui {
+
+traces::Trace simulate_sweep_point(const SweepFile& file, const SweepFilePoint& point) {
+  if (!file.can_simulate())
+    throw std::runtime_error("sweep file '" + file.path +
+                             "' has no model or hardware (a CSV sweep): write the sweep with "
+                             "--out FILE.json to simulate its configurations here");
+  const plan::Graph graph = plan::load_model(file.model);
+  const plan::Policy policy = plan::policy_from_json(point.policy);
+  const plan::World world = plan::validate_policy(policy, graph, point.world);
+  const plan::UnitPlan units = plan::build_units(graph, policy, world);
+  const plan::Schedule sched = plan::build_schedule(graph, policy, units, 0);
+  const sim::HardwareModel hw = sim::load_hardware(file.hw);
+  sim::SimOptions options;
+  options.memory_limit_bytes = file.memory_limit_bytes;
+  options.model_name = file.model;
+  options.policy_json = point.policy.dump();
+  options.hardware_name = file.hw;
+  sim::SimResult r = sim::simulate(graph, units, sched, hw, options);
+  return std::move(r.trace);
+}
+
+}  // namespace shardscope::gui

@@ -1,0 +1,170 @@
+// The level-of-detail function in isolation: drawn items stay bounded by the
+// pixel width whatever the event count, and every visible event is counted
+// in exactly one item that covers it.
+#include <random>
+
+#include <catch2/catch.hpp>
+
+#include "gui/lod.h"
+
+namespace gui = shardscope::gui;
+namespace tr = shardscope::traces;
+
+namespace {
+
+// One lane of `n` events: random gaps and durations >= 1 ns (many far below a
+// pixel, some wide), non-overlapping, on one rank.
+tr::Trace random_lane_trace(size_t n, uint32_t seed) {
+  tr::Trace t;
+  tr::RankTrace& r = t.add_rank(0);
+  const uint32_t lane = t.add_lane(r, "compute", tr::LaneKind::compute);
+  const uint32_t name = t.intern("op");
+  std::mt19937_64 rng(seed);
+  int64_t time = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t kind = rng() % 100;
+    const int64_t dur =
+        kind < 90 ? 1 + static_cast<int64_t>(rng() % 50) : static_cast<int64_t>(rng() % 200000);
+    const int64_t gap =
+        kind % 7 == 0 ? static_cast<int64_t>(rng() % 100000) : static_cast<int64_t>(rng() % 20);
+    time += gap;
+    tr::add_event(r, lane, name, tr::Category::compute, time, dur);
+    time += dur;
+  }
+  return t;
+}
+
+// Checks the LOD contract for one view; returns the number of items.
+size_t check_lod(const gui::Track& track, const gui::TimeView& v, double width, double min_px) {
+  std::vector<gui::DrawItem> items;
+  gui::lod_items(track, v, width, min_px, items);
+  // Visible by brute force: intersects the closed range [start, end].
+  const double t0 = v.start_ns, t1 = v.end_ns(width);
+  std::vector<size_t> visible;
+  for (size_t i = 0; i < track.size(); ++i)
+    if (static_cast<double>(track.end[i]) >= t0 && static_cast<double>(track.start[i]) <= t1)
+      visible.push_back(i);
+  uint64_t counted = 0;
+  size_t next = visible.empty() ? 0 : visible.front();
+  for (const gui::DrawItem& it : items) {
+    REQUIRE(it.count >= 1);
+    REQUIRE(it.first == next);  // consecutive, no event skipped or counted twice
+    next = it.first + it.count;
+    counted += it.count;
+    // The item covers every event it counts.
+    for (size_t k = it.first; k < it.first + it.count; ++k) {
+      REQUIRE(it.x0 <= v.x_of(static_cast<double>(track.start[k])) + 1e-6);
+      REQUIRE(it.x1 >= v.x_of(static_cast<double>(track.end[k])) - 1e-6);
+    }
+    if (it.count == 1) {
+      REQUIRE(it.x1 - it.x0 >= 0);
+    }
+  }
+  REQUIRE(counted == visible.size());
+  REQUIRE(items.size() <= static_cast<size_t>(2 * width / min_px + 5));
+  return items.size();
+}
+
+}  // namespace
+
+TEST_CASE("lod: items bounded by the pixel width and no visible event lost, 1e3 to 1e6 events") {
+  for (size_t n : {size_t{1000}, size_t{100000}, size_t{1000000}}) {
+    const tr::Trace t = random_lane_trace(n, static_cast<uint32_t>(n));
+    const gui::TraceIndex idx = gui::build_index(t);
+    REQUIRE(idx.ranks.size() == 1);
+    REQUIRE(idx.ranks[0].lanes[0].rows.size() == 1);  // non-overlapping: one row
+    const gui::Track& track = idx.ranks[0].lanes[0].rows[0];
+    REQUIRE(track.size() == n);
+    const double width = 1000;
+    // Full zoom-out, a mid zoom, a deep zoom, and a view past the end.
+    const double span = static_cast<double>(idx.end_ns);
+    const size_t full = check_lod(track, gui::view_of_range(0, span, width), width, 3);
+    check_lod(track, gui::view_of_range(span * 0.4, span * 0.45, width), width, 3);
+    check_lod(track, gui::view_of_range(span * 0.5, span * 0.5 + 20000, width), width, 3);
+    check_lod(track, gui::view_of_range(span * 2, span * 3, width), width, 3);
+    // Folding really happens when events are denser than pixels.
+    if (n >= 100000) REQUIRE(full < n / 50);
+  }
+}
+
+TEST_CASE("lod: a wide event is one item; 1,000 zero-length events at one instant fold into one") {
+  tr::Trace t;
+  tr::RankTrace& r = t.add_rank(0);
+  const uint32_t lane = t.add_lane(r, "compute", tr::LaneKind::compute);
+  tr::add_event(r, lane, t.intern("wide"), tr::Category::compute, 0, 500);
+  for (int i = 0; i < 1000; ++i)
+    tr::add_event(r, lane, t.intern("tick"), tr::Category::compute, 700, 0);
+  const gui::TraceIndex idx = gui::build_index(t);
+  const gui::Track& track = idx.ranks[0].lanes[0].rows[0];
+  std::vector<gui::DrawItem> items;
+  // 1 ns per pixel over [0, 1000).
+  gui::lod_items(track, gui::TimeView{0, 1}, 1000, 3, items);
+  REQUIRE(items.size() == 2);
+  CHECK(items[0].count == 1);
+  CHECK(items[0].x0 == 0);
+  CHECK(items[0].x1 == 500);
+  CHECK(items[1].count == 1000);
+  CHECK(items[1].x0 == 700);
+}
+
+TEST_CASE("lod: nested and overlapping events go to rows below, rows never overlap") {
+  tr::Trace t;
+  tr::RankTrace& r = t.add_rank(3);
+  const uint32_t host = t.add_lane(r, "host", tr::LaneKind::host);
+  const uint32_t comp = t.add_lane(r, "compute", tr::LaneKind::compute);
+  const uint32_t n = t.intern("x");
+  // Added out of order, on purpose: compute lane first, host lane second.
+  tr::add_event(r, comp, n, tr::Category::compute, 0, 100);
+  tr::add_event(r, host, n, tr::Category::marker, 0, 1000);   // parent
+  tr::add_event(r, host, n, tr::Category::marker, 100, 300);  // child
+  tr::add_event(r, host, n, tr::Category::marker, 150, 50);   // grandchild
+  tr::add_event(r, host, n, tr::Category::marker, 500, 100);  // second child
+  tr::add_event(r, host, n, tr::Category::marker, 2000, 10);  // after everything
+  const gui::TraceIndex idx = gui::build_index(t);
+  const gui::RankIndex& ri = idx.ranks[0];
+  REQUIRE(ri.lanes.size() == 2);
+  CHECK(ri.lanes[0].lane == host);  // host (LaneKind 0) first
+  CHECK(ri.lanes[1].lane == comp);
+  REQUIRE(ri.lanes[0].rows.size() == 3);
+  CHECK(ri.lanes[0].rows[0].size() == 2);  // parent, the late one
+  CHECK(ri.lanes[0].rows[1].size() == 2);  // both children
+  CHECK(ri.lanes[0].rows[2].size() == 1);  // grandchild
+  CHECK(ri.depth[1] == 0);
+  CHECK(ri.depth[2] == 1);
+  CHECK(ri.depth[3] == 2);
+  CHECK(ri.depth[4] == 1);
+  for (const gui::Track& tr_ : ri.lanes[0].rows)
+    for (size_t i = 1; i < tr_.size(); ++i) CHECK(tr_.start[i] >= tr_.end[i - 1]);
+  CHECK(idx.origin_ns == 0);
+  CHECK(idx.end_ns == 2010);
+  CHECK(idx.category_mask == ((1u << 0) | (1u << 10)));
+}
+
+TEST_CASE("lod: an empty trace and a rank without events index to empty rows") {
+  tr::Trace t;
+  CHECK(gui::build_index(t).ranks.empty());
+  tr::RankTrace& r = t.add_rank(0);
+  t.add_lane(r, "compute", tr::LaneKind::compute);
+  const gui::TraceIndex idx = gui::build_index(t);
+  REQUIRE(idx.ranks[0].lanes.size() == 1);
+  REQUIRE(idx.ranks[0].lanes[0].rows.size() == 1);
+  std::vector<gui::DrawItem> items;
+  gui::lod_items(idx.ranks[0].lanes[0].rows[0], gui::TimeView{0, 1}, 100, 3, items);
+  CHECK(items.empty());
+}
+
+TEST_CASE("lod: first_end_at_least (coarse samples, then a block) equals a plain lower_bound") {
+  const tr::Trace t = random_lane_trace(20000, 11);
+  const gui::TraceIndex idx = gui::build_index(t);
+  const gui::Track& track = idx.ranks[0].lanes[0].rows[0];
+  REQUIRE(track.coarse_end.size() == (track.size() + 63) / 64);
+  std::mt19937_64 rng(3);
+  for (int k = 0; k < 20000; ++k) {
+    size_t lo = rng() % track.size(), hi = rng() % (track.size() + 1);
+    if (lo > hi) std::swap(lo, hi);
+    const double q = static_cast<double>(rng() % static_cast<uint64_t>(idx.end_ns + 10));
+    size_t want = lo;
+    while (want < hi && static_cast<double>(track.end[want]) < q) ++want;
+    REQUIRE(gui::first_end_at_least(track, lo, hi, q) == want);
+  }
+}
