@@ -12,6 +12,10 @@
 //  - Deterministic: no result depends on thread count or timing (fixed-order
 //    reductions; OpenBLAS runs single-threaded per calling thread, see
 //    set_blas_threads).
+//  - Errors: a negative size, a null pointer that must be read or written, or
+//    an inconsistent shape throws std::invalid_argument naming the function and
+//    the argument; an id or label read from data outside its range throws
+//    std::out_of_range with the value and its index.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +30,8 @@ enum class WeightLayout : uint8_t { out_in, in_out };  // nn.Linear [out, in] | 
 
 // ---- embedding ----------------------------------------------------------------
 // out[i, :] = table[ids[i], :]; ids in [0, rows) (checked: throws std::out_of_range
-// naming the id). ids == nullptr: positions, out[i, :] = table[i, :] for i < n.
+// naming the id). ids == nullptr: positions, out[i, :] = table[i, :] for i < n
+// (n > rows throws std::out_of_range).
 void embedding_forward(const int64_t* ids, const float* table, float* out, int64_t n, int64_t rows,
                        int64_t dim);
 // dtable[ids[i], :] += dout[i, :], in order of i (fixed order).
@@ -35,7 +40,7 @@ void embedding_backward(const int64_t* ids, const float* dout, float* dtable, in
 
 // ---- linear -------------------------------------------------------------------
 // y[N, out] = x[N, in] @ W^T + b (out_in: W [out, in]; in_out: W [in, out], y = x @ W).
-// bias may be nullptr.
+// bias may be nullptr. cblas_sgemm; N, in and out must fit in int (BLAS dims).
 void linear_forward(const float* x, const float* w, const float* bias, float* y, int64_t n,
                     int64_t in, int64_t out, WeightLayout layout);
 // dx += dy @ W (as laid out), dw += dy^T x (or x^T dy for in_out), dbias += sum_rows dy.
@@ -45,6 +50,7 @@ void linear_backward(const float* x, const float* w, const float* dy, float* dx,
 
 // ---- normalisation --------------------------------------------------------------
 // y = (x - mean) * rstd * w + b per row; mean[N], rstd[N] = 1/sqrt(var + eps) (biased var).
+// Backward reads the saved mean/rstd; dx, dw, db are all required.
 void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                        float* rstd, int64_t n, int64_t c, double eps);
 void layernorm_backward(const float* x, const float* w, const float* mean, const float* rstd,
@@ -60,12 +66,12 @@ void rmsnorm_backward(const float* x, const float* w, const float* rstd, const f
 // rotary embeddings (Hugging Face Llama's rotate_half convention: element i of a
 // head pairs with i + D/2, inv_freq[i] = theta^(-2i/D), position = t).
 struct AttentionShape {
-  int64_t batch = 1, seq = 1;     // B, T
-  int64_t n_head = 1;             // H query heads
-  int64_t n_kv_head = 1;          // Hkv, H % Hkv == 0: query head h uses kv head h / (H / Hkv)
-  int64_t head_dim = 1;           // D (even when rope)
-  double scale = 1.0;             // scores = scale * q.k
-  bool rope = false;
+  int64_t batch = 1, seq = 1;  // B, T
+  int64_t n_head = 1;          // H query heads
+  int64_t n_kv_head = 1;       // Hkv, H % Hkv == 0: query head h uses kv head h / (H / Hkv)
+  int64_t head_dim = 1;        // D (even when rope)
+  double scale = 1.0;          // scores = scale * q.k
+  bool rope = false;           // head_dim odd with rope: std::invalid_argument
   double rope_theta = 10000.0;
 };
 // q [B, T, H*D], k and v [B, T, Hkv*D] given as base pointers with row strides
@@ -81,7 +87,10 @@ struct QkvView {
 };
 void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, float* lse);
 // Gradients of q, k, v (same layout and strides as the inputs, accumulated):
-// dq/dk/dv point at the gradient buffer(s) laid out like qkv.
+// dq/dk/dv point at the gradient buffer(s) laid out like qkv (packed: one
+// [B, T, 3*H*D] buffer at offsets 0, H*D, 2*H*D). The probabilities are
+// recomputed from q, k and lse; out is the forward output (for the row term
+// dout . out of the softmax backward). Scratch is O(T*D) per call.
 struct QkvGrad {
   float* dq;
   float* dk;
@@ -92,7 +101,8 @@ void attention_backward(const AttentionShape& s, const QkvView& qkv, const float
                         const float* lse, const float* dout, const QkvGrad& grad);
 
 // ---- pointwise ----------------------------------------------------------------------
-// approximate: tanh form (true: gelu_new / gelu_pytorch_tanh) or exact erf form.
+// tanh_approximation true: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (gelu_new,
+// gelu_pytorch_tanh, gelu_fast); false: exact 0.5 x (1 + erf(x / sqrt 2)).
 void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approximation);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approximation);
 void relu_forward(const float* x, float* y, int64_t n);
@@ -102,12 +112,14 @@ void swiglu_forward(const float* gate, const float* up, float* y, int64_t n);
 void swiglu_backward(const float* gate, const float* up, const float* dy, float* dgate, float* dup,
                      int64_t n);
 // y[n] = a[n] + b[n % b_n] (b_n == n: plain add; b_n < n: b broadcast over leading dims,
-// GPT-2's wte + wpe). Backward: da += dy; db[j] += sum over rows of dy (fixed order).
+// GPT-2's wte + wpe; b_n must divide n). Backward: da += dy; db[j] += sum over rows
+// of dy (double, row order); da or db may be nullptr when that input needs no gradient.
 void residual_forward(const float* a, const float* b, float* y, int64_t n, int64_t b_n);
 void residual_backward(const float* dy, float* da, float* db, int64_t n, int64_t b_n);
 
 // ---- loss ------------------------------------------------------------------------------
-// Mean cross entropy of logits [N, V] against labels [N] (each in [0, V), checked).
+// Mean cross entropy of logits [N, V] against labels [N] (each in [0, V), checked;
+// N >= 1: the mean of no rows is an error, not NaN).
 // Writes log_probs [N, V] (kept for backward) and returns the loss (double sum
 // of the rows' losses, in row order, divided by N).
 double cross_entropy_forward(const float* logits, const int64_t* labels, float* log_probs,
