@@ -159,9 +159,9 @@ struct LaunchResult {
 // rank is gone within kill_grace + a few ms; reports which rank failed first and why
 // (the error it left in the store under "error/<rank>", else its last stderr line).
 // SIGINT / SIGTERM received by the launcher while it waits are forwarded to the ranks
-// (then the same escalation; a second one sends SIGKILL at once). Throws LaunchError before starting any rank when argv
-// is empty, its program cannot be found, nproc < 1, or the store cannot listen.
-// One launch() at a time per process (calls are serialised).
+// (then the same escalation; a second one sends SIGKILL at once). Throws LaunchError before
+// starting any rank when argv is empty, its program cannot be found, nproc < 1, or the store cannot
+// listen. One launch() at a time per process (calls are serialised).
 LaunchResult launch(const LaunchOptions& options);
 
 }  // namespace shardscope::engine::launch
