@@ -113,15 +113,6 @@ void progress(const engine::exec::StepReport& r, int64_t steps, int64_t tokens) 
                r.skipped ? "  (overflow: step skipped)" : "");
 }
 
-std::vector<engine::comm::Group> groups_of(const PlanInputs& in, int world) {
-  const plan::UnitPlan units = plan::build_units(in.graph, in.policy, in.world);
-  const plan::Schedule s = plan::build_persistent_schedule(in.graph, in.policy, units, 0);
-  std::vector<engine::comm::Group> groups;
-  for (const plan::ProcessGroup& g : s.groups) groups.push_back({g.name, g.ranks});
-  (void)world;
-  return groups;
-}
-
 // Writes the outputs rank 0 owns: the trace file and the JSON / summary text.
 std::string finish(const Args& args, const traces::Trace& merged, const engine::exec::RankRun& r0,
                    int64_t tokens) {
@@ -139,7 +130,7 @@ int run_worker(const Args& args, const PlanInputs& in, engine::exec::TrainConfig
   opt.name = "/shardscope-" + env.run_id;
   opt.rank = env.rank;
   opt.world_size = env.world_size;
-  opt.groups = groups_of(in, env.world_size);
+  opt.groups = engine::exec::comm_groups(in.graph, in.policy, env.world_size);
   opt.timeout = 60s;
   std::unique_ptr<engine::comm::Communicator> comm;
   try {

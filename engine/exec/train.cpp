@@ -15,14 +15,6 @@
 
 namespace shardscope::engine::exec {
 
-namespace {
-std::vector<comm::Group> comm_groups(const plan::Schedule& s) {
-  std::vector<comm::Group> groups;
-  for (const plan::ProcessGroup& g : s.groups) groups.push_back(comm::Group{g.name, g.ranks});
-  return groups;
-}
-}  // namespace
-
 RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks) {
   const plan::Graph& graph = *config.graph;
   const plan::World world = plan::validate_policy(config.policy, graph, config.world_size);
@@ -72,12 +64,19 @@ RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const Tr
   return run;
 }
 
+std::vector<comm::Group> comm_groups(const plan::Graph& graph, const plan::Policy& policy,
+                                     int world_size) {
+  const plan::World world = plan::validate_policy(policy, graph, world_size);
+  const plan::UnitPlan units = plan::build_units(graph, policy, world);
+  const plan::Schedule s = plan::build_persistent_schedule(graph, policy, units, 0);
+  std::vector<comm::Group> groups;
+  for (const plan::ProcessGroup& g : s.groups) groups.push_back(comm::Group{g.name, g.ranks});
+  return groups;
+}
+
 std::vector<RankRun> train_threads(const TrainConfig& config, const TrainHooks& hooks) {
-  const plan::Graph& graph = *config.graph;
-  const plan::World world = plan::validate_policy(config.policy, graph, config.world_size);
-  const plan::UnitPlan units = plan::build_units(graph, config.policy, world);
-  const plan::Schedule s0 = plan::build_persistent_schedule(graph, config.policy, units, 0);
-  auto comms = comm::make_thread_communicators(config.world_size, comm_groups(s0));
+  auto comms = comm::make_thread_communicators(
+      config.world_size, comm_groups(*config.graph, config.policy, config.world_size));
   std::vector<RankRun> runs(static_cast<size_t>(config.world_size));
   std::vector<std::exception_ptr> errors(runs.size());
   std::vector<std::thread> threads;

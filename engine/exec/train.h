@@ -56,6 +56,11 @@ struct TrainHooks {
 // communicator so that peers fail fast).
 RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks);
 
+// The communicator groups of a run: the schedule's process groups (identical
+// on every rank), in the schedule's order.
+std::vector<comm::Group> comm_groups(const plan::Graph& graph, const plan::Policy& policy,
+                                     int world_size);
+
 // All ranks as threads of this process; returns them by rank.
 std::vector<RankRun> train_threads(const TrainConfig& config, const TrainHooks& hooks);
 
