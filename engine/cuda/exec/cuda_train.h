@@ -1,0 +1,46 @@
+// Training driver of the CUDA engine: runs S steps of one rank on one GPU
+// (the schedule's streams as CUDA streams, its events as cudaEvents, every
+// buffer from alloc/'s CachingAllocator over cudaMalloc, collectives through
+// a DeviceCommunicator: NCCL, or emulated peers on one GPU), and gathers what
+// `shardscope run --backend cuda` reports. Same data-parallel semantics,
+// initial weights and data as the CPU engine (engine/exec/train.h), so a
+// step on CUDA can be compared with the CPU engine's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/comm/device_communicator.h"
+#include "engine/exec/train.h"
+#include "plan/graph.h"
+#include "plan/policy.h"
+#include "traces/trace.h"
+
+namespace shardscope::engine::cuda {
+
+struct CudaTrainConfig {
+  exec::TrainConfig base;  // graph, policy, world_size, steps, data, model name (save/load: refused)
+  int device = 0;          // CUDA ordinal (cudaSetDevice before anything else)
+  bool profile = false;    // record with CUPTI (profiler/cupti): trace events are the GPU's
+  bool cuda_graph = false;  // capture the step as a CUDA graph (refused when the policy
+                            // needs host synchronisation: fsdp1 limit_all_gathers, fp16
+                            // dynamic loss scaling, CPU offload)
+};
+
+struct CudaRankRun {
+  exec::RankRun run;  // losses, step seconds, peak allocated (the allocator's), trace
+  int64_t peak_reserved_bytes = 0;  // the allocator's segments
+  int64_t other_device_bytes = 0;   // peak of device memory outside the allocator (CUPTI
+                                    // MEMORY2: cuBLAS workspace, NCCL buffers, scratch); -1
+                                    // without --profile
+  uint64_t cupti_dropped_records = 0;
+  std::string device_name;
+};
+
+// Runs the steps on this rank. Throws (after comm.abort) on any error.
+CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& comm,
+                            const exec::TrainHooks& hooks);
+
+}  // namespace shardscope::engine::cuda

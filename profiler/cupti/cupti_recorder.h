@@ -1,0 +1,143 @@
+// CUPTI activity recorder: what the GPU really did (kernels, copies, memsets,
+// device memory allocations, synchronisation, NVTX ranges), with timestamps
+// converted onto the host clock (profiler::host_now_ns) so that host and
+// device events of one process share one axis.
+//
+// Used two ways: linked into the CUDA engine (`shardscope run --backend cuda
+// --profile`), and inside the injection library loaded into any CUDA program
+// through CUDA_INJECTION64_PATH (`shardscope profile -- COMMAND`).
+//
+// Activity kinds: CONCURRENT_KERNEL, MEMCPY, MEMSET, MEMORY2, SYNCHRONIZATION,
+// MARKER (NVTX), EXTERNAL_CORRELATION. Buffers of CuptiConfig::buffer_bytes
+// are handed to CUPTI and drained on its completion callback and by flush();
+// records CUPTI dropped (cuptiActivityGetNumDroppedRecords) are counted and
+// reported in the Recording (and in the trace's metadata by to_trace).
+//
+// This header does not include CUPTI or CUDA headers: it is usable from
+// C++ code built without the toolkit's include path.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "traces/trace.h"
+
+namespace shardscope::profiler {
+
+class ProfilerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CuptiConfig {
+  size_t buffer_bytes = size_t{4} << 20;  // per activity buffer
+  bool memory = true;                     // MEMORY2 records
+  bool synchronization = true;
+  bool nvtx = true;  // MARKER records of NVTX ranges
+};
+
+// Records, host-clock nanoseconds. `stream` is CUPTI's stream id; `external_id`
+// the id pushed with push_external_id() around the launch (0 = none).
+struct KernelRecord {
+  int64_t start_ns = 0, end_ns = 0;
+  uint32_t device = 0, stream = 0, correlation = 0;
+  uint64_t external_id = 0;
+  std::string name;  // demangled
+  int32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+};
+enum class CopyKind : uint8_t { h2d, d2h, d2d, h2h, other };
+struct CopyRecord {
+  int64_t start_ns = 0, end_ns = 0;
+  uint32_t device = 0, stream = 0, correlation = 0;
+  uint64_t external_id = 0, bytes = 0;
+  CopyKind kind = CopyKind::other;
+};
+struct MemsetRecord {
+  int64_t start_ns = 0, end_ns = 0;
+  uint32_t device = 0, stream = 0, correlation = 0;
+  uint64_t external_id = 0, bytes = 0;
+};
+// A device-memory allocation or release as CUPTI's MEMORY2 reports it
+// (cudaMalloc, cudaFree, cudaMallocAsync pools, ...).
+struct MemoryRecord {
+  int64_t time_ns = 0;
+  uint32_t device = 0;
+  uint64_t address = 0, bytes = 0;
+  bool allocation = true;  // false: release
+  uint32_t correlation = 0;
+};
+struct SyncRecord {
+  int64_t start_ns = 0, end_ns = 0;
+  uint32_t stream = 0;  // 0xffffffff when not stream-specific
+  std::string what;     // "cudaStreamSynchronize", "cudaEventSynchronize", ...
+};
+struct MarkerRecord {  // an NVTX range (push/pop or start/end)
+  int64_t start_ns = 0, end_ns = 0;
+  std::string name;
+};
+
+struct Recording {
+  std::vector<KernelRecord> kernels;
+  std::vector<CopyRecord> copies;
+  std::vector<MemsetRecord> memsets;
+  std::vector<MemoryRecord> memory;  // in time order
+  std::vector<SyncRecord> syncs;
+  std::vector<MarkerRecord> markers;
+  uint64_t dropped_records = 0;  // CUPTI's count; > 0 means the trace is incomplete
+};
+
+class CuptiRecorder {
+ public:
+  // Subscribes and enables the activity kinds. Throws ProfilerError with a
+  // clear message when CUPTI is not available (no driver) or when another
+  // profiler (Nsight Systems, PyTorch's Kineto, a second recorder) already
+  // holds CUPTI's one subscriber slot (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED).
+  static std::unique_ptr<CuptiRecorder> start(const CuptiConfig& config = {});
+  ~CuptiRecorder();  // disables activities and unsubscribes (drops unread records)
+  CuptiRecorder(const CuptiRecorder&) = delete;
+  CuptiRecorder& operator=(const CuptiRecorder&) = delete;
+
+  // CUPTI's id of a CUDA stream (a cudaStream_t passed as void*), for mapping
+  // records to the caller's streams.
+  uint32_t stream_id(void* cuda_stream) const;
+  // External correlation around launches (the engine pushes its op index + 1).
+  void push_external_id(uint64_t id);
+  void pop_external_id();
+  // Flushes CUPTI's buffers and returns the records collected so far (moved
+  // out; the recorder keeps recording).
+  Recording take();
+
+ private:
+  CuptiRecorder() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// How to place a recording into a trace rank.
+struct TraceMapping {
+  // CUPTI stream id -> (lane name, lane kind); streams not listed get lanes
+  // "stream <id>" of kind `other` (NCCL kernels: comm).
+  std::map<uint32_t, std::pair<std::string, traces::LaneKind>> streams;
+  // external id -> (event name, unit, op type): the engine's op for kernels
+  // launched inside push_external_id(id); absent: the kernel's own name.
+  std::function<bool(uint64_t external_id, std::string* name, std::string* unit, std::string* op)>
+      op_for;
+  // Memory category of an allocation at `address`; absent: MemoryCategory::other.
+  std::function<traces::MemoryCategory(uint64_t address)> memory_category;
+};
+
+// Appends the recording's events to `rank` of `trace`: kernels (NCCL kernels
+// as comm.all_gather / comm.reduce_scatter / ... from their names, others as
+// compute), copies (memcpy.h2d/d2h/d2d), memsets, syncs, NVTX markers on a
+// "nvtx" lane; MEMORY2 records as memory events with running allocated and
+// reserved counters (reserved = allocated for raw cudaMalloc); the dropped
+// record count goes into trace.meta.tool_versions["cupti_dropped_records"].
+void append_recording(const Recording& recording, const TraceMapping& mapping,
+                      traces::Trace& trace, traces::RankTrace& rank);
+
+}  // namespace shardscope::profiler
