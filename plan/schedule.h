@@ -198,8 +198,10 @@ CommBytes closed_form_comm_bytes(const Graph& graph, const Policy& policy, const
 
 // Checks the schedule's invariants; returns human-readable violations (empty
 // when valid): every compute use of a unit's parameters is ordered after the
-// all-gather that filled them; no buffer is used outside [alloc, free]; every
-// transient buffer is freed by the end of the step; waits point backwards.
+// all-gather that filled them; no buffer is used outside [alloc, free]; two
+// uses of a buffer on different streams are ordered (stream order, waits,
+// host waits: streams run concurrently on a GPU); every transient buffer is
+// freed by the end of the step; waits point backwards.
 std::vector<std::string> check_schedule(const Graph& graph, const UnitPlan& units,
                                         const Schedule& schedule);
 

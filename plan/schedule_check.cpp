@@ -26,6 +26,8 @@ std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, cons
   std::vector<char> alive(s.buffers.size(), 0);
   std::vector<char> freed(s.buffers.size(), 0);
   std::vector<int> first_user(s.buffers.size(), -1);
+  // Per buffer and stream: the last op on that stream that used the buffer.
+  std::vector<std::vector<int>> last_use(s.buffers.size(), std::vector<int>(ns, -1));
   for (size_t b = 0; b < s.buffers.size(); ++b) alive[b] = s.buffers[b].persistent ? 1 : 0;
 
   auto after = [&](int op) {
@@ -97,7 +99,22 @@ std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, cons
             err(op_name(o) + " uses buffer " + buffer_name(g, s.buffers[b]) +
                 " outside [alloc, free]");
           if (first_user[b] < 0) first_user[b] = o;
+          // Cross-stream hazard: every earlier use of the buffer on another
+          // stream must happen before this op (streams run concurrently on a
+          // GPU; buffers do not say read or write, so two unordered uses are
+          // a hazard whatever they do).
+          for (size_t st = 0; st < ns; ++st) {
+            const int u = last_use[b][st];
+            if (u < 0 || static_cast<int>(st) == op.stream) continue;
+            if (c[st] < pos[u])
+              err(op_name(o) + " uses buffer " + buffer_name(g, s.buffers[b]) +
+                  " concurrently with " + op_name(u) + " on stream " + s.streams[st] +
+                  " (no wait orders them)");
+          }
+          last_use[b][op.stream] = o;
         }
+        // The host runs its own ops at launch: later launches come after them.
+        if (s.stream_roles[op.stream] == StreamRole::host) merge(host_clock, after(o));
         // Each unit whose parameters a compute op reads must be gathered, and
         // the op ordered after the op that filled the unsharded buffer.
         if (op.graph_op >= 0) {

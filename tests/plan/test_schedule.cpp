@@ -405,3 +405,38 @@ TEST_CASE("shared sizes and activation plans give the schedule built without the
   const std::vector<bool> ck = plan::checkpointed_units(p, units);
   CHECK(std::count(ck.begin(), ck.end(), true) == 6);
 }
+
+TEST_CASE("check_schedule reports a buffer used on two streams without a wait between them",
+          "[schedule][check]") {
+  const plan::Graph g = plan::load_model("gpt2-tiny");
+  for (const char* flavor : {"fsdp1", "fsdp2"}) {
+    INFO(flavor);
+    Planned p =
+        make(g,
+             {{"flavor", flavor},
+              {"reshard_after_forward", std::string(flavor) == "fsdp2" ? json(2) : json(true)},
+              {"wrap", {{"type", "class"}, {"classes", {"GPT2Block"}}}}},
+             4);
+    plan::Schedule s = p.ranks[0];
+    REQUIRE(plan::check_schedule(p.graph, p.units, s).empty());
+    // Every reduce-scatter waits for the compute stream's work on its input;
+    // dropping those waits (and the host waits on it) must be caught.
+    int dropped = 0;
+    for (plan::ScheduleOp& op : s.ops) {
+      if (op.kind != plan::OpKind::reduce_scatter) continue;
+      plan::SmallVector<int, 4> kept;
+      for (int w : op.waits)
+        if (s.ops[static_cast<size_t>(w)].stream == op.stream) kept.push_back(w);
+      dropped += static_cast<int>(op.waits.size() - kept.size());
+      op.waits = kept;
+    }
+    REQUIRE(dropped > 0);
+    const std::vector<std::string> errors = plan::check_schedule(p.graph, p.units, s);
+    REQUIRE_FALSE(errors.empty());
+    bool named = false;
+    for (const std::string& e : errors)
+      named = named || (e.find("reduce_scatter") != std::string::npos &&
+                        e.find("concurrently with") != std::string::npos);
+    CHECK(named);
+  }
+}
