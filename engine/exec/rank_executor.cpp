@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "engine/cpu/ops.h"
+#include "engine/exec/f32_view.h"
+#include "engine/exec/schedule_info.h"
 #include "plan/error.h"
 #include "profiler/host_clock.h"
 
@@ -13,68 +15,6 @@ namespace shardscope::engine::exec {
 
 using plan::ActionKind;
 using plan::OpKind;
-
-namespace {
-traces::LaneKind lane_kind(plan::StreamRole role) {
-  switch (role) {
-    case plan::StreamRole::host:
-      return traces::LaneKind::host;
-    case plan::StreamRole::compute:
-      return traces::LaneKind::compute;
-    case plan::StreamRole::unshard:
-    case plan::StreamRole::all_gather:
-    case plan::StreamRole::reduce_scatter:
-    case plan::StreamRole::all_reduce:
-      return traces::LaneKind::comm;
-    case plan::StreamRole::pre_unshard:
-    case plan::StreamRole::ag_copy_in:
-      return traces::LaneKind::copy;
-  }
-  return traces::LaneKind::other;
-}
-traces::MemoryCategory memory_category(plan::BufferCategory c) {
-  switch (c) {
-    case plan::BufferCategory::parameters:
-    case plan::BufferCategory::unsharded_params:
-      return traces::MemoryCategory::parameters;
-    case plan::BufferCategory::gradients:
-    case plan::BufferCategory::unsharded_grads:
-      return traces::MemoryCategory::gradients;
-    case plan::BufferCategory::optimizer_state:
-      return traces::MemoryCategory::optimizer_state;
-    case plan::BufferCategory::comm_buffers:
-      return traces::MemoryCategory::comm_buffers;
-    case plan::BufferCategory::activations:
-      return traces::MemoryCategory::activations;
-    case plan::BufferCategory::workspace:
-      return traces::MemoryCategory::temporaries;
-  }
-  return traces::MemoryCategory::unknown;
-}
-traces::Category event_category(OpKind k) {
-  switch (k) {
-    case OpKind::all_gather:
-      return traces::Category::comm_all_gather;
-    case OpKind::reduce_scatter:
-      return traces::Category::comm_reduce_scatter;
-    case OpKind::all_reduce:
-      return traces::Category::comm_all_reduce;
-    case OpKind::h2d:
-      return traces::Category::memcpy_h2d;
-    case OpKind::d2h:
-      return traces::Category::memcpy_d2h;
-    case OpKind::copy_out:
-    case OpKind::reshard_copy:
-      return traces::Category::memcpy_d2d;
-    default:
-      return traces::Category::compute;
-  }
-}
-bool accumulates(const plan::Buffer& b) {  // ops add into it: zero before its first user
-  const std::string what = b.what;
-  return what == "grad" || what == "unsharded_grad" || what == "accum_grad";
-}
-}  // namespace
 
 RankExecutor::RankExecutor(const plan::Graph& graph, const plan::Policy& policy,
                            const plan::UnitPlan& units, const plan::Schedule& schedule,
@@ -94,14 +34,9 @@ RankExecutor::RankExecutor(const plan::Graph& graph, const plan::Policy& policy,
   w_ = s_.workload;
   const int64_t n = s_.world.shard_group_size;
   for (const plan::Unit& u : up_.units) layouts_.emplace_back(g_, u, p_.flavor, n);
-  for (const plan::ProcessGroup& grp : s_.groups) {
-    const bool mine = std::find(grp.ranks.begin(), grp.ranks.end(), s_.rank) != grp.ranks.end();
-    const auto idx = static_cast<int64_t>(std::find(grp.ranks.begin(), grp.ranks.end(), s_.rank) -
-                                          grp.ranks.begin());
-    if (mine && grp.name.rfind("shard", 0) == 0) shard_index_ = idx;
-    if (mine && grp.name.rfind("reshard", 0) == 0) reshard_index_ = idx;
-  }
-  if (n == 1) shard_index_ = 0;
+  const GroupIndices gi = group_indices(s_);
+  shard_index_ = gi.shard_index;
+  reshard_index_ = gi.reshard_index;
   if (p_.loss_scale_mode) {
     scaler_.enabled = true;
     scaler_.dynamic = *p_.loss_scale_mode == "dynamic";
@@ -156,22 +91,7 @@ RankExecutor::~RankExecutor() {
 // ---- buffers -------------------------------------------------------------------
 
 plan::DType RankExecutor::buffer_dtype(int buffer) const {
-  const plan::Buffer& b = s_.buffers[static_cast<size_t>(buffer)];
-  if (b.tensor >= 0 && !plan::is_floating(g_.tensors[static_cast<size_t>(b.tensor)].dtype))
-    return g_.tensors[static_cast<size_t>(b.tensor)].dtype;
-  const std::string what = b.what;
-  const bool reduce = what == "rs_in" || what == "rs_out" || what == "accum_grad";
-  const plan::DType low = reduce ? p_.mixed_precision.reduce_dtype : p_.mixed_precision.param_dtype;
-  switch (b.category) {
-    case plan::BufferCategory::parameters:
-    case plan::BufferCategory::gradients:
-    case plan::BufferCategory::optimizer_state:
-      return plan::DType::f32;
-    default:
-      break;
-  }
-  if (what == "h2d_shard") return plan::DType::f32;
-  return low;
+  return exec::buffer_dtype(g_, p_, s_.buffers[static_cast<size_t>(buffer)]);
 }
 
 int RankExecutor::elem_bytes(int buffer) const {
@@ -222,7 +142,7 @@ void RankExecutor::host_alloc(int buffer, int64_t now) {
   allocated_ += static_cast<int64_t>(a.bytes);
   peak_allocated_ = std::max(peak_allocated_, allocated_);
   pending_init_[static_cast<size_t>(buffer)] =
-      accumulates(b) ? Init::zero : (std::string(b.what) == "input" ? Init::data : Init::none);
+      accumulates(b) ? Init::zero : (is_data_input(b) ? Init::data : Init::none);
   traces::add_allocation(trace_.ranks[0], now, static_cast<int64_t>(a.bytes), a.address,
                          lanes_[static_cast<size_t>(b.stream)], memory_category(b.category),
                          static_cast<int64_t>(allocator_.counters().reserved.current));
@@ -336,7 +256,16 @@ void RankExecutor::execute(const Task& task) {
       const plan::Buffer& b = s_.buffers[static_cast<size_t>(op.buffers[i])];
       const int64_t W = s_.world.world_size, B = w_.batch;
       const int64_t first = (op.micro_step * W + s_.rank) * B;
-      data_.fill(b.tensor, first, B, w_.seq, task.ptrs[i]);
+      const plan::DType dt = buffer_dtype(op.buffers[i]);
+      if (plan::is_floating(dt) && dt != plan::DType::f32) {
+        // A float input (MLP features) stored 16-bit: the data is made in
+        // fp32 and rounded into the buffer (fill() writes 4-byte floats).
+        std::vector<float> staging(static_cast<size_t>(b.bytes / plan::dtype_bytes(dt)));
+        data_.fill(b.tensor, first, B, w_.seq, staging.data());
+        store_f32(staging.data(), task.ptrs[i], dt, static_cast<int64_t>(staging.size()));
+      } else {
+        data_.fill(b.tensor, first, B, w_.seq, task.ptrs[i]);
+      }
     }
   }
   op_start_[static_cast<size_t>(task.op)] = profiler::host_now_ns();
@@ -469,18 +398,11 @@ StepOutcome RankExecutor::run_step(int64_t step) {
   traces::RankTrace& r = trace_.ranks[0];
   for (size_t i = 0; i < s_.ops.size(); ++i) {
     const plan::ScheduleOp& op = s_.ops[i];
-    std::string name;
-    if (op.graph_op >= 0)
-      name = g_.ops[static_cast<size_t>(op.graph_op)].name + "." + plan::op_kind_name(op.kind);
-    else
-      name = std::string(plan::op_kind_name(op.kind)) +
-             (op.unit >= 0 ? " " + up_.units[static_cast<size_t>(op.unit)].name : "");
-    traces::Event& e =
-        traces::add_event(r, lanes_[static_cast<size_t>(op.stream)], trace_.intern(name),
-                          event_category(op.kind), op_start_[i], op_end_[i] - op_start_[i]);
+    traces::Event& e = traces::add_event(
+        r, lanes_[static_cast<size_t>(op.stream)], trace_.intern(op_event_name(g_, up_, op)),
+        event_category(op.kind), op_start_[i], op_end_[i] - op_start_[i]);
     if (op.unit >= 0) e.unit = trace_.intern(up_.units[static_cast<size_t>(op.unit)].name);
-    e.op = trace_.intern(op.graph_op >= 0 ? g_.ops[static_cast<size_t>(op.graph_op)].type
-                                          : plan::op_kind_name(op.kind));
+    e.op = trace_.intern(op_event_type(g_, op));
     e.bytes = static_cast<uint64_t>(std::max<int64_t>(op.bytes, 0));
   }
   r.steps.push_back(traces::Step{step, out.start_ns, out.end_ns});

@@ -92,3 +92,24 @@ TEST_CASE("bf16 training follows fp32 within bf16 precision", "[exec]") {
     CHECK(bf16[0].losses[i] != f32[0].losses[i]);  // the casts do round
   }
 }
+
+TEST_CASE("mlp float inputs stored 16-bit are rounded into their buffer", "[exec]") {
+  // The MLP's input features are the only float graph input; under bf16/fp16
+  // mixed precision their buffer holds 2-byte values. Losses follow fp32's
+  // within the 16-bit precision (before the fix, 4-byte floats were written
+  // into the 2-byte buffer: wrong features and a write past its end).
+  const plan::Graph g = plan::load_model("mlp");
+  const nlohmann::json base = {{"batch_size", 4}};
+  const auto f32 = engine::exec::train_threads(config(g, base, 2, 2), {});
+  for (const char* dtype : {"bf16", "fp16"}) {
+    INFO(dtype);
+    nlohmann::json doc = base;
+    doc["mixed_precision"] = {{"param_dtype", dtype}};
+    const auto low = engine::exec::train_threads(config(g, doc, 2, 2), {});
+    REQUIRE(low[0].losses.size() == f32[0].losses.size());
+    for (size_t i = 0; i < f32[0].losses.size(); ++i) {
+      REQUIRE(std::isfinite(low[0].losses[i]));
+      CHECK(low[0].losses[i] == Approx(f32[0].losses[i]).epsilon(3e-2));
+    }
+  }
+}
