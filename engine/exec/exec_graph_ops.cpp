@@ -1,90 +1,47 @@
 // Forward, backward and recompute of graph ops (engine/cpu/ops.h): which
-// buffer holds each operand follows from the op's buffer list (plan/'s
-// compute_op): parameters in their unit's unsharded buffer (or the shard
-// itself for in-place DDP), activation tensors by tensor id ("act", "rc",
-// "input"), gradients of tensors ("grad") and of parameters
-// ("unsharded_grad", or the gradient shard for in-place DDP).
-#include <cmath>
+// buffer holds each operand follows from the op's buffer list
+// (engine/exec/graph_operands.h, shared with the CUDA engine); 16-bit
+// buffers are used through fp32 views (f32_view.h).
 #include <cstring>
-#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/cpu/ops.h"
 #include "engine/exec/f32_view.h"
+#include "engine/exec/graph_operands.h"
 #include "engine/exec/rank_executor.h"
 
 namespace shardscope::engine::exec {
 
-namespace {
-bool is(const char* what, std::initializer_list<const char*> names) {
-  for (const char* n : names)
-    if (std::strcmp(what, n) == 0) return true;
-  return false;
-}
-}  // namespace
-
 void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
-  const plan::Op& op = g_.ops[static_cast<size_t>(sop.graph_op)];
-  const bool backward = sop.kind == plan::OpKind::backward;
+  const GraphOperands o(g_, p_, up_, layouts_, s_, sop);
+  const plan::Op& op = o.op();
+  const bool backward = o.backward();
 
-  auto find = [&](const std::function<bool(const plan::Buffer&)>& pred) -> int {
-    for (size_t i = 0; i < sop.buffers.size(); ++i)
-      if (pred(s_.buffers[static_cast<size_t>(sop.buffers[i])])) return static_cast<int>(i);
-    return -1;
-  };
-  auto numel = [&](int t) { return g_.tensors[static_cast<size_t>(t)].numel_at(w_); };
-  auto last_dim = [&](int t) { return g_.tensors[static_cast<size_t>(t)].shape.back().eval(w_); };
-  auto missing = [&](const std::string& what) {
-    return ExecError("op '" + op.name + "' (" + plan::op_kind_name(sop.kind) + ", micro-step " +
-                     std::to_string(sop.micro_step) + "): no buffer for " + what);
+  auto view = [&](const Operand& x, bool read, bool write) {
+    return F32View(task.ptrs[static_cast<size_t>(x.slot)], x.dtype, x.offset, x.numel, read, write);
   };
   // fp32 view of tensor t's value (read) or of a new output (write).
-  auto value = [&](int t, bool output) {
-    const int i = find([&](const plan::Buffer& b) {
-      return b.tensor == t &&
-             (output ? is(b.what, {"act", "rc"}) : is(b.what, {"act", "rc", "input"}));
-    });
-    if (i < 0) throw missing("tensor '" + g_.tensors[static_cast<size_t>(t)].name + "'");
-    return F32View(task.ptrs[static_cast<size_t>(i)],
-                   buffer_dtype(sop.buffers[static_cast<size_t>(i)]), 0, numel(t), !output, output);
-  };
+  auto value = [&](int t, bool output) { return view(o.value(t, output), !output, output); };
   auto ids = [&](int t) -> const int64_t* {
-    const int i = find([&](const plan::Buffer& b) {
-      return b.tensor == t && is(b.what, {"input", "act"});
-    });
-    if (i < 0) throw missing("input '" + g_.tensors[static_cast<size_t>(t)].name + "'");
-    return static_cast<const int64_t*>(task.ptrs[static_cast<size_t>(i)]);
+    return static_cast<const int64_t*>(task.ptrs[static_cast<size_t>(o.ids(t))]);
   };
   // Gradient of tensor t (accumulated into); nullopt when the plan has none.
   auto grad = [&](int t) -> std::optional<F32View> {
-    const int i =
-        find([&](const plan::Buffer& b) { return b.tensor == t && is(b.what, {"grad"}); });
-    if (i < 0) return std::nullopt;
-    return F32View(task.ptrs[static_cast<size_t>(i)],
-                   buffer_dtype(sop.buffers[static_cast<size_t>(i)]), 0, numel(t), true, true);
+    const std::optional<Operand> x = o.grad(t);
+    if (!x) return std::nullopt;
+    return view(*x, true, true);
   };
   auto param_view = [&](int p, bool gradient) {
-    const int u = up_.param_unit[static_cast<size_t>(p)];
-    const int i = find([&](const plan::Buffer& b) {
-      return b.unit == u && (gradient ? is(b.what, {"unsharded_grad", "grad_shard"})
-                                      : is(b.what, {"unsharded", "param_shard", "h2d_shard"}));
-    });
-    const plan::Param& param = g_.params[static_cast<size_t>(p)];
-    if (i < 0) throw missing((gradient ? "the gradient of " : "") + param.name);
-    const ParamPlace* pp = layouts_[static_cast<size_t>(u)].find(p);
-    return F32View(task.ptrs[static_cast<size_t>(i)],
-                   buffer_dtype(sop.buffers[static_cast<size_t>(i)]), pp->unsharded, pp->numel,
-                   true, gradient);
+    return view(o.param(p, gradient), true, gradient);
   };
-  auto attr_d = [&](const char* key, double fallback) { return op.attrs.value(key, fallback); };
-  auto attr_i = [&](const char* key) {
-    if (!op.attrs.contains(key)) throw missing(std::string("attribute ") + key);
-    return op.attrs.at(key).get<int64_t>();
-  };
+  auto numel = [&](int t) { return o.numel(t); };
+  auto missing = [&](const std::string& what) { return o.missing(what); };
 
   const std::string& type = op.type;
   if (type == "embedding") {
-    const int64_t rows = attr_i("num_embeddings"), dim = attr_i("embedding_dim");
+    const int64_t rows = o.attr_i("num_embeddings"), dim = o.attr_i("embedding_dim");
     const int out = op.outputs[0];
     const int64_t n = numel(out) / dim;
     const int64_t* id = op.inputs.empty() ? nullptr : ids(op.inputs[0]);
@@ -94,14 +51,14 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       cpu::embedding_forward(id, table.data(), y.data(), n, rows, dim);
     } else {
       auto dy = grad(out);
-      if (!dy) throw missing("the gradient of " + g_.tensors[static_cast<size_t>(out)].name);
+      if (!dy) throw missing("the gradient of " + o.tensor_name(out));
       F32View dtable = param_view(op.params[0], true);
       cpu::embedding_backward(id, dy->data(), dtable.data(), n, rows, dim);
     }
     return;
   }
   if (type == "linear") {
-    const int64_t in = attr_i("in_features"), out_f = attr_i("out_features");
+    const int64_t in = o.attr_i("in_features"), out_f = o.attr_i("out_features");
     const bool has_bias = op.attrs.value("bias", false);
     const auto layout = op.attrs.value("weight_layout", std::string("out_in")) == "in_out"
                             ? cpu::WeightLayout::in_out
@@ -118,7 +75,7 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
                           layout);
     } else {
       auto dy = grad(y_t);
-      if (!dy) throw missing("the gradient of " + g_.tensors[static_cast<size_t>(y_t)].name);
+      if (!dy) throw missing("the gradient of " + o.tensor_name(y_t));
       auto dx = grad(x_t);
       F32View dw = param_view(op.params[0], true);
       std::optional<F32View> db;
@@ -131,8 +88,8 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
   if (type == "layernorm" || type == "rmsnorm") {
     const bool ln = type == "layernorm";
     const int x_t = op.inputs[0];
-    const int64_t c = last_dim(x_t), n = numel(x_t) / c;
-    const double eps = attr_d("eps", 1e-5);
+    const int64_t c = o.last_dim(x_t), n = numel(x_t) / c;
+    const double eps = o.attr_d("eps", 1e-5);
     F32View x = value(x_t, false);
     F32View wv = param_view(op.params[0], false);
     if (!backward) {
@@ -168,18 +125,7 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
     return;
   }
   if (type == "attention") {
-    if (op.attrs.contains("sliding_window") || op.attrs.contains("rope_scaling"))
-      throw ExecError("op '" + op.name +
-                      "': the CPU engine has no sliding-window attention or RoPE scaling");
-    cpu::AttentionShape s;
-    s.batch = w_.batch;
-    s.seq = w_.seq;
-    s.n_head = attr_i("n_head");
-    s.n_kv_head = attr_i("n_kv_head");
-    s.head_dim = attr_i("head_dim");
-    s.scale = attr_d("scale", 1.0 / std::sqrt(static_cast<double>(s.head_dim)));
-    s.rope = op.attrs.value("rope", false);
-    s.rope_theta = attr_d("rope_theta", 10000.0);
+    const cpu::AttentionShape s = attention_shape(o, w_, "CPU");
     const int64_t hd = s.n_head * s.head_dim, kvd = s.n_kv_head * s.head_dim;
     const bool packed = op.inputs.size() == 1;
     std::vector<F32View> in;
@@ -202,7 +148,7 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       std::vector<F32View> gin;
       for (int t : op.inputs) {
         auto gv = grad(t);
-        if (!gv) throw missing("the gradient of " + g_.tensors[static_cast<size_t>(t)].name);
+        if (!gv) throw missing("the gradient of " + o.tensor_name(t));
         gin.push_back(std::move(*gv));
       }
       cpu::QkvGrad gq{};
@@ -276,7 +222,7 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
   }
   if (type == "cross_entropy") {
     const int logits_t = op.inputs[0], labels_t = op.inputs[1];
-    const int64_t v = attr_i("classes"), n = numel(logits_t) / v;
+    const int64_t v = o.attr_i("classes"), n = numel(logits_t) / v;
     const int64_t* labels = ids(labels_t);
     if (!backward) {
       F32View logits = value(logits_t, false);

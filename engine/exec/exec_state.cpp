@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/exec/rank_executor.h"
+#include "engine/exec/schedule_info.h"
 
 namespace shardscope::engine::exec {
 
@@ -11,11 +12,10 @@ void RankExecutor::init_weights(uint64_t seed) {
   for (size_t u = 0; u < up_.units.size(); ++u) {
     const UnitLayout& lay = layouts_[u];
     if (lay.shard_numel() == 0) continue;
-    std::vector<float> full(static_cast<size_t>(lay.full_numel()), 0.0f);  // unsharded layout
-    if (s_.rank == 0)
-      for (const ParamPlace& pp : lay.params())
-        for (int64_t i = 0; i < pp.numel; ++i)
-          full[static_cast<size_t>(pp.unsharded + i)] = initial_value(g_, pp.param, i, seed);
+    // Unsharded layout: rank 0's values, zeros elsewhere until the broadcast.
+    std::vector<float> full = s_.rank == 0
+                                  ? initial_unsharded(g_, lay, seed)
+                                  : std::vector<float>(static_cast<size_t>(lay.full_numel()), 0.0f);
     comm_.broadcast(0, full.data(), full.size() * sizeof(float), 0);
     std::vector<float> gathered(full.size());
     lay.unsharded_to_gathered(full.data(), gathered.data(), 4);

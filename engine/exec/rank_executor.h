@@ -28,16 +28,12 @@
 #include "alloc/caching_allocator.h"
 #include "engine/comm/communicator.h"
 #include "engine/exec/data.h"
+#include "engine/exec/exec_error.h"
 #include "engine/exec/layout.h"
 #include "plan/schedule.h"
 #include "traces/trace.h"
 
 namespace shardscope::engine::exec {
-
-class ExecError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct LossScaler {  // torch.cuda.amp.GradScaler defaults
   bool enabled = false;

@@ -1,0 +1,121 @@
+#include "engine/exec/graph_operands.h"
+
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+
+#include "engine/exec/schedule_info.h"
+
+namespace shardscope::engine::exec {
+
+namespace {
+bool is(const char* what, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (std::strcmp(what, n) == 0) return true;
+  return false;
+}
+}  // namespace
+
+GraphOperands::GraphOperands(const plan::Graph& graph, const plan::Policy& policy,
+                             const plan::UnitPlan& units, const std::vector<UnitLayout>& layouts,
+                             const plan::Schedule& schedule, const plan::ScheduleOp& sop)
+    : g_(graph),
+      p_(policy),
+      up_(units),
+      layouts_(layouts),
+      s_(schedule),
+      sop_(sop),
+      op_(graph.ops[static_cast<size_t>(sop.graph_op)]) {}
+
+template <typename Pred>
+int GraphOperands::find(Pred pred) const {
+  for (size_t i = 0; i < sop_.buffers.size(); ++i)
+    if (pred(s_.buffers[static_cast<size_t>(sop_.buffers[i])])) return static_cast<int>(i);
+  return -1;
+}
+
+Operand GraphOperands::operand(int slot, int64_t offset, int64_t n) const {
+  const plan::Buffer& b = s_.buffers[static_cast<size_t>(sop_.buffers[static_cast<size_t>(slot)])];
+  return Operand{slot, buffer_dtype(g_, p_, b), offset, n};
+}
+
+int64_t GraphOperands::numel(int t) const {
+  return g_.tensors[static_cast<size_t>(t)].numel_at(s_.workload);
+}
+
+int64_t GraphOperands::last_dim(int t) const {
+  return g_.tensors[static_cast<size_t>(t)].shape.back().eval(s_.workload);
+}
+
+const std::string& GraphOperands::tensor_name(int t) const {
+  return g_.tensors[static_cast<size_t>(t)].name;
+}
+
+ExecError GraphOperands::missing(const std::string& what) const {
+  return ExecError("op '" + op_.name + "' (" + plan::op_kind_name(sop_.kind) + ", micro-step " +
+                   std::to_string(sop_.micro_step) + "): no buffer for " + what);
+}
+
+Operand GraphOperands::value(int t, bool output) const {
+  const int i = find([&](const plan::Buffer& b) {
+    return b.tensor == t &&
+           (output ? is(b.what, {"act", "rc"}) : is(b.what, {"act", "rc", "input"}));
+  });
+  if (i < 0) throw missing("tensor '" + tensor_name(t) + "'");
+  return operand(i, 0, numel(t));
+}
+
+int GraphOperands::ids(int t) const {
+  const int i = find([&](const plan::Buffer& b) {
+    return b.tensor == t && is(b.what, {"input", "act"});
+  });
+  if (i < 0) throw missing("input '" + tensor_name(t) + "'");
+  return i;
+}
+
+std::optional<Operand> GraphOperands::grad(int t) const {
+  const int i = find([&](const plan::Buffer& b) { return b.tensor == t && is(b.what, {"grad"}); });
+  if (i < 0) return std::nullopt;
+  return operand(i, 0, numel(t));
+}
+
+Operand GraphOperands::param(int p, bool gradient) const {
+  const int u = up_.param_unit[static_cast<size_t>(p)];
+  const int i = find([&](const plan::Buffer& b) {
+    return b.unit == u && (gradient ? is(b.what, {"unsharded_grad", "grad_shard"})
+                                    : is(b.what, {"unsharded", "param_shard", "h2d_shard"}));
+  });
+  const plan::Param& param = g_.params[static_cast<size_t>(p)];
+  if (i < 0) throw missing((gradient ? "the gradient of " : "") + param.name);
+  const ParamPlace* pp = layouts_[static_cast<size_t>(u)].find(p);
+  return operand(i, pp->unsharded, pp->numel);
+}
+
+double GraphOperands::attr_d(const char* key, double fallback) const {
+  return op_.attrs.value(key, fallback);
+}
+
+int64_t GraphOperands::attr_i(const char* key) const {
+  if (!op_.attrs.contains(key)) throw missing(std::string("attribute ") + key);
+  return op_.attrs.at(key).get<int64_t>();
+}
+
+cpu::AttentionShape attention_shape(const GraphOperands& o, const plan::Workload& w,
+                                    const char* engine) {
+  const plan::Op& op = o.op();
+  if (op.attrs.contains("sliding_window") || op.attrs.contains("rope_scaling"))
+    throw ExecError("op '" + op.name + "': the " + engine +
+                    " engine has no sliding-window attention or RoPE scaling");
+  cpu::AttentionShape s;
+  s.batch = w.batch;
+  s.seq = w.seq;
+  s.n_head = o.attr_i("n_head");
+  s.n_kv_head = o.attr_i("n_kv_head");
+  s.head_dim = o.attr_i("head_dim");
+  s.scale = o.attr_d("scale", 1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  s.rope = op.attrs.value("rope", false);
+  s.rope_theta = o.attr_d("rope_theta", 10000.0);
+  return s;
+}
+
+}  // namespace shardscope::engine::exec

@@ -1,0 +1,142 @@
+#include "engine/exec/schedule_info.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/exec/data.h"
+
+namespace shardscope::engine::exec {
+
+traces::LaneKind lane_kind(plan::StreamRole role) {
+  switch (role) {
+    case plan::StreamRole::host:
+      return traces::LaneKind::host;
+    case plan::StreamRole::compute:
+      return traces::LaneKind::compute;
+    case plan::StreamRole::unshard:
+    case plan::StreamRole::all_gather:
+    case plan::StreamRole::reduce_scatter:
+    case plan::StreamRole::all_reduce:
+      return traces::LaneKind::comm;
+    case plan::StreamRole::pre_unshard:
+    case plan::StreamRole::ag_copy_in:
+      return traces::LaneKind::copy;
+  }
+  return traces::LaneKind::other;
+}
+
+traces::MemoryCategory memory_category(plan::BufferCategory c) {
+  switch (c) {
+    case plan::BufferCategory::parameters:
+    case plan::BufferCategory::unsharded_params:
+      return traces::MemoryCategory::parameters;
+    case plan::BufferCategory::gradients:
+    case plan::BufferCategory::unsharded_grads:
+      return traces::MemoryCategory::gradients;
+    case plan::BufferCategory::optimizer_state:
+      return traces::MemoryCategory::optimizer_state;
+    case plan::BufferCategory::comm_buffers:
+      return traces::MemoryCategory::comm_buffers;
+    case plan::BufferCategory::activations:
+      return traces::MemoryCategory::activations;
+    case plan::BufferCategory::workspace:
+      return traces::MemoryCategory::temporaries;
+  }
+  return traces::MemoryCategory::unknown;
+}
+
+traces::Category event_category(plan::OpKind k) {
+  switch (k) {
+    case plan::OpKind::all_gather:
+      return traces::Category::comm_all_gather;
+    case plan::OpKind::reduce_scatter:
+      return traces::Category::comm_reduce_scatter;
+    case plan::OpKind::all_reduce:
+      return traces::Category::comm_all_reduce;
+    case plan::OpKind::h2d:
+      return traces::Category::memcpy_h2d;
+    case plan::OpKind::d2h:
+      return traces::Category::memcpy_d2h;
+    case plan::OpKind::copy_out:
+    case plan::OpKind::reshard_copy:
+      return traces::Category::memcpy_d2d;
+    default:
+      return traces::Category::compute;
+  }
+}
+
+bool accumulates(const plan::Buffer& b) {
+  const std::string what = b.what;
+  return what == "grad" || what == "unsharded_grad" || what == "accum_grad";
+}
+
+bool is_data_input(const plan::Buffer& b) {
+  return std::string(b.what) == "input";
+}
+
+plan::DType buffer_dtype(const plan::Graph& g, const plan::Policy& p, const plan::Buffer& b) {
+  if (b.tensor >= 0 && !plan::is_floating(g.tensors[static_cast<size_t>(b.tensor)].dtype))
+    return g.tensors[static_cast<size_t>(b.tensor)].dtype;
+  const std::string what = b.what;
+  const bool reduce = what == "rs_in" || what == "rs_out" || what == "accum_grad";
+  const plan::DType low = reduce ? p.mixed_precision.reduce_dtype : p.mixed_precision.param_dtype;
+  switch (b.category) {
+    case plan::BufferCategory::parameters:
+    case plan::BufferCategory::gradients:
+    case plan::BufferCategory::optimizer_state:
+      return plan::DType::f32;
+    default:
+      break;
+  }
+  if (what == "h2d_shard") return plan::DType::f32;
+  return low;
+}
+
+std::string op_event_name(const plan::Graph& g, const plan::UnitPlan& up,
+                          const plan::ScheduleOp& op) {
+  if (op.graph_op >= 0)
+    return g.ops[static_cast<size_t>(op.graph_op)].name + "." + plan::op_kind_name(op.kind);
+  return std::string(plan::op_kind_name(op.kind)) +
+         (op.unit >= 0 ? " " + up.units[static_cast<size_t>(op.unit)].name : "");
+}
+
+std::string op_event_type(const plan::Graph& g, const plan::ScheduleOp& op) {
+  return op.graph_op >= 0 ? g.ops[static_cast<size_t>(op.graph_op)].type
+                          : plan::op_kind_name(op.kind);
+}
+
+GroupIndices group_indices(const plan::Schedule& s) {
+  GroupIndices gi;
+  for (size_t i = 0; i < s.groups.size(); ++i) {
+    const plan::ProcessGroup& grp = s.groups[i];
+    const auto it = std::find(grp.ranks.begin(), grp.ranks.end(), s.rank);
+    if (it == grp.ranks.end()) continue;
+    const auto idx = static_cast<int64_t>(it - grp.ranks.begin());
+    if (grp.name.rfind("shard", 0) == 0) {
+      gi.shard_index = idx;
+      gi.shard_group = static_cast<int>(i);
+    }
+    if (grp.name.rfind("reshard", 0) == 0) gi.reshard_index = idx;
+  }
+  if (s.world.shard_group_size == 1) gi.shard_index = 0;
+  return gi;
+}
+
+std::vector<float> initial_unsharded(const plan::Graph& g, const UnitLayout& lay, uint64_t seed) {
+  std::vector<float> full(static_cast<size_t>(lay.full_numel()), 0.0f);
+  for (const ParamPlace& pp : lay.params())
+    for (int64_t i = 0; i < pp.numel; ++i)
+      full[static_cast<size_t>(pp.unsharded + i)] = initial_value(g, pp.param, i, seed);
+  return full;
+}
+
+std::vector<float> initial_shard(const plan::Graph& g, const UnitLayout& lay, int64_t shard_index,
+                                 uint64_t seed) {
+  const std::vector<float> full = initial_unsharded(g, lay, seed);
+  std::vector<float> gathered(full.size());
+  lay.unsharded_to_gathered(full.data(), gathered.data(), 4);
+  const auto first = gathered.begin() + shard_index * lay.shard_numel();
+  return std::vector<float>(first, first + lay.shard_numel());
+}
+
+}  // namespace shardscope::engine::exec

@@ -1,0 +1,65 @@
+// What every executor of a plan::Schedule (the CPU engine's RankExecutor, the
+// CUDA engine's CudaRankExecutor) derives from the schedule the same way, so
+// that their traces, dtypes and initial weights agree by construction:
+//  - trace vocabulary: lane kind per stream role, memory category per buffer
+//    category, event category, name and op type per schedule op;
+//  - element type of every buffer under the policy's mixed precision;
+//  - which buffers are zeroed or filled with data by their first user;
+//  - this rank's index in its shard and reshard groups;
+//  - initial parameter values of a unit (engine/exec/data.h initial_value).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/exec/layout.h"
+#include "plan/graph.h"
+#include "plan/policy.h"
+#include "plan/schedule.h"
+#include "plan/units.h"
+#include "traces/trace.h"
+
+namespace shardscope::engine::exec {
+
+traces::LaneKind lane_kind(plan::StreamRole role);
+traces::MemoryCategory memory_category(plan::BufferCategory category);
+traces::Category event_category(plan::OpKind kind);
+
+// Ops add into this buffer (gradients): its first user zeroes it first.
+bool accumulates(const plan::Buffer& buffer);
+// A graph input filled from the DataSource by its first user.
+bool is_data_input(const plan::Buffer& buffer);
+
+// Element type of a buffer: integer graph tensors keep theirs; persistent
+// shards (parameters, gradients, optimizer state) and offload staging are
+// fp32; reduce-scatter staging and no-sync accumulators take the reduce
+// dtype; everything else the param dtype.
+plan::DType buffer_dtype(const plan::Graph& graph, const plan::Policy& policy,
+                         const plan::Buffer& buffer);
+
+// Trace name of a schedule op ("h.0.mlp.fc.forward", "all_gather h.0") and
+// its op type (the graph op's type, else the op kind's name).
+std::string op_event_name(const plan::Graph& graph, const plan::UnitPlan& units,
+                          const plan::ScheduleOp& op);
+std::string op_event_type(const plan::Graph& graph, const plan::ScheduleOp& op);
+
+// This rank's position in the process groups the FSDP ops use.
+struct GroupIndices {
+  int64_t shard_index = 0;    // index in its shard group (0 when unsharded)
+  int64_t reshard_index = 0;  // index in its reshard group (fsdp2 reshard_after_forward=k)
+  int shard_group = 0;        // schedule group index of its shard group (0 = world if none)
+};
+GroupIndices group_indices(const plan::Schedule& schedule);
+
+// Unit parameters in the unsharded layout (layout.h), full_numel() elements:
+// every parameter's initial values (initial_value with `seed`), zeros in the
+// padding. What rank 0 builds and broadcasts.
+std::vector<float> initial_unsharded(const plan::Graph& graph, const UnitLayout& layout,
+                                     uint64_t seed);
+// Shard `shard_index` of those values (shard_numel() elements): what that
+// rank keeps after the broadcast.
+std::vector<float> initial_shard(const plan::Graph& graph, const UnitLayout& layout,
+                                 int64_t shard_index, uint64_t seed);
+
+}  // namespace shardscope::engine::exec
