@@ -1,0 +1,103 @@
+// Host-side argument checks and kernel parameters of the fused attention.
+// Every check runs before any CUDA call, so bad arguments throw
+// std::invalid_argument even on machines without a device.
+#include <climits>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "engine/cuda/check.h"
+#include "engine/cuda/ops/attention_common.cuh"
+
+namespace shardscope::engine::cuda::attention_detail {
+
+namespace {
+
+[[noreturn]] void fail(const char* fn, const std::string& what) {
+  throw std::invalid_argument(std::string(fn) + ": " + what);
+}
+
+}  // namespace
+
+AttentionParams make_attention_params(const char* fn, const cpu::AttentionShape& shape,
+                                      int64_t q_stride, int64_t kv_stride) {
+  const auto str = [](int64_t v) { return std::to_string(v); };
+  if (shape.batch < 0) fail(fn, "batch = " + str(shape.batch) + " < 0");
+  if (shape.seq < 0) fail(fn, "seq = " + str(shape.seq) + " < 0");
+  if (shape.n_head < 1) fail(fn, "n_head = " + str(shape.n_head) + " < 1");
+  if (shape.n_kv_head < 1) fail(fn, "n_kv_head = " + str(shape.n_kv_head) + " < 1");
+  if (shape.head_dim < 1) fail(fn, "head_dim = " + str(shape.head_dim) + " < 1");
+  if (shape.head_dim > kMaxHeadDim)
+    fail(fn, "head_dim = " + str(shape.head_dim) + " > " + str(kMaxHeadDim) +
+                 " (largest head_dim the CUDA attention supports)");
+  if (shape.n_head % shape.n_kv_head != 0)
+    fail(fn,
+         "n_head " + str(shape.n_head) + " is not a multiple of n_kv_head " + str(shape.n_kv_head));
+  if (!std::isfinite(shape.scale)) fail(fn, "scale is not finite");
+  if (shape.rope) {
+    if (shape.head_dim % 2 != 0)
+      fail(fn, "rope needs an even head_dim, got " + str(shape.head_dim));
+    if (!(shape.rope_theta > 0.0 && std::isfinite(shape.rope_theta)))
+      fail(fn, "rope_theta must be finite and > 0");
+  }
+  if (q_stride < shape.n_head * shape.head_dim)
+    fail(fn, "q_stride " + str(q_stride) + " < n_head * head_dim " +
+                 str(shape.n_head * shape.head_dim));
+  if (kv_stride < shape.n_kv_head * shape.head_dim)
+    fail(fn, "kv_stride " + str(kv_stride) + " < n_kv_head * head_dim " +
+                 str(shape.n_kv_head * shape.head_dim));
+  // Positions are converted to float for RoPE and tile indices are int inside
+  // a tile; keep T well inside both (2^24: every position exact in float).
+  if (shape.seq > (int64_t{1} << 24))
+    fail(fn, "seq = " + str(shape.seq) + " > 2^24 (largest sequence the CUDA attention supports)");
+
+  AttentionParams p;
+  p.batch = shape.batch;
+  p.seq = shape.seq;
+  p.n_head = shape.n_head;
+  p.n_kv_head = shape.n_kv_head;
+  p.group = shape.n_head / shape.n_kv_head;
+  p.q_stride = q_stride;
+  p.kv_stride = kv_stride;
+  p.head_dim = static_cast<int>(shape.head_dim);
+  p.scale = static_cast<float>(shape.scale);
+  p.rope = shape.rope;
+  if (shape.rope) {
+    for (int64_t i = 0; i < shape.head_dim / 2; ++i)
+      p.inv_freq[i] = static_cast<float>(
+          1.0 / std::pow(shape.rope_theta,
+                         static_cast<double>(2 * i) / static_cast<double>(shape.head_dim)));
+  }
+  return p;
+}
+
+void require_operand(const char* fn, const char* name, const void* ptr, plan::DType dt,
+                     plan::DType expected, int64_t count) {
+  if (count <= 0) return;
+  if (ptr == nullptr)
+    fail(fn, std::string(name) + " is null but " + std::to_string(count) + " elements are needed");
+  if (dt != expected)
+    fail(fn, std::string(name) + " has dtype " + plan::dtype_name(dt) + " but q has " +
+                 plan::dtype_name(expected) + " (attention tensors share one dtype)");
+}
+
+void require_grid(const char* fn, int64_t blocks) {
+  if (blocks > INT_MAX)
+    fail(fn, "the launch needs " + std::to_string(blocks) + " blocks > 2^31 - 1 (grid.x limit)");
+}
+
+void set_dynamic_smem(const void* kernel, size_t bytes, const char* fn) {
+  constexpr size_t kDefaultSmem = 48 * 1024;
+  if (bytes <= kDefaultSmem) return;
+  int device = 0, optin = 0;
+  SS_CUDA_CHECK(cudaGetDevice(&device));
+  SS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<size_t>(optin))
+    throw CudaError(std::string(fn) + ": needs " + std::to_string(bytes) +
+                    " bytes of shared memory per block, device " + std::to_string(device) +
+                    " offers " + std::to_string(optin));
+  SS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(bytes)));
+}
+
+}  // namespace shardscope::engine::cuda::attention_detail

@@ -1,0 +1,7 @@
+# Fused CUDA attention (engine/cuda/ops/attention_*.cu): forward and backward
+# against cpu::attention on the GPU, and the argument checks everywhere (they
+# throw before any CUDA call, so they run on machines without a device).
+shardscope_gpu_test(test_cuda_attention test_cuda_attention.cpp
+  LIBS shardscope_engine_cuda_ops shardscope_engine_cpu)
+shardscope_test(test_cuda_attention_args test_cuda_attention_args.cpp
+  LIBS shardscope_engine_cuda_ops)
