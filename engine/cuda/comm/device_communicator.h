@@ -46,8 +46,8 @@ class DeviceCommunicator {
                           cudaStream_t stream) = 0;
   // recv[count] = reduce over members of send[my_index * count ...]; send holds
   // group_size * count elements. recv may alias send + my_index * count.
-  virtual void reduce_scatter(int group, const void* send, void* recv, size_t count,
-                              plan::DType dt, comm::ReduceOp op, cudaStream_t stream) = 0;
+  virtual void reduce_scatter(int group, const void* send, void* recv, size_t count, plan::DType dt,
+                              comm::ReduceOp op, cudaStream_t stream) = 0;
   // data[count] reduced over the group in place.
   virtual void all_reduce(int group, void* data, size_t count, plan::DType dt, comm::ReduceOp op,
                           cudaStream_t stream) = 0;

@@ -2,24 +2,74 @@
 // --rank r`): this process is rank r of a world of N. Buffers have rank r's
 // real sizes (the schedule is rank r's), compute runs for real, and each
 // collective occupies its stream for the duration the hardware model gives
-// for its size and group, without using SMs and without moving data:
+// for its size and group, without using SMs and without moving data.
 //
-//   enqueue:  the stream waits (cuStreamWaitValue32, reached through
-//             cudaGetDriverEntryPoint; GEQ on a 32-bit flag in host-pinned,
-//             device-mapped memory) for flag >= ticket;
-//             a cudaLaunchHostFunc *before* the wait tells the release thread
-//             when the stream reached the collective (its start time);
-//   release:  one host thread per communicator releases ticket k at
-//             start_k + duration_k (host clock), writing flag = k.
-//   Host functions run one at a time per process, so they only stamp start
-//   times; the waits themselves occupy their streams concurrently, as
-//   collectives on different streams would.
+// Mechanism, per collective on stream S (ticket k = S's k-th collective):
+//   1. cudaLaunchHostFunc(S, reached): when S gets there, a CUDA host
+//      function stamps start_k = profiler::host_now_ns() and queues ticket k
+//      for release at start_k + duration_k. It only takes a mutex briefly
+//      and never blocks or calls CUDA (the driver may run the host functions
+//      of all streams one at a time on one thread, and S does not go on
+//      until it returned).
+//   2. the data effect below (a cudaMemcpyAsync and/or a small kernel), so
+//      that its own time lies inside the collective's interval;
+//   3. cuStreamWaitValue32(S, flag_S, k, GEQ): the stream waits, in the GPU's
+//      front end (no SM, no copy engine), until flag_S >= k (cyclic compare).
+//      The function comes from cudaGetDriverEntryPointByVersion (CUDA 12.0
+//      ABI: the _v2 stream memory operations every CUDA 12+ driver supports);
+//      libcuda is never linked. The flags are 32-bit words of host-pinned,
+//      device-mapped memory (cudaHostAlloc(cudaHostAllocMapped)), one per
+//      stream, 64 bytes apart.
+//   4. cudaEventRecord of the stream's "after last wait" event (the
+//      destructor waits on it, see below).
+// One release thread per communicator sleeps until the earliest due time
+// (condition variable; the last 100 us are spun, so releases land within a
+// few microseconds of start + duration) and writes flag_S = k with a release
+// store. Tickets of one stream are released in order (ticket k + 1 starts
+// only after wait k passed), so a per-stream flag never runs ahead of a wait
+// it should hold; streams never share a flag, so collectives on different
+// streams finish out of issue order when their durations say so, and their
+// waits overlap in time as concurrent NCCL collectives would.
 //
-// Results: all_gather leaves the other members' slots as they were (rank r's
-// own slot is copied into place); reduce_scatter and all_reduce give this
-// rank's own contribution (count elements of `send` at its slot / data as
-// is; avg divides by the group size): values are not those of an N-rank run,
-// sizes, timing and memory are.
+// Why host functions rather than a cuStreamWriteValue32 "reached" marker:
+// the host function wakes the release thread through a condition variable,
+// where a marker would have to be polled (one CPU core spinning for the whole
+// run). Its cost: the start stamp lags the stream by the host-function
+// latency (microseconds), and where the driver serialises host functions two
+// collectives reached at the same instant get stamps a few microseconds
+// apart. The data effect and the wait are enqueued after the host function,
+// so the stream also pays that latency once per collective.
+//
+// Limits:
+//  - A stream memory wait holds its hardware work queue, not just its stream:
+//    streams beyond CUDA_DEVICE_MAX_CONNECTIONS (default 8) share queues, and
+//    work of another stream queued behind a waiting one is held too (false
+//    dependency). Keep the executor's streams within that number.
+//  - At most 64 distinct streams per communicator (CommError beyond).
+//  - CUDA graph capture is refused (CommError): tickets are fixed at enqueue,
+//    a replayed graph would wait on tickets already released.
+//  - The modelled duration starts when the stream reaches the collective on
+//    this rank: there is no waiting for late peers (all ranks are this one).
+//
+// Results ("the other members contribute zeros"): all_gather leaves the other
+// members' slots as they were (rank r's own slot is copied into place unless
+// send already is that slot); reduce_scatter gives this rank's own
+// contribution (its `count` elements of `send`, copied to recv unless
+// aliased) and all_reduce leaves data as is, both divided by the group size
+// for avg (divide_kernel.h: in float, rounded to the element type); broadcast
+// moves nothing. Values are not those of an N-rank run; sizes, timing and
+// memory are.
+//
+// A duration model that throws passes its exception through the collective call (nothing
+// enqueued); a negative duration is a CommError.
+//
+// Destruction (and abort()) releases every ticket issued so far at once
+// (collectives reached later are released as they start; issued() then shows
+// released_ns = the release time);
+// the destructor then waits (cudaEventSynchronize) until each stream passed
+// its last wait, so that no host function or wait refers to this object or
+// its flag memory after it is gone, and joins the release thread. It does not
+// hang as long as the streams' other work completes.
 #pragma once
 
 #include <cstdint>
@@ -44,9 +94,12 @@ using CollectiveDuration =
 
 class EmulatedCommunicator final : public DeviceCommunicator {
  public:
-  // Throws CudaError when stream memory operations are not supported by the
-  // driver (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR...) or the
-  // driver entry point cannot be found.
+  // Works on the device current on the calling thread; streams passed later
+  // must belong to it. Throws CommError for bad groups (collective_args.h)
+  // or an empty `duration`; CudaError without a driver or device (naming the
+  // runtime error), when the device cannot map host memory, when the driver
+  // has no cuStreamWaitValue32 entry point, or when a test wait on a private
+  // stream fails (stream memory operations not supported).
   EmulatedCommunicator(int rank, int world_size, std::vector<comm::Group> groups,
                        CollectiveDuration duration);
   ~EmulatedCommunicator() override;  // releases every pending wait, joins the thread
@@ -65,10 +118,14 @@ class EmulatedCommunicator final : public DeviceCommunicator {
                   cudaStream_t stream) override;
   void broadcast(int group, void* data, size_t bytes, int root, cudaStream_t stream) override;
   void barrier() override {}
+  // Releases every pending wait; later calls throw CommError naming this
+  // rank and `message`.
   void abort(const std::string& message) override;
 
-  // Each collective issued so far: modelled duration and the host-clock
-  // start/end the release thread used (tests compare them with the trace).
+  // Each collective issued so far, in issue order: modelled duration and the
+  // host-clock (profiler::host_now_ns) start stamped when its stream reached
+  // it and the time its wait was released (0 = not yet); tests compare them
+  // with the trace. `bytes` is what the duration model was given.
   struct Issued {
     CollectiveKind kind;
     int group;

@@ -1,14 +1,27 @@
 // DeviceCommunicator over NCCL: one process per GPU; one ncclComm_t per
 // schedule group (the world and every shard/replica group), each made with
-// ncclCommInitRank from an ncclUniqueId that the group's lowest rank creates
-// and publishes through the launcher's TCP store (key "nccl/<group name>").
+// ncclCommInitRankConfig from an ncclUniqueId that the group's lowest rank
+// creates and publishes through the launcher's TCP store, hex-encoded, under
+// "nccl/<k>/<group name>" (k: this process's k-th NcclCommunicator, equal on
+// every rank since they make them in the same order; a store that outlives a
+// communicator never hands a stale id to the next one). Groups are made one
+// after the other in `groups` order; a rank skips those it is not in.
+// Communicators are non-blocking (config.blocking = 0): initialisation and
+// enqueueing are polled (ncclCommGetAsyncError) against `timeout`, so a peer
+// that never joins is an error naming the group, not a hang. The collectives
+// themselves run on the device: a peer dying mid-collective surfaces through
+// NCCL's own error reporting or a stream that never completes (the caller's
+// watchdog calls abort()).
 // Multi-node works through the same store (MASTER_ADDR/MASTER_PORT from
 // torchrun, srun or mpirun: engine/launch). World size 1 runs the real NCCL
 // path on one GPU.
 //
 // Errors: NCCL failures throw CommError naming the rank, the group and the
-// collective with ncclGetErrorString and ncclGetLastError; a peer that dies
+// collective with ncclGetErrorString and ncclGetLastError, followed by the
+// abort records ("abort/<r>") peers left in the store; a peer that dies
 // shows up as ncclRemoteError / a store timeout naming the missing ranks.
+// Element types: f32, bf16, f16 (ncclFloat32/ncclBfloat16/ncclFloat16);
+// sum/avg are ncclSum/ncclAvg; broadcast moves bytes (ncclInt8).
 // abort() calls ncclCommAbort on every communicator and sets the store key
 // "abort/<rank>" so peers blocked in the store fail naming this rank.
 #pragma once
@@ -27,7 +40,9 @@ class NcclCommunicator final : public DeviceCommunicator {
  public:
   // Every rank of the world calls this collectively with the same groups
   // (comm_groups() order). `store` must outlive the communicator. The device
-  // must be current (cudaSetDevice) on the calling thread.
+  // must be current (cudaSetDevice) on the calling thread. Throws CommError
+  // (bad groups, NCCL init failure or timeout), CudaError (no driver or
+  // device: the message names the runtime error).
   NcclCommunicator(int rank, int world_size, std::vector<comm::Group> groups,
                    launch::TcpStore& store, std::chrono::milliseconds timeout);
   ~NcclCommunicator() override;  // ncclCommDestroy (ncclCommAbort after abort())
@@ -48,7 +63,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   void barrier() override;
   void abort(const std::string& message) override;
 
-  // "NCCL 2.28.x" from ncclGetVersion.
+  // "NCCL 2.28.x" from ncclGetVersion (needs no device).
   static std::string version();
 
  private:
