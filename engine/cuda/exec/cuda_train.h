@@ -13,33 +13,55 @@
 #include <vector>
 
 #include "engine/cuda/comm/device_communicator.h"
+#include "engine/cuda/memory/cuda_backing.h"
 #include "engine/exec/train.h"
 #include "plan/graph.h"
 #include "plan/policy.h"
+#include "profiler/cupti/cupti_recorder.h"
 #include "traces/trace.h"
 
 namespace shardscope::engine::cuda {
 
 struct CudaTrainConfig {
-  exec::TrainConfig base;  // graph, policy, world_size, steps, data, model name (save/load: refused)
-  int device = 0;          // CUDA ordinal (cudaSetDevice before anything else)
-  bool profile = false;    // record with CUPTI (profiler/cupti): trace events are the GPU's
+  exec::TrainConfig
+      base;              // graph, policy, world_size, steps, data, model name (save/load: refused)
+  int device = 0;        // CUDA ordinal (cudaSetDevice before anything else)
+  bool profile = false;  // record with CUPTI (profiler/cupti): trace events are the GPU's
   bool cuda_graph = false;  // capture the step as a CUDA graph (refused when the policy
                             // needs host synchronisation: fsdp1 limit_all_gathers, fp16
                             // dynamic loss scaling, CPU offload)
 };
 
 struct CudaRankRun {
-  exec::RankRun run;  // losses, step seconds, peak allocated (the allocator's), trace
+  exec::RankRun run;                // losses, step seconds, peak allocated (the allocator's), trace
   int64_t peak_reserved_bytes = 0;  // the allocator's segments
   int64_t other_device_bytes = 0;   // peak of device memory outside the allocator (CUPTI
                                     // MEMORY2: cuBLAS workspace, NCCL buffers, scratch); -1
                                     // without --profile
   uint64_t cupti_dropped_records = 0;
   std::string device_name;
+  int64_t persistent_bytes = 0;          // the allocator's bytes before the first step
+  int64_t executor_device_bytes = 0;     // the executor's own memory outside the allocator
+  std::vector<int> host_syncs_per_step;  // host synchronisations of each step (start,
+                                         // host_waits, end)
+  // With --profile: CUPTI's MEMORY2 records (device allocations and frees, in
+  // time order) and every segment the allocator obtained, to tell them apart.
+  // The trace's memory records are the allocator's own (host side, as the
+  // CPU engine's and the simulator's); MEMORY2 records are not added to it.
+  std::vector<profiler::MemoryRecord> cupti_memory;
+  std::vector<CudaBacking::SegmentRecord> allocator_segments;
 };
 
-// Runs the steps on this rank. Throws (after comm.abort) on any error.
+// Peak over time of the device bytes that MEMORY2 records and that are not
+// segments of the allocator (an allocation whose (address, bytes) is one of
+// `segments`, and its release, are the allocator's).
+int64_t peak_other_device_bytes(const std::vector<profiler::MemoryRecord>& records,
+                                const std::vector<CudaBacking::SegmentRecord>& segments);
+
+// Runs the steps on this rank. Throws (after comm.abort) on any error; first
+// of all when the CUDA runtime finds no device (query_devices()'s message),
+// for save/load (not supported on the CUDA backend yet) and for cuda_graph
+// (not implemented).
 CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& comm,
                             const exec::TrainHooks& hooks);
 

@@ -1,0 +1,240 @@
+// Executes one rank's plan::Schedule on one GPU, as engine/exec's
+// RankExecutor does on the CPU (docs/schedule.md's execution rules 1-5):
+//
+//  - streams: one CUDA stream per schedule stream but the host
+//    (cudaStreamNonBlocking; communication roles at the greatest priority);
+//    the host's own ops (offloaded optimizer) run on the calling thread;
+//  - events: one cudaEvent recorded after every op (its completion: other
+//    streams' waits are cudaStreamWaitEvent on it, host_wait is
+//    cudaEventSynchronize on it) and, without CUPTI, one before it (timing);
+//    created once, re-recorded every step;
+//  - memory: every buffer from alloc/'s CachingAllocator over CudaBacking
+//    (cudaMalloc segments), alloc/free in host order; a free with ops of
+//    other streams pending records a CudaEventSource event on each of those
+//    streams (record_stream), so the block is reused once they are done;
+//    the executor's own device memory (per-stream GEMM and op workspaces, the
+//    step's scalars, layout tables) is cudaMalloc'd outside the allocator at
+//    start-up and reported as other memory;
+//  - host synchronisation inside a step: only the schedule's host_wait
+//    actions (fsdp1 limit_all_gathers, the scalar all-reduces of gradient
+//    clipping and dynamic loss scaling, offload's copies before the host
+//    optimizer), then one stream synchronisation at the end of the step
+//    (torch.cuda.synchronize()) after which losses, error flags and timing
+//    events are read. The step's start is host-synchronised too (the
+//    reference event for timing).
+//
+// Numerics: CUDA ops (engine/cuda/ops/ops.h) in each buffer's dtype
+// (exec::buffer_dtype), fp32 math; collectives in the buffer's dtype through
+// the DeviceCommunicator. The scalar all-reduce of the squared gradient norm
+// is fp32 (as the CPU engine's): the device double is converted to fp32,
+// all-reduced, converted back.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "alloc/caching_allocator.h"
+#include "engine/cuda/comm/device_communicator.h"
+#include "engine/cuda/exec/exec_kernels.h"
+#include "engine/cuda/memory/cuda_backing.h"
+#include "engine/cuda/ops/ops.h"
+#include "engine/exec/data.h"
+#include "engine/exec/exec_error.h"
+#include "engine/exec/layout.h"
+#include "engine/exec/rank_executor.h"
+#include "plan/schedule.h"
+#include "profiler/cupti/cupti_recorder.h"
+#include "traces/trace.h"
+
+namespace shardscope::engine::cuda {
+
+struct CudaExecOptions {
+  int device = 0;
+  // Non-null: CUPTI records the step (the trace's device events come from it
+  // through append_recording); the executor pushes op index + 1 as external
+  // id around each op's launches and records no timing events of its own.
+  profiler::CuptiRecorder* recorder = nullptr;
+};
+
+class CudaRankExecutor {
+ public:
+  // The device must be current (cudaSetDevice(options.device)). The schedule
+  // must be this rank's; the communicator's groups are the schedule's.
+  CudaRankExecutor(const plan::Graph& graph, const plan::Policy& policy,
+                   const plan::UnitPlan& units, const plan::Schedule& schedule,
+                   DeviceCommunicator& comm, const exec::DataSource& data,
+                   const CudaExecOptions& options);
+  ~CudaRankExecutor();
+  CudaRankExecutor(const CudaRankExecutor&) = delete;
+  CudaRankExecutor& operator=(const CudaRankExecutor&) = delete;
+
+  // Initial weights, the CPU engine's values (exec::initial_shard): rank 0
+  // builds each unit in full, broadcasts it over the world, every rank keeps
+  // its shard. With emulated peers (nothing moves between ranks) every rank
+  // computes its own shard from the seed instead.
+  void init_weights(uint64_t seed);
+  // Every parameter in full (graph order), all-gathered over the shard group
+  // (a collective every rank must call). Meaningful with NCCL only: emulated
+  // peers leave other ranks' slots unset.
+  std::vector<std::vector<float>> gather_full_params();
+  // Runs training step `step` (0-based: global batch `step`).
+  exec::StepOutcome run_step(int64_t step);
+
+  traces::Trace& trace() { return trace_; }
+  int64_t optimizer_steps() const { return optimizer_steps_; }
+  exec::LossScaler& loss_scaler() { return scaler_; }
+  int64_t peak_allocated_bytes() const { return peak_allocated_; }
+  int64_t peak_reserved_bytes() const;
+  int64_t persistent_allocated_bytes() const { return persistent_allocated_; }
+  const alloc::CachingAllocator& allocator() const { return *allocator_; }
+  const CudaBacking& backing() const { return *backing_; }
+  // Device bytes the executor holds outside the allocator (workspaces,
+  // GEMM workspaces, scalars, layout tables).
+  int64_t own_device_bytes() const { return own_device_bytes_; }
+  // Host synchronisations of the last step: cudaEventSynchronize calls of
+  // host_wait actions, plus the start and end synchronisations.
+  int host_syncs_last_step() const { return host_syncs_; }
+  cudaStream_t stream(int schedule_stream) const {
+    return streams_[static_cast<size_t>(schedule_stream)];
+  }
+  const plan::Schedule& schedule() const { return s_; }
+  // Mean of `value` over the world (an all-reduce on a device scalar, then a
+  // stream synchronisation; outside any step). Emulated peers move no data:
+  // the rank's own value is returned.
+  double world_mean(double value);
+
+  // Memory category of a device address: the category of the buffer whose
+  // allocation made the allocator reserve the segment holding it, else other.
+  traces::MemoryCategory category_at(uint64_t address) const;
+  // How a CUPTI recording of this executor's steps maps onto its trace:
+  // streams to the schedule's lanes, external ids to ops, addresses to categories.
+  profiler::TraceMapping trace_mapping(const profiler::CuptiRecorder& recorder) const;
+
+ private:
+  enum class Init : uint8_t { none, zero, data };
+  // Device scalars of one step (one cudaMalloc; zeroed at the step's start).
+  static constexpr int kMaxStreams = 16;
+  struct StepScalars {
+    double loss_sum;    // sum over micro-steps of the forward cross-entropy mean
+    double norm_sq;     // squared norm of the gradient shards (all-reduced when clipping)
+    float found_inf;    // inf check flag (after the all-reduce: ranks that saw inf/nan)
+    float norm_sq_f32;  // fp32 copy of norm_sq for the all-reduce
+    float clip;         // clip coefficient min(1, max_norm / (norm + 1e-6))
+    float unused;
+    double ce_micro[kMaxStreams];  // one cross-entropy's mean, per stream (scratch)
+  };
+  // Pinned host floats exchanged with the device around the scalar all-reduces
+  // when their producer (inf check, norm) ran on the host (cpu_offload).
+  struct HostExchange {
+    float found_inf;
+    float norm_sq;
+    float mean;  // world_mean's value
+  };
+
+  // start-up and tear-down
+  void release_resources() noexcept;
+  void create_streams_and_events();
+  void size_workspaces();
+  void upload_layouts();
+  void allocate_persistent();
+  void prepare_staging();
+  void classify_ops();
+
+  // host side
+  void host_launch(int op);
+  void host_alloc(int buffer, int64_t now);
+  void host_free(int buffer, const plan::SmallVector<int, 4>& pending, int64_t now);
+  void host_wait(int op);
+  void first_use(int op, const std::vector<void*>& ptrs, const std::vector<Init>& init,
+                 cudaStream_t stream);
+  void finish_d2h(int op);
+  void check_error_flags() const;
+  void record_step_trace(int64_t step, int64_t t0, int64_t t_end);
+
+  // Op bodies (on the op's stream). graph_op with ptrs == nullptr launches
+  // nothing and returns the stream workspace bytes the op needs.
+  size_t graph_op(int index, const plan::ScheduleOp& op, const std::vector<void*>* ptrs,
+                  cudaStream_t s);
+  void run_fsdp_op(int index, const plan::ScheduleOp& op, const std::vector<void*>& ptrs,
+                   cudaStream_t s);
+  void run_scalar_all_reduce(int index, const plan::ScheduleOp& op, cudaStream_t s);
+  void run_host_op(int index, const plan::ScheduleOp& op, const std::vector<void*>& ptrs);
+
+  bool on_host_stream(int op) const {
+    return s_.stream_roles[static_cast<size_t>(s_.ops[static_cast<size_t>(op)].stream)] ==
+           plan::StreamRole::host;
+  }
+  plan::DType dtype_of(int buffer) const;
+  int64_t elems_of(int buffer) const;
+  std::string op_label(int op) const;  // "op N (kind name, stream S)"
+  void* device_alloc(size_t bytes);    // cudaMalloc outside the allocator (other memory)
+  void* pinned_alloc(size_t bytes);    // cudaHostAlloc, zeroed
+
+  const plan::Graph& g_;
+  const plan::Policy& p_;
+  const plan::UnitPlan& up_;
+  const plan::Schedule& s_;
+  DeviceCommunicator& comm_;
+  const exec::DataSource& data_;
+  CudaExecOptions opts_;
+  std::vector<exec::UnitLayout> layouts_;
+  std::vector<DevLayout> dev_layouts_;  // per unit
+  int64_t shard_index_ = 0, reshard_index_ = 0;
+  int shard_group_ = 0;
+
+  // device resources (destroyed in reverse)
+  std::vector<cudaStream_t> streams_;  // [0] = host: nullptr
+  std::vector<std::unique_ptr<Blas>> blas_;
+  std::vector<Workspace> workspaces_;  // per stream
+  std::vector<void*> own_device_;      // cudaMalloc'd by the executor
+  std::vector<void*> own_pinned_;      // cudaHostAlloc'd by the executor
+  int64_t own_device_bytes_ = 0;
+  std::vector<cudaEvent_t> start_evt_, done_evt_;  // per op (start: timing only)
+  std::vector<cudaEvent_t> join_evt_;  // per stream: joins it into compute at the step's end
+  cudaEvent_t ref_evt_ = nullptr;
+  int compute_ = 1;                      // schedule index of the compute stream
+  StepScalars* scalars_ = nullptr;       // device
+  StepScalars* scalars_host_ = nullptr;  // pinned mirror, read at the step's end
+  int32_t* flags_ = nullptr;             // device, one per op: 1 + row of a bad id
+  int32_t* flags_host_ = nullptr;        // pinned mirror
+  HostExchange* exchange_ = nullptr;     // pinned
+  float* exchange_dev_ = nullptr;        // device float for the exchange's uploads (2)
+
+  std::unique_ptr<CudaBacking> backing_;
+  std::unique_ptr<alloc::CachingAllocator> allocator_;
+  std::unique_ptr<CudaEventSource> events_;
+  std::map<uint64_t, std::pair<uint64_t, traces::MemoryCategory>> segments_;  // base -> end, cat
+
+  std::vector<std::optional<alloc::Allocation>> live_;  // per buffer (device)
+  std::vector<void*> host_bufs_;                        // per buffer (on_host: pinned)
+  std::vector<void*> input_staging_;                    // per buffer: pinned data of graph inputs
+  std::vector<void*> d2h_staging_;         // per op: pinned landing of non-fp32 d2h copies
+  std::vector<Init> pending_init_;         // per buffer, until its first user
+  std::vector<uint8_t> d2h_pending_;       // per op: staged copy not yet added on the host
+  std::vector<uint8_t> scalar_kind_;       // per op: scalar all-reduce of 1 found_inf, 2 norm^2
+  std::vector<uint8_t> scalar_from_host_;  // per op: its producer ran on the host
+  std::vector<uint8_t> scale_kind_;        // per op: grad_scale 1 unscale, 2 clip (at launch)
+  int64_t allocated_ = 0, peak_allocated_ = 0, persistent_allocated_ = 0;
+
+  // step state
+  float dloss_ = 1.0f;
+  bool unscaled_ = false;
+  bool inf_on_host_ = false, norm_on_host_ = false;
+  double host_found_inf_ = 0, host_norm_sq_ = 0, grad_norm_ = -1;
+  bool clipped_ = false;
+  int64_t optimizer_steps_ = 0;
+  exec::LossScaler scaler_;
+  int host_syncs_ = 0;
+  std::vector<int64_t> host_op_start_, host_op_end_;  // host-stream ops (host clock)
+
+  traces::Trace trace_;
+  std::vector<uint32_t> lanes_;
+};
+
+}  // namespace shardscope::engine::cuda

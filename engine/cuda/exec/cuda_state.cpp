@@ -1,0 +1,183 @@
+// Parameter state of a CUDA rank outside the step (initial weights, gathering
+// the full parameters back), the world mean of a scalar, and how a CUPTI
+// recording maps onto the executor's trace.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/check.h"
+#include "engine/cuda/exec/cuda_rank_executor.h"
+#include "engine/exec/schedule_info.h"
+
+namespace shardscope::engine::cuda {
+
+using exec::ExecError;
+
+namespace {
+
+bool emulated(const DeviceCommunicator& comm) {
+  return std::strcmp(comm.kind(), "emulated") == 0;
+}
+
+// cudaMalloc'd scratch for start-up and tear-down copies, freed on scope exit.
+class DeviceScratch {
+ public:
+  explicit DeviceScratch(size_t bytes) {
+    SS_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 1)));
+  }
+  ~DeviceScratch() { (void)cudaFree(ptr_); }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  float* get() const { return static_cast<float*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+// Broadcast chunk: bounds the scratch for large units.
+constexpr int64_t kBroadcastChunkElems = int64_t{16} << 20;
+
+}  // namespace
+
+void CudaRankExecutor::init_weights(uint64_t seed) {
+  cudaStream_t compute = streams_[static_cast<size_t>(compute_)];
+  for (size_t u = 0; u < up_.units.size(); ++u) {
+    const exec::UnitLayout& lay = layouts_[u];
+    const int64_t s = lay.shard_numel();
+    if (s == 0) continue;
+    int shard_buffer = -1;
+    for (size_t b = 0; b < s_.buffers.size(); ++b) {
+      const plan::Buffer& buf = s_.buffers[b];
+      if (buf.persistent && buf.unit == static_cast<int>(u) &&
+          buf.category == plan::BufferCategory::parameters)
+        shard_buffer = static_cast<int>(b);
+    }
+    if (shard_buffer < 0) throw ExecError("unit " + up_.units[u].name + " has no parameter shard");
+    const bool host_shard = s_.buffers[static_cast<size_t>(shard_buffer)].on_host;
+    void* dst = host_shard
+                    ? host_bufs_[static_cast<size_t>(shard_buffer)]
+                    : reinterpret_cast<void*>(live_[static_cast<size_t>(shard_buffer)]->address);
+
+    if (emulated(comm_) || comm_.world_size() == 1) {
+      // Nothing to receive: this rank's shard straight from the seed (the
+      // values rank 0 would have broadcast).
+      const std::vector<float> shard = exec::initial_shard(g_, lay, shard_index_, seed);
+      SS_CUDA_CHECK(cudaMemcpy(dst, shard.data(), shard.size() * sizeof(float),
+                               host_shard ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice));
+      continue;
+    }
+    // Rank 0 builds the unit in the gathered layout and broadcasts it over the
+    // world in chunks; each rank keeps [q*s, (q+1)*s) (PyTorch's sync_module_states).
+    std::vector<float> gathered;
+    if (s_.rank == 0) {
+      const std::vector<float> full = exec::initial_unsharded(g_, lay, seed);
+      gathered.resize(full.size());
+      lay.unsharded_to_gathered(full.data(), gathered.data(), 4);
+    }
+    const int64_t total = lay.full_numel();
+    const int64_t mine_begin = shard_index_ * s, mine_end = mine_begin + s;
+    DeviceScratch scratch(static_cast<size_t>(std::min(total, kBroadcastChunkElems)) *
+                          sizeof(float));
+    for (int64_t begin = 0; begin < total; begin += kBroadcastChunkElems) {
+      const int64_t len = std::min(kBroadcastChunkElems, total - begin);
+      if (s_.rank == 0)
+        SS_CUDA_CHECK(cudaMemcpyAsync(scratch.get(), gathered.data() + begin,
+                                      static_cast<size_t>(len) * sizeof(float),
+                                      cudaMemcpyHostToDevice, compute));
+      comm_.broadcast(0, scratch.get(), static_cast<size_t>(len) * sizeof(float), 0, compute);
+      const int64_t lo = std::max(begin, mine_begin), hi = std::min(begin + len, mine_end);
+      if (lo < hi)
+        SS_CUDA_CHECK(cudaMemcpyAsync(
+            static_cast<float*>(dst) + (lo - mine_begin), scratch.get() + (lo - begin),
+            static_cast<size_t>(hi - lo) * sizeof(float),
+            host_shard ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice, compute));
+      // The scratch is reused by the next chunk: wait for this one's copies.
+      SS_CUDA_CHECK(cudaStreamSynchronize(compute));
+    }
+  }
+  SS_CUDA_CHECK(cudaStreamSynchronize(compute));
+}
+
+std::vector<std::vector<float>> CudaRankExecutor::gather_full_params() {
+  cudaStream_t compute = streams_[static_cast<size_t>(compute_)];
+  std::vector<std::vector<float>> out(g_.params.size());
+  for (size_t u = 0; u < up_.units.size(); ++u) {
+    const exec::UnitLayout& lay = layouts_[u];
+    const int64_t s = lay.shard_numel();
+    if (s == 0) continue;
+    const void* shard = nullptr;
+    bool host_shard = false;
+    for (size_t b = 0; b < s_.buffers.size(); ++b) {
+      const plan::Buffer& buf = s_.buffers[b];
+      if (buf.persistent && buf.unit == static_cast<int>(u) &&
+          buf.category == plan::BufferCategory::parameters) {
+        host_shard = buf.on_host;
+        shard = host_shard ? host_bufs_[b] : reinterpret_cast<void*>(live_[b]->address);
+      }
+    }
+    if (!shard) throw ExecError("unit " + up_.units[u].name + " has no parameter shard");
+    DeviceScratch gathered_dev(static_cast<size_t>(lay.full_numel()) * sizeof(float));
+    float* mine = gathered_dev.get() + shard_index_ * s;
+    SS_CUDA_CHECK(cudaMemcpyAsync(mine, shard, static_cast<size_t>(s) * sizeof(float),
+                                  host_shard ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice,
+                                  compute));
+    if (lay.n() > 1)
+      comm_.all_gather(shard_group_, mine, gathered_dev.get(), static_cast<size_t>(s),
+                       plan::DType::f32, compute);
+    std::vector<float> gathered(static_cast<size_t>(lay.full_numel()));
+    SS_CUDA_CHECK(cudaMemcpyAsync(gathered.data(), gathered_dev.get(),
+                                  gathered.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                  compute));
+    SS_CUDA_CHECK(cudaStreamSynchronize(compute));
+    std::vector<float> full(gathered.size());
+    lay.gathered_to_unsharded(gathered.data(), full.data(), 4);
+    for (const exec::ParamPlace& pp : lay.params())
+      out[static_cast<size_t>(pp.param)].assign(full.begin() + pp.unsharded,
+                                                full.begin() + pp.unsharded + pp.numel);
+  }
+  return out;
+}
+
+double CudaRankExecutor::world_mean(double value) {
+  if (emulated(comm_)) return static_cast<float>(value);
+  cudaStream_t compute = streams_[static_cast<size_t>(compute_)];
+  exchange_->mean = static_cast<float>(value);
+  SS_CUDA_CHECK(cudaMemcpyAsync(exchange_dev_, &exchange_->mean, sizeof(float),
+                                cudaMemcpyHostToDevice, compute));
+  comm_.all_reduce(0, exchange_dev_, 1, plan::DType::f32, comm::ReduceOp::avg, compute);
+  SS_CUDA_CHECK(cudaMemcpyAsync(&exchange_->mean, exchange_dev_, sizeof(float),
+                                cudaMemcpyDeviceToHost, compute));
+  SS_CUDA_CHECK(cudaStreamSynchronize(compute));
+  return exchange_->mean;
+}
+
+traces::MemoryCategory CudaRankExecutor::category_at(uint64_t address) const {
+  auto it = segments_.upper_bound(address);
+  if (it == segments_.begin()) return traces::MemoryCategory::other;
+  --it;
+  return address < it->second.first ? it->second.second : traces::MemoryCategory::other;
+}
+
+profiler::TraceMapping CudaRankExecutor::trace_mapping(
+    const profiler::CuptiRecorder& recorder) const {
+  profiler::TraceMapping m;
+  for (size_t i = 1; i < streams_.size(); ++i)
+    m.streams[recorder.stream_id(streams_[i])] = {s_.streams[i],
+                                                  exec::lane_kind(s_.stream_roles[i])};
+  m.op_for = [this](uint64_t external_id, std::string* name, std::string* unit,
+                    std::string* op_type) {
+    if (external_id == 0 || external_id > s_.ops.size()) return false;
+    const plan::ScheduleOp& op = s_.ops[static_cast<size_t>(external_id - 1)];
+    *name = exec::op_event_name(g_, up_, op);
+    *unit = op.unit >= 0 ? up_.units[static_cast<size_t>(op.unit)].name : std::string();
+    *op_type = exec::op_event_type(g_, op);
+    return true;
+  };
+  m.memory_category = [this](uint64_t address) { return category_at(address); };
+  return m;
+}
+
+}  // namespace shardscope::engine::cuda

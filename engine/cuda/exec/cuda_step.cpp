@@ -1,0 +1,378 @@
+// One training step of CudaRankExecutor: the schedule's actions in host
+// order (launch, alloc, free, host_wait), first-user initialisation of
+// buffers, the end-of-step synchronisation, error flags and recording.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "alloc/errors.h"
+#include "engine/cuda/check.h"
+#include "engine/cuda/exec/cuda_rank_executor.h"
+#include "engine/exec/f32_view.h"
+#include "engine/exec/schedule_info.h"
+#include "profiler/host_clock.h"
+
+namespace shardscope::engine::cuda {
+
+using exec::ExecError;
+using plan::ActionKind;
+using plan::OpKind;
+
+namespace {
+// CUPTI external correlation of an op's launches (kernels, copies, memsets).
+class ExternalIdScope {
+ public:
+  ExternalIdScope(profiler::CuptiRecorder* recorder, uint64_t id) : recorder_(recorder) {
+    if (recorder_) recorder_->push_external_id(id);
+  }
+  ~ExternalIdScope() {
+    if (recorder_) recorder_->pop_external_id();
+  }
+  ExternalIdScope(const ExternalIdScope&) = delete;
+  ExternalIdScope& operator=(const ExternalIdScope&) = delete;
+
+ private:
+  profiler::CuptiRecorder* recorder_;
+};
+}  // namespace
+
+// ---- memory ---------------------------------------------------------------------
+
+void CudaRankExecutor::host_alloc(int buffer, int64_t now) {
+  const plan::Buffer& b = s_.buffers[static_cast<size_t>(buffer)];
+  if (b.on_host)
+    throw ExecError("buffer '" + plan::buffer_name(g_, b) +
+                    "' is a transient host buffer; the CUDA engine only has persistent ones");
+  if (live_[static_cast<size_t>(buffer)])
+    throw ExecError("buffer '" + plan::buffer_name(g_, b) + "' allocated twice");
+  events_->poll();  // blocks whose pending events completed become reusable
+  allocator_->set_time(now);
+  const size_t segments_before = backing_->segment_history().size();
+  alloc::Allocation a;
+  try {
+    a = allocator_->allocate(static_cast<uint64_t>(b.bytes), static_cast<alloc::StreamId>(b.stream),
+                             static_cast<uint32_t>(b.category));
+  } catch (const alloc::OutOfMemory& e) {
+    throw ExecError("rank " + std::to_string(s_.rank) + ": out of memory allocating '" +
+                    plan::buffer_name(g_, b) + "': " + e.what());
+  }
+  const traces::MemoryCategory category = exec::memory_category(b.category);
+  const auto& history = backing_->segment_history();
+  for (size_t i = segments_before; i < history.size(); ++i)
+    segments_[history[i].base] = {history[i].base + history[i].bytes, category};
+  live_[static_cast<size_t>(buffer)] = a;
+  allocated_ += static_cast<int64_t>(a.bytes);
+  peak_allocated_ = std::max(peak_allocated_, allocated_);
+  pending_init_[static_cast<size_t>(buffer)] =
+      exec::accumulates(b) ? Init::zero : (exec::is_data_input(b) ? Init::data : Init::none);
+  traces::add_allocation(trace_.ranks[0], now, static_cast<int64_t>(a.bytes), a.address,
+                         lanes_[static_cast<size_t>(b.stream)], category,
+                         static_cast<int64_t>(allocator_->counters().reserved.current));
+}
+
+void CudaRankExecutor::host_free(int buffer, const plan::SmallVector<int, 4>& pending,
+                                 int64_t now) {
+  const plan::Buffer& b = s_.buffers[static_cast<size_t>(buffer)];
+  if (b.on_host) return;
+  auto& slot = live_[static_cast<size_t>(buffer)];
+  if (!slot) throw ExecError("buffer '" + plan::buffer_name(g_, b) + "' freed but not allocated");
+  events_->poll();
+  // record_stream: an event on every other stream that used the buffer,
+  // recorded now (after all its work issued so far, the users included).
+  std::vector<alloc::EventId> events;
+  std::vector<int> streams_seen;
+  for (int op : pending) {
+    if (on_host_stream(op)) continue;  // host ops ran to completion at their launch
+    const int st = s_.ops[static_cast<size_t>(op)].stream;
+    if (st == b.stream ||
+        std::find(streams_seen.begin(), streams_seen.end(), st) != streams_seen.end())
+      continue;
+    streams_seen.push_back(st);
+    events.push_back(events_->record(streams_[static_cast<size_t>(st)]));
+  }
+  allocator_->set_time(now);
+  allocator_->free(slot->handle, events);
+  allocated_ -= static_cast<int64_t>(slot->bytes);
+  traces::add_allocation(trace_.ranks[0], now, -static_cast<int64_t>(slot->bytes), slot->address,
+                         lanes_[static_cast<size_t>(b.stream)], exec::memory_category(b.category),
+                         static_cast<int64_t>(allocator_->counters().reserved.current));
+  slot.reset();
+}
+
+// ---- ops --------------------------------------------------------------------------
+
+// First users initialise buffers on their own stream, before the op: zero for
+// accumulated gradients, the micro-batch's data for graph inputs.
+void CudaRankExecutor::first_use(int index, const std::vector<void*>& ptrs,
+                                 const std::vector<Init>& init, cudaStream_t stream) {
+  const plan::ScheduleOp& op = s_.ops[static_cast<size_t>(index)];
+  for (size_t i = 0; i < op.buffers.size(); ++i) {
+    const plan::Buffer& b = s_.buffers[static_cast<size_t>(op.buffers[i])];
+    if (init[i] == Init::zero)
+      SS_CUDA_CHECK(cudaMemsetAsync(ptrs[i], 0, static_cast<size_t>(b.bytes), stream));
+    if (init[i] != Init::data) continue;
+    void* staging = input_staging_[static_cast<size_t>(op.buffers[i])];
+    if (!staging) throw ExecError("input buffer '" + plan::buffer_name(g_, b) + "' has no staging");
+    const int64_t W = s_.world.world_size, B = s_.workload.batch;
+    const int64_t first = (op.micro_step * W + s_.rank) * B;
+    const plan::DType dt = dtype_of(op.buffers[i]);
+    const plan::Tensor& t = g_.tensors[static_cast<size_t>(b.tensor)];
+    if (!plan::is_floating(t.dtype) || dt == plan::DType::f32) {
+      data_.fill(b.tensor, first, B, s_.workload.seq, staging);  // i64 ids or f32 features
+    } else {  // f32 features into a 16-bit buffer: rounded as the casts would
+      const int64_t n = elems_of(op.buffers[i]);
+      std::vector<float> values(static_cast<size_t>(n));
+      data_.fill(b.tensor, first, B, s_.workload.seq, values.data());
+      exec::store_f32(values.data(), staging, dt, n);
+    }
+    SS_CUDA_CHECK(cudaMemcpyAsync(ptrs[i], staging, static_cast<size_t>(b.bytes),
+                                  cudaMemcpyHostToDevice, stream));
+  }
+}
+
+void CudaRankExecutor::host_launch(int index) {
+  const plan::ScheduleOp& op = s_.ops[static_cast<size_t>(index)];
+  std::vector<void*> ptrs;
+  std::vector<Init> init;
+  for (int b : op.buffers) {
+    const plan::Buffer& buf = s_.buffers[static_cast<size_t>(b)];
+    if (buf.on_host) {
+      ptrs.push_back(host_bufs_[static_cast<size_t>(b)]);
+      init.push_back(Init::none);
+      continue;
+    }
+    if (!live_[static_cast<size_t>(b)])
+      throw ExecError("uses buffer '" + plan::buffer_name(g_, buf) + "' that is not allocated");
+    ptrs.push_back(reinterpret_cast<void*>(live_[static_cast<size_t>(b)]->address));
+    init.push_back(pending_init_[static_cast<size_t>(b)]);
+    pending_init_[static_cast<size_t>(b)] = Init::none;
+  }
+  if (op.kind == OpKind::grad_scale) {  // unscale first (loss scaling), then clip
+    const uint8_t kind = (scaler_.enabled && !unscaled_) ? 1 : 2;
+    if (kind == 1) unscaled_ = true;
+    if (kind == 2) clipped_ = true;
+    scale_kind_[static_cast<size_t>(index)] = kind;
+  }
+  if (on_host_stream(index)) {  // the host's own work (offloaded optimizer)
+    for (int w : op.waits) {
+      if (on_host_stream(w)) continue;
+      SS_CUDA_CHECK(cudaEventSynchronize(done_evt_[static_cast<size_t>(w)]));
+      ++host_syncs_;
+      finish_d2h(w);
+    }
+    host_op_start_[static_cast<size_t>(index)] = profiler::host_now_ns();
+    run_host_op(index, op, ptrs);
+    host_op_end_[static_cast<size_t>(index)] = profiler::host_now_ns();
+    return;
+  }
+  cudaStream_t stream = streams_[static_cast<size_t>(op.stream)];
+  for (int w : op.waits) {
+    if (on_host_stream(w) || s_.ops[static_cast<size_t>(w)].stream == op.stream) continue;
+    SS_CUDA_CHECK(cudaStreamWaitEvent(stream, done_evt_[static_cast<size_t>(w)], 0));
+  }
+  const ExternalIdScope external(opts_.recorder, static_cast<uint64_t>(index) + 1);
+  first_use(index, ptrs, init, stream);
+  if (start_evt_[static_cast<size_t>(index)])
+    SS_CUDA_CHECK(cudaEventRecord(start_evt_[static_cast<size_t>(index)], stream));
+  if (op.kind == OpKind::forward || op.kind == OpKind::backward || op.kind == OpKind::recompute)
+    graph_op(index, op, &ptrs, stream);
+  else
+    run_fsdp_op(index, op, ptrs, stream);
+  SS_CUDA_CHECK(cudaEventRecord(done_evt_[static_cast<size_t>(index)], stream));
+}
+
+// host_wait: the host blocks until the op completed (the only host
+// synchronisation inside a step), then takes what the host needs from it.
+void CudaRankExecutor::host_wait(int index) {
+  const int64_t t0 = profiler::host_now_ns();
+  if (!on_host_stream(index)) {
+    SS_CUDA_CHECK(cudaEventSynchronize(done_evt_[static_cast<size_t>(index)]));
+    ++host_syncs_;
+  }
+  finish_d2h(index);
+  const uint8_t kind = scalar_kind_[static_cast<size_t>(index)];
+  if (kind != 0 && scalar_from_host_[static_cast<size_t>(index)]) {
+    if (kind == 1) host_found_inf_ = exchange_->found_inf;
+    if (kind == 2) host_norm_sq_ = exchange_->norm_sq;
+  }
+  traces::add_event(trace_.ranks[0], lanes_[0], trace_.intern("host wait"), traces::Category::sync,
+                    t0, profiler::host_now_ns() - t0);
+}
+
+// ---- the step ----------------------------------------------------------------------
+
+exec::StepOutcome CudaRankExecutor::run_step(int64_t step) {
+  exec::StepOutcome out;
+  unscaled_ = false;
+  clipped_ = false;
+  inf_on_host_ = norm_on_host_ = false;
+  host_found_inf_ = host_norm_sq_ = 0;
+  grad_norm_ = -1;
+  host_syncs_ = 0;
+  std::fill(d2h_pending_.begin(), d2h_pending_.end(), 0);
+  std::fill(scale_kind_.begin(), scale_kind_.end(), 0);
+  const double scale = scaler_.enabled ? scaler_.scale : 1.0;
+  dloss_ = static_cast<float>(scale / static_cast<double>(s_.grad_accum_steps));
+  const std::string where = "rank " + std::to_string(s_.rank) + ", ";
+  cudaStream_t compute = streams_[static_cast<size_t>(compute_)];
+
+  try {
+    // Step scalars, error flags and zero_grad(set_to_none=False) of the
+    // persistent gradient shards, before the reference event.
+    SS_CUDA_CHECK(cudaMemsetAsync(scalars_, 0, sizeof(StepScalars), compute));
+    SS_CUDA_CHECK(
+        cudaMemsetAsync(flags_, 0, std::max<size_t>(s_.ops.size(), 1) * sizeof(int32_t), compute));
+    for (size_t b = 0; b < s_.buffers.size(); ++b) {
+      const plan::Buffer& buf = s_.buffers[b];
+      if (!buf.persistent || buf.category != plan::BufferCategory::gradients) continue;
+      if (buf.on_host)
+        std::memset(host_bufs_[b], 0, static_cast<size_t>(buf.bytes));
+      else
+        SS_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<void*>(live_[b]->address), 0,
+                                      static_cast<size_t>(buf.bytes), compute));
+    }
+    // Host-synchronised start: every device time is placed on the host clock
+    // as t0 + cudaEventElapsedTime(reference, event); t0 is taken just before
+    // the reference is recorded on an idle device.
+    out.start_ns = profiler::host_now_ns();
+    SS_CUDA_CHECK(cudaEventRecord(ref_evt_, compute));
+    SS_CUDA_CHECK(cudaEventSynchronize(ref_evt_));
+    ++host_syncs_;
+  } catch (const std::exception& e) {
+    throw ExecError(where + "start of step " + std::to_string(step) + ": " + e.what());
+  }
+
+  for (const plan::Action& a : s_.actions) {
+    try {
+      switch (a.kind) {
+        case ActionKind::launch:
+          host_launch(a.op);
+          break;
+        case ActionKind::alloc:
+          host_alloc(a.buffer, profiler::host_now_ns());
+          break;
+        case ActionKind::free:
+          host_free(a.buffer, a.pending_ops, profiler::host_now_ns());
+          break;
+        case ActionKind::host_wait:
+          host_wait(a.op);
+          break;
+      }
+    } catch (const std::exception& e) {
+      std::string what;
+      if (a.kind == ActionKind::launch) what = op_label(a.op);
+      if (a.kind == ActionKind::host_wait) what = "host wait for " + op_label(a.op);
+      if (a.kind == ActionKind::alloc || a.kind == ActionKind::free)
+        what = std::string(a.kind == ActionKind::alloc ? "alloc" : "free") + " of '" +
+               plan::buffer_name(g_, s_.buffers[static_cast<size_t>(a.buffer)]) + "'";
+      throw ExecError(where + what + ": " + e.what());
+    }
+  }
+
+  // End of step (torch.cuda.synchronize()): every stream joins compute, the
+  // step's scalars and error flags come back, one synchronisation.
+  try {
+    for (size_t i = 1; i < streams_.size(); ++i) {
+      if (static_cast<int>(i) == compute_) continue;
+      SS_CUDA_CHECK(cudaEventRecord(join_evt_[i], streams_[i]));
+      SS_CUDA_CHECK(cudaStreamWaitEvent(compute, join_evt_[i], 0));
+    }
+    SS_CUDA_CHECK(cudaMemcpyAsync(scalars_host_, scalars_, sizeof(StepScalars),
+                                  cudaMemcpyDeviceToHost, compute));
+    SS_CUDA_CHECK(cudaMemcpyAsync(flags_host_, flags_,
+                                  std::max<size_t>(s_.ops.size(), 1) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, compute));
+    SS_CUDA_CHECK(cudaStreamSynchronize(compute));
+    ++host_syncs_;
+  } catch (const std::exception& e) {
+    throw ExecError(where + "end of step " + std::to_string(step) +
+                    " (an op of this step failed on the device): " + e.what());
+  }
+  out.end_ns = profiler::host_now_ns();
+  for (size_t i = 0; i < s_.ops.size(); ++i) finish_d2h(static_cast<int>(i));
+  check_error_flags();
+  record_step_trace(step, out.start_ns, out.end_ns);
+
+  // Loss scaling bookkeeping (GradScaler.update()).
+  const double found_inf = inf_on_host_ ? host_found_inf_ : scalars_host_->found_inf;
+  out.skipped = scaler_.enabled && found_inf > 0;
+  if (scaler_.enabled && scaler_.dynamic) {
+    if (found_inf > 0) {
+      scaler_.scale *= scaler_.backoff_factor;
+      scaler_.good_steps = 0;
+    } else if (++scaler_.good_steps >= scaler_.growth_interval) {
+      scaler_.scale *= scaler_.growth_factor;
+      scaler_.good_steps = 0;
+    }
+  }
+  if (!out.skipped) ++optimizer_steps_;
+  if (clipped_ && !norm_on_host_) grad_norm_ = std::sqrt(scalars_host_->norm_sq);
+  out.loss = scalars_host_->loss_sum / static_cast<double>(s_.grad_accum_steps);
+  out.grad_norm = grad_norm_;
+  return out;
+}
+
+// Embedding ids and cross-entropy labels outside their range: the kernels set
+// the op's flag to 1 + the row; reported here, naming the op, the row and the
+// id when it came from this rank's input data.
+void CudaRankExecutor::check_error_flags() const {
+  for (size_t i = 0; i < s_.ops.size(); ++i) {
+    const int32_t flag = flags_host_[i];
+    if (flag == 0) continue;
+    const int64_t row = flag - 1;
+    const plan::ScheduleOp& op = s_.ops[i];
+    std::string message = "rank " + std::to_string(s_.rank) + ", " + op_label(static_cast<int>(i));
+    if (op.graph_op < 0) throw ExecError(message + ": error flag " + std::to_string(flag));
+    const plan::Op& gop = g_.ops[static_cast<size_t>(op.graph_op)];
+    const bool labels = gop.type == "cross_entropy";
+    const int tensor = labels ? gop.inputs.at(1) : gop.inputs.at(0);
+    const int64_t limit = gop.attrs.value(labels ? "classes" : "num_embeddings", int64_t{0});
+    std::string value;
+    for (int b : op.buffers) {
+      const void* staging = input_staging_[static_cast<size_t>(b)];
+      if (s_.buffers[static_cast<size_t>(b)].tensor == tensor && staging)
+        value = " " + std::to_string(static_cast<const int64_t*>(staging)[row]);
+    }
+    throw ExecError(message + ": " + (labels ? "label" : "token id") + value + " in row " +
+                    std::to_string(row) + " of '" + g_.tensors[static_cast<size_t>(tensor)].name +
+                    "' is outside [0, " + std::to_string(limit) + ")");
+  }
+}
+
+// One event per op on its stream's lane (device ops from their timing events,
+// host ops from the host clock; with CUPTI the device's records replace the
+// timing events), and the step.
+void CudaRankExecutor::record_step_trace(int64_t step, int64_t t0, int64_t t_end) {
+  traces::RankTrace& r = trace_.ranks[0];
+  auto device_time = [&](cudaEvent_t e) {
+    float ms = 0;
+    SS_CUDA_CHECK(cudaEventElapsedTime(&ms, ref_evt_, e));
+    return t0 + std::llround(static_cast<double>(ms) * 1e6);
+  };
+  for (size_t i = 0; i < s_.ops.size(); ++i) {
+    const plan::ScheduleOp& op = s_.ops[i];
+    int64_t start = 0, end = 0;
+    if (on_host_stream(static_cast<int>(i))) {
+      start = host_op_start_[i];
+      end = host_op_end_[i];
+    } else if (opts_.recorder) {
+      continue;
+    } else {
+      start = device_time(start_evt_[i]);
+      end = device_time(done_evt_[i]);
+    }
+    traces::Event& e = traces::add_event(
+        r, lanes_[static_cast<size_t>(op.stream)], trace_.intern(exec::op_event_name(g_, up_, op)),
+        exec::event_category(op.kind), start, std::max<int64_t>(end - start, 0));
+    if (op.unit >= 0) e.unit = trace_.intern(up_.units[static_cast<size_t>(op.unit)].name);
+    e.op = trace_.intern(exec::op_event_type(g_, op));
+    e.bytes = static_cast<uint64_t>(std::max<int64_t>(op.bytes, 0));
+  }
+  r.steps.push_back(traces::Step{step, t0, t_end});
+}
+
+}  // namespace shardscope::engine::cuda
