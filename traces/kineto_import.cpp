@@ -11,6 +11,7 @@
 #include "traces/error.h"
 #include "traces/file_io.h"
 #include "traces/json_stream.h"
+#include "traces/kernel_names.h"
 
 namespace shardscope::traces {
 
@@ -33,14 +34,6 @@ bool starts_with(std::string_view s, std::string_view prefix) {
 
 bool contains(std::string_view s, std::string_view needle) {
   return s.find(needle) != std::string_view::npos;
-}
-
-// NCCL kernels: ncclKernel_AllGather_RING_LL_Sum_int8_t, ncclDevKernel_ReduceScatter_Sum_f32_...
-Category nccl_category(std::string_view name) {
-  if (contains(name, "AllGather")) return Category::comm_all_gather;
-  if (contains(name, "ReduceScatter")) return Category::comm_reduce_scatter;
-  if (contains(name, "AllReduce")) return Category::comm_all_reduce;
-  return Category::comm_other;  // Broadcast, Reduce, SendRecv, AllToAll...
 }
 
 Category memcpy_category(std::string_view name) {
@@ -209,7 +202,7 @@ class KinetoReader {
 
     Category category;
     if (iequals(cat, "kernel")) {
-      category = starts_with(name, "nccl") ? nccl_category(name) : Category::compute;
+      category = kernel_category(name);  // NCCL kernels: comm.* (traces/kernel_names.h)
     } else if (iequals(cat, "gpu_memcpy") || iequals(cat, "memcpy")) {
       category = memcpy_category(name);
     } else if (iequals(cat, "gpu_memset") || iequals(cat, "memset")) {

@@ -8,10 +8,25 @@
 // through CUDA_INJECTION64_PATH (`shardscope profile -- COMMAND`).
 //
 // Activity kinds: CONCURRENT_KERNEL, MEMCPY, MEMSET, MEMORY2, SYNCHRONIZATION,
-// MARKER (NVTX), EXTERNAL_CORRELATION. Buffers of CuptiConfig::buffer_bytes
-// are handed to CUPTI and drained on its completion callback and by flush();
-// records CUPTI dropped (cuptiActivityGetNumDroppedRecords) are counted and
-// reported in the Recording (and in the trace's metadata by to_trace).
+// MARKER (NVTX), EXTERNAL_CORRELATION, DEVICE (names). Buffers of
+// CuptiConfig::buffer_bytes are handed to CUPTI and decoded on its completion
+// callback and by take(); records CUPTI dropped (cuptiActivityGetNumDroppedRecords)
+// are counted and reported in the Recording (and in the trace's metadata by
+// append_recording).
+//
+// Clock: CUPTI asks profiler::host_now_ns() for every timestamp
+// (cuptiActivityRegisterTimestampCallback), so GPU times come out on
+// CLOCK_MONOTONIC, interpolated by CUPTI; when the callback cannot be
+// registered, the offset between cuptiGetTimestamp() and host_now_ns() is
+// measured at start and added (Recording::clock says which).
+//
+// NVTX ranges reach CUPTI only when NVTX_INJECTION64_PATH names libcupti (or
+// a library forwarding to it, as libshardscope_inject.so does), set before the
+// process's first NVTX call.
+//
+// One recorder per process: CUPTI has a single subscriber slot, also taken by
+// Nsight Systems / Nsight Compute / cuda-gdb and by PyTorch's profiler
+// (Kineto); start() refuses clearly when it is taken. See docs/profiler.md.
 //
 // This header does not include CUPTI or CUDA headers: it is usable from
 // C++ code built without the toolkit's include path.
@@ -76,9 +91,10 @@ struct SyncRecord {
   uint32_t stream = 0;  // 0xffffffff when not stream-specific
   std::string what;     // "cudaStreamSynchronize", "cudaEventSynchronize", ...
 };
-struct MarkerRecord {  // an NVTX range (push/pop or start/end)
+struct MarkerRecord {  // an NVTX range (push/pop or start/end); a mark has start == end
   int64_t start_ns = 0, end_ns = 0;
   std::string name;
+  std::string domain;  // NVTX domain; "" = the default domain
 };
 
 struct Recording {
@@ -88,7 +104,12 @@ struct Recording {
   std::vector<MemoryRecord> memory;  // in time order
   std::vector<SyncRecord> syncs;
   std::vector<MarkerRecord> markers;
-  uint64_t dropped_records = 0;  // CUPTI's count; > 0 means the trace is incomplete
+  uint64_t dropped_records = 0;                  // CUPTI's count; > 0 means the trace is incomplete
+  uint64_t untimed_records = 0;                  // records CUPTI gave without timestamps (left out)
+  uint32_t cupti_api_version = 0;                // cuptiGetVersion(); 0 = unknown
+  std::map<uint32_t, std::string> device_names;  // CUPTI device id -> "NVIDIA H100 80GB HBM3"
+  // "host-monotonic (timestamp callback)" or "host-monotonic (offset measured at start)"
+  std::string clock;
 };
 
 class CuptiRecorder {
@@ -108,8 +129,10 @@ class CuptiRecorder {
   // External correlation around launches (the engine pushes its op index + 1).
   void push_external_id(uint64_t id);
   void pop_external_id();
-  // Flushes CUPTI's buffers and returns the records collected so far (moved
-  // out; the recorder keeps recording).
+  // Flushes CUPTI's buffers (cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))
+  // and returns the records collected so far (moved out; the recorder keeps
+  // recording). Synchronize the device first: work still running is not in it.
+  // NVTX ranges still open stay pending until they close.
   Recording take();
 
  private:
@@ -121,7 +144,10 @@ class CuptiRecorder {
 // How to place a recording into a trace rank.
 struct TraceMapping {
   // CUPTI stream id -> (lane name, lane kind); streams not listed get lanes
-  // "stream <id>" of kind `other` (NCCL kernels: comm).
+  // "stream <id>" ("gpu <device> stream <id>" when the recording spans several
+  // devices) of a kind from what ran there: compute when any non-NCCL kernel
+  // did, else comm when NCCL kernels did, else copy for copies and memsets
+  // only, else other.
   std::map<uint32_t, std::pair<std::string, traces::LaneKind>> streams;
   // external id -> (event name, unit, op type): the engine's op for kernels
   // launched inside push_external_id(id); absent: the kernel's own name.
@@ -132,12 +158,23 @@ struct TraceMapping {
 };
 
 // Appends the recording's events to `rank` of `trace`: kernels (NCCL kernels
-// as comm.all_gather / comm.reduce_scatter / ... from their names, others as
-// compute), copies (memcpy.h2d/d2h/d2d), memsets, syncs, NVTX markers on a
-// "nvtx" lane; MEMORY2 records as memory events with running allocated and
-// reserved counters (reserved = allocated for raw cudaMalloc); the dropped
-// record count goes into trace.meta.tool_versions["cupti_dropped_records"].
-void append_recording(const Recording& recording, const TraceMapping& mapping,
-                      traces::Trace& trace, traces::RankTrace& rank);
+// as comm.all_gather / comm.reduce_scatter / ... from their names,
+// traces/kernel_names.h; others as compute), copies (memcpy.h2d/d2h/d2d; h2h
+// and unknown kinds count as d2d, as the Kineto importer does), memsets,
+// syncs (on their stream's lane, or the "host" lane when not stream-specific
+// or when the recording spans several devices), NVTX ranges as markers on a
+// host-kind lane "nvtx" ("nvtx <domain>" for named domains); MEMORY2 records
+// as memory events in time order with running allocated and reserved counters
+// carried on from the rank's last memory record (reserved moves with allocated:
+// every CUPTI allocation is a cudaMalloc-level one, no caching allocator above
+// it that CUPTI can see). When the rank has no steps yet, NVTX ranges named
+// "ProfilerStep#N" become its steps. rank.device is set from the records when
+// unset, and trace.meta.hardware from the device name when empty. Metadata:
+// tool_versions["cupti_dropped_records"] (added to any value already there),
+// ["cupti"] (API version), ["cupti_untimed_records"] when > 0. Throws
+// ProfilerError when the rank already has memory records later than the
+// recording's first one.
+void append_recording(const Recording& recording, const TraceMapping& mapping, traces::Trace& trace,
+                      traces::RankTrace& rank);
 
 }  // namespace shardscope::profiler
