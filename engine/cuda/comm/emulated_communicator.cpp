@@ -294,10 +294,17 @@ void EmulatedCommunicator::Impl::issue(CollectiveKind kind, int group, const com
     slots[slot].issued_ticket = ticket;
   }
   SS_CUDA_CHECK(cudaLaunchHostFunc(stream, &Impl::on_reached, entry));
-  data_effect();
-  check_driver(wait_value32(stream, flags->device_word(slot * kFlagStride), entry->ticket,
-                            CU_STREAM_WAIT_VALUE_GEQ),
-               "cuStreamWaitValue32", name);
+  try {
+    data_effect();
+    check_driver(wait_value32(stream, flags->device_word(slot * kFlagStride), entry->ticket,
+                              CU_STREAM_WAIT_VALUE_GEQ),
+                 "cuStreamWaitValue32", name);
+  } catch (...) {
+    // The host function is enqueued and refers to this object: the
+    // destructor must wait for it too, so the event still follows it.
+    (void)cudaEventRecord(slots[slot].after_last_wait, stream);
+    throw;
+  }
   SS_CUDA_CHECK(cudaEventRecord(slots[slot].after_last_wait, stream));
 }
 
@@ -311,7 +318,11 @@ void CUDART_CB EmulatedCommunicator::Impl::on_reached(void* argument) {
     std::lock_guard<std::mutex> lock(impl.state_mutex);
     entry->info.start_ns = now;
     if (impl.released_all) {
-      entry->info.released_ns = now;  // its ticket was released by abort()
+      // abort() or destruction released every ticket issued by then; this
+      // one may have been issued just after (issue() checks `aborted` and
+      // takes its ticket under two separate locks): release it here.
+      entry->info.released_ns = now;
+      impl.release_locked(entry->slot, entry->ticket);
     } else {
       try {
         impl.due.push(Due{due_ns, entry->index});

@@ -153,14 +153,20 @@ void* CudaRankExecutor::pinned_alloc(size_t bytes) {
   return p;
 }
 
-// Scalar all-reduces (which scalar, produced where) and the d2h invariant.
+// Scalar all-reduces (which scalar, produced where), the d2h invariant and
+// the all-gather outputs to zero under emulated peers.
 void CudaRankExecutor::classify_ops() {
   const size_t no = s_.ops.size();
   scalar_kind_.assign(no, 0);
   scalar_from_host_.assign(no, 0);
+  zero_at_alloc_.assign(s_.buffers.size(), 0);
+  const bool emulated = std::strcmp(comm_.kind(), "emulated") == 0;
   std::vector<int> d2h_into(s_.buffers.size(), 0);
   for (size_t i = 0; i < no; ++i) {
     const plan::ScheduleOp& op = s_.ops[i];
+    // The output is the last buffer (fsdp2's in-place all-gather has only it).
+    if (emulated && op.kind == OpKind::all_gather && !op.buffers.empty())
+      zero_at_alloc_[static_cast<size_t>(op.buffers.back())] = 1;
     if (op.kind == OpKind::all_reduce && op.buffers.empty()) {
       for (int w : op.waits) {
         const OpKind k = s_.ops[static_cast<size_t>(w)].kind;

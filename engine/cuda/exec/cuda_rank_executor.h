@@ -12,6 +12,11 @@
 //    (cudaMalloc segments), alloc/free in host order; a free with ops of
 //    other streams pending records a CudaEventSource event on each of those
 //    streams (record_stream), so the block is reused once they are done;
+//    with emulated peers (which write only this rank's slot of an
+//    all-gather) every all-gather output is zeroed by its first user at each
+//    allocation (one cudaMemsetAsync on that stream, before the op's start
+//    event), so the other members' slots read as zeros rather than a reused
+//    block's stale bytes (NaN/inf patterns);
 //    the executor's own device memory (per-stream GEMM and op workspaces, the
 //    step's scalars, layout tables) is cudaMalloc'd outside the allocator at
 //    start-up and reported as other memory;
@@ -80,8 +85,8 @@ class CudaRankExecutor {
   // computes its own shard from the seed instead.
   void init_weights(uint64_t seed);
   // Every parameter in full (graph order), all-gathered over the shard group
-  // (a collective every rank must call). Meaningful with NCCL only: emulated
-  // peers leave other ranks' slots unset.
+  // (a collective every rank must call). Meaningful with NCCL only: under
+  // emulated peers the other ranks' slots are zeros.
   std::vector<std::vector<float>> gather_full_params();
   // Runs training step `step` (0-based: global batch `step`).
   exec::StepOutcome run_step(int64_t step);
@@ -220,6 +225,9 @@ class CudaRankExecutor {
   std::vector<uint8_t> scalar_kind_;       // per op: scalar all-reduce of 1 found_inf, 2 norm^2
   std::vector<uint8_t> scalar_from_host_;  // per op: its producer ran on the host
   std::vector<uint8_t> scale_kind_;        // per op: grad_scale 1 unscale, 2 clip (at launch)
+  // Per buffer: an all-gather output under emulated peers, zeroed by its first
+  // user at each allocation (the other members' slots are never written).
+  std::vector<uint8_t> zero_at_alloc_;
   int64_t allocated_ = 0, peak_allocated_ = 0, persistent_allocated_ = 0;
 
   // step state

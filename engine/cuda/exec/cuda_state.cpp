@@ -98,7 +98,10 @@ void CudaRankExecutor::init_weights(uint64_t seed) {
       SS_CUDA_CHECK(cudaStreamSynchronize(compute));
     }
   }
-  SS_CUDA_CHECK(cudaStreamSynchronize(compute));
+  // The whole device, not just compute: cudaMemcpy from pageable memory
+  // (above) runs on the legacy default stream and may return before its DMA
+  // lands, and the executor's non-blocking streams do not wait for it.
+  SS_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 std::vector<std::vector<float>> CudaRankExecutor::gather_full_params() {
@@ -120,6 +123,10 @@ std::vector<std::vector<float>> CudaRankExecutor::gather_full_params() {
     }
     if (!shard) throw ExecError("unit " + up_.units[u].name + " has no parameter shard");
     DeviceScratch gathered_dev(static_cast<size_t>(lay.full_numel()) * sizeof(float));
+    // Emulated peers fill only this rank's slot: the others read as zeros.
+    if (emulated(comm_))
+      SS_CUDA_CHECK(cudaMemsetAsync(
+          gathered_dev.get(), 0, static_cast<size_t>(lay.full_numel()) * sizeof(float), compute));
     float* mine = gathered_dev.get() + shard_index_ * s;
     SS_CUDA_CHECK(cudaMemcpyAsync(mine, shard, static_cast<size_t>(s) * sizeof(float),
                                   host_shard ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice,

@@ -67,8 +67,11 @@ void CudaRankExecutor::host_alloc(int buffer, int64_t now) {
   live_[static_cast<size_t>(buffer)] = a;
   allocated_ += static_cast<int64_t>(a.bytes);
   peak_allocated_ = std::max(peak_allocated_, allocated_);
+  // Zeroed: accumulated gradients, and all-gather outputs under emulated
+  // peers (only this rank's slot is ever written there).
+  const bool zero = exec::accumulates(b) || zero_at_alloc_[static_cast<size_t>(buffer)] != 0;
   pending_init_[static_cast<size_t>(buffer)] =
-      exec::accumulates(b) ? Init::zero : (exec::is_data_input(b) ? Init::data : Init::none);
+      zero ? Init::zero : (exec::is_data_input(b) ? Init::data : Init::none);
   traces::add_allocation(trace_.ranks[0], now, static_cast<int64_t>(a.bytes), a.address,
                          lanes_[static_cast<size_t>(b.stream)], category,
                          static_cast<int64_t>(allocator_->counters().reserved.current));

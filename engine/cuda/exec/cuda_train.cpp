@@ -67,6 +67,7 @@ CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& c
   CudaRankRun out;
   exec::RankRun& run = out.run;
   run.rank = comm.rank();
+  bool aborted = false;
   try {
     // Before touching anything else: is there a device at all?
     const DeviceQuery q = query_devices();
@@ -100,47 +101,57 @@ CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& c
     options.device = config.device;
     options.recorder = recorder.get();
     CudaRankExecutor exec(graph, config.base.policy, units, schedule, comm, data, options);
-    traces::Trace& trace = exec.trace();
-    trace.meta.model = config.base.model_name;
-    trace.meta.policy_json = plan::policy_to_json(config.base.policy).dump();
-    trace.meta.world_size = config.base.world_size;
-    trace.meta.hardware = out.device_name;
-    trace.meta.tool_versions["communicator"] = comm.kind();
-    exec.init_weights(seed);
+    // From here on an error aborts the communicator before exec's destructor
+    // runs: that destructor synchronises the device, which would hang on a
+    // collective still waiting for a peer that failed too (ncclCommAbort and
+    // the emulated abort release such waits).
+    try {
+      traces::Trace& trace = exec.trace();
+      trace.meta.model = config.base.model_name;
+      trace.meta.policy_json = plan::policy_to_json(config.base.policy).dump();
+      trace.meta.world_size = config.base.world_size;
+      trace.meta.hardware = out.device_name;
+      trace.meta.tool_versions["communicator"] = comm.kind();
+      exec.init_weights(seed);
 
-    for (int64_t step = 0; step < config.base.steps; ++step) {
-      const exec::StepOutcome o = exec.run_step(step);
-      const double loss = exec.world_mean(o.loss);  // mean over the global batch
-      run.losses.push_back(loss);
-      run.step_seconds.push_back(static_cast<double>(o.end_ns - o.start_ns) * 1e-9);
-      out.host_syncs_per_step.push_back(exec.host_syncs_last_step());
-      if (hooks.on_step && comm.rank() == 0)
-        hooks.on_step(exec::StepReport{step, step, loss, run.step_seconds.back(), o.skipped});
+      for (int64_t step = 0; step < config.base.steps; ++step) {
+        const exec::StepOutcome o = exec.run_step(step);
+        const double loss = exec.world_mean(o.loss);  // mean over the global batch
+        run.losses.push_back(loss);
+        run.step_seconds.push_back(static_cast<double>(o.end_ns - o.start_ns) * 1e-9);
+        out.host_syncs_per_step.push_back(exec.host_syncs_last_step());
+        if (hooks.on_step && comm.rank() == 0)
+          hooks.on_step(exec::StepReport{step, step, loss, run.step_seconds.back(), o.skipped});
+      }
+      if (hooks.gather_final_params) {
+        auto params = exec.gather_full_params();
+        if (comm.rank() == 0) run.params = std::move(params);
+      }
+      run.peak_allocated_bytes = exec.peak_allocated_bytes();
+      run.persistent_bytes = exec.persistent_allocated_bytes();
+      out.persistent_bytes = exec.persistent_allocated_bytes();
+      out.peak_reserved_bytes = exec.peak_reserved_bytes();
+      out.executor_device_bytes = exec.own_device_bytes();
+      out.other_device_bytes = -1;
+      if (recorder) {
+        SS_CUDA_CHECK(cudaDeviceSynchronize());
+        profiler::Recording rec = recorder->take();
+        out.allocator_segments = exec.backing().segment_history();
+        out.cupti_memory = std::move(rec.memory);
+        rec.memory.clear();
+        out.other_device_bytes = peak_other_device_bytes(out.cupti_memory, out.allocator_segments);
+        out.cupti_dropped_records = rec.dropped_records;
+        profiler::append_recording(rec, exec.trace_mapping(*recorder), trace, trace.ranks[0]);
+      }
+      traces::sort_events(trace.ranks[0]);
+      run.trace = std::move(trace);
+    } catch (const std::exception& e) {
+      comm.abort(e.what());
+      aborted = true;
+      throw;
     }
-    if (hooks.gather_final_params) {
-      auto params = exec.gather_full_params();
-      if (comm.rank() == 0) run.params = std::move(params);
-    }
-    run.peak_allocated_bytes = exec.peak_allocated_bytes();
-    run.persistent_bytes = exec.persistent_allocated_bytes();
-    out.persistent_bytes = exec.persistent_allocated_bytes();
-    out.peak_reserved_bytes = exec.peak_reserved_bytes();
-    out.executor_device_bytes = exec.own_device_bytes();
-    out.other_device_bytes = -1;
-    if (recorder) {
-      SS_CUDA_CHECK(cudaDeviceSynchronize());
-      profiler::Recording rec = recorder->take();
-      out.allocator_segments = exec.backing().segment_history();
-      out.cupti_memory = std::move(rec.memory);
-      rec.memory.clear();
-      out.other_device_bytes = peak_other_device_bytes(out.cupti_memory, out.allocator_segments);
-      out.cupti_dropped_records = rec.dropped_records;
-      profiler::append_recording(rec, exec.trace_mapping(*recorder), trace, trace.ranks[0]);
-    }
-    traces::sort_events(trace.ranks[0]);
-    run.trace = std::move(trace);
   } catch (const std::exception& e) {
-    comm.abort(e.what());
+    if (!aborted) comm.abort(e.what());
     throw;
   }
   return out;

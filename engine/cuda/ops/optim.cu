@@ -86,7 +86,9 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void clip_factor_kernel(const double* norm_sq, double max_norm, float* factor) {
   const double coef = max_norm / (sqrt(*norm_sq) + 1e-6);
-  *factor = static_cast<float>(coef < 1.0 ? coef : 1.0);
+  // std::min(coef, 1.0) as the CPU executor: a NaN norm gives a NaN factor (as
+  // torch's clamp), which poisons the step instead of silently not clipping.
+  *factor = static_cast<float>(1.0 < coef ? 1.0 : coef);
 }
 
 // Scalars of one AdamW step, combined in double on the host as cpu::adamw_step does.

@@ -25,6 +25,9 @@ class DeviceVector {
   explicit DeviceVector(const std::vector<T>& values) : size_(values.size()) {
     SS_CUDA_CHECK(cudaMalloc(&data_, bytes()));
     SS_CUDA_CHECK(cudaMemcpy(data_, values.data(), bytes(), cudaMemcpyHostToDevice));
+    // cudaMemcpy from pageable memory may return before its DMA (on the legacy
+    // default stream) lands; the tests' non-blocking streams do not wait for it.
+    SS_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   }
   ~DeviceVector() { (void)cudaFree(data_); }
   DeviceVector(const DeviceVector&) = delete;

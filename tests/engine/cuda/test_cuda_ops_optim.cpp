@@ -181,6 +181,12 @@ TEST_CASE("clip_factor is min(1, max_norm / (norm + 1e-6))", "[gpu]") {
   const std::vector<float> got = factor.download();
   CHECK(got[0] == static_cast<float>(1.0 / (4.0 + 1e-6)));
   CHECK(got[1] == 1.0f);
+  // A NaN norm gives a NaN factor (std::min(coef, 1.0), as the CPU executor and torch's clamp).
+  const DeviceVector<double> nan_sq(std::vector<double>{std::numeric_limits<double>::quiet_NaN()});
+  DeviceVector<float> nan_factor(std::vector<float>{0.0f});
+  clip_factor(s.get(), nan_sq.get(), 1.0, nan_factor.get());
+  s.sync();
+  CHECK(std::isnan(nan_factor.download()[0]));
 }
 
 TEST_CASE("cast rounds to the destination dtype; same dtype copies", "[gpu]") {
