@@ -25,7 +25,8 @@ inline void check_cuda(cudaError_t err, const char* what, const char* file, int 
 }  // namespace shardscope::engine::cuda
 
 // SS_CUDA_CHECK(cudaMemsetAsync(...)): throws on failure.
-#define SS_CUDA_CHECK(expr) ::shardscope::engine::cuda::check_cuda((expr), #expr, __FILE__, __LINE__)
+#define SS_CUDA_CHECK(expr) \
+  ::shardscope::engine::cuda::check_cuda((expr), #expr, __FILE__, __LINE__)
 // After a kernel<<<...>>>: checks the launch (configuration errors), not the
 // kernel's completion (asynchronous; a fault surfaces at the next sync).
 #define SS_CUDA_CHECK_LAUNCH(name) \

@@ -29,7 +29,9 @@ struct Elem<float> {
 template <>
 struct Elem<__nv_bfloat16> {
   __device__ static float load(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-  __device__ static void store(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+  __device__ static void store(__nv_bfloat16* p, int64_t i, float v) {
+    p[i] = __float2bfloat16_rn(v);
+  }
 };
 template <>
 struct Elem<__half> {

@@ -116,8 +116,8 @@ void gelu_backward(cudaStream_t s, ConstDevPtr x, ConstDevPtr dy, DevPtr dx, int
 void relu_forward(cudaStream_t s, ConstDevPtr x, DevPtr y, int64_t n);
 void relu_backward(cudaStream_t s, ConstDevPtr y, ConstDevPtr dy, DevPtr dx, int64_t n);
 void swiglu_forward(cudaStream_t s, ConstDevPtr gate, ConstDevPtr up, DevPtr y, int64_t n);
-void swiglu_backward(cudaStream_t s, ConstDevPtr gate, ConstDevPtr up, ConstDevPtr dy,
-                     DevPtr dgate, DevPtr dup, int64_t n);
+void swiglu_backward(cudaStream_t s, ConstDevPtr gate, ConstDevPtr up, ConstDevPtr dy, DevPtr dgate,
+                     DevPtr dup, int64_t n);
 void residual_forward(cudaStream_t s, ConstDevPtr a, ConstDevPtr b, DevPtr y, int64_t n,
                       int64_t b_n);
 // da.ptr or db.ptr may be null. db (broadcast, b_n < n) sums rows in fp32.
