@@ -28,10 +28,6 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
-bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
-}
-
 bool contains(std::string_view s, std::string_view needle) {
   return s.find(needle) != std::string_view::npos;
 }
@@ -40,21 +36,6 @@ Category memcpy_category(std::string_view name) {
   if (contains(name, "HtoD")) return Category::memcpy_h2d;
   if (contains(name, "DtoH")) return Category::memcpy_d2h;
   return Category::memcpy_d2d;  // DtoD, PtoP (peer), and anything else
-}
-
-// ProfilerStep#12 -> 12; false when not a step annotation.
-bool profiler_step(std::string_view name, int64_t* number) {
-  constexpr std::string_view kPrefix = "ProfilerStep#";
-  if (!starts_with(name, kPrefix) || name.size() == kPrefix.size() ||
-      name.size() > kPrefix.size() + 18)
-    return false;
-  int64_t n = 0;
-  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
-    n = n * 10 + (name[i] - '0');
-  }
-  *number = n;
-  return true;
 }
 
 // A value that is an integer, or a string of digits ("rank": "3" as some
@@ -192,7 +173,7 @@ class KinetoReader {
     if (ph != "X") return;
 
     int64_t step = 0;
-    if (!iequals(cat, "gpu_user_annotation") && profiler_step(name, &step)) {
+    if (!iequals(cat, "gpu_user_annotation") && parse_profiler_step(name, &step)) {
       const int64_t start = micros_to_ns(f, "ts", true);
       const int64_t dur = micros_to_ns(f, "dur", true);
       if (dur < 0) f.fail("dur", "negative duration");

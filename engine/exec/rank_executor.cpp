@@ -408,16 +408,7 @@ StepOutcome RankExecutor::run_step(int64_t step) {
   r.steps.push_back(traces::Step{step, out.start_ns, out.end_ns});
 
   // Loss scaling bookkeeping (GradScaler.update()).
-  out.skipped = scaler_.enabled && found_inf_ > 0;
-  if (scaler_.enabled && scaler_.dynamic) {
-    if (found_inf_ > 0) {
-      scaler_.scale *= scaler_.backoff_factor;
-      scaler_.good_steps = 0;
-    } else if (++scaler_.good_steps >= scaler_.growth_interval) {
-      scaler_.scale *= scaler_.growth_factor;
-      scaler_.good_steps = 0;
-    }
-  }
+  out.skipped = scaler_.update(found_inf_ > 0);
   if (!out.skipped) ++optimizer_steps_;
   out.loss = micro_loss_sum_ / static_cast<double>(s_.grad_accum_steps);
   out.grad_norm = grad_norm_;

@@ -42,6 +42,22 @@ struct LossScaler {  // torch.cuda.amp.GradScaler defaults
   double growth_factor = 2.0, backoff_factor = 0.5;
   int64_t growth_interval = 2000;
   int64_t good_steps = 0;
+  // GradScaler.update() after a step: an overflow halves the scale (dynamic)
+  // and skips the step; growth_interval good steps in a row double it.
+  // Returns whether the optimizer step was skipped.
+  bool update(bool found_inf) {
+    if (!enabled) return false;
+    if (dynamic) {
+      if (found_inf) {
+        scale *= backoff_factor;
+        good_steps = 0;
+      } else if (++good_steps >= growth_interval) {
+        scale *= growth_factor;
+        good_steps = 0;
+      }
+    }
+    return found_inf;
+  }
 };
 
 struct StepOutcome {

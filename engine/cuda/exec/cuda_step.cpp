@@ -302,16 +302,7 @@ exec::StepOutcome CudaRankExecutor::run_step(int64_t step) {
 
   // Loss scaling bookkeeping (GradScaler.update()).
   const double found_inf = inf_on_host_ ? host_found_inf_ : scalars_host_->found_inf;
-  out.skipped = scaler_.enabled && found_inf > 0;
-  if (scaler_.enabled && scaler_.dynamic) {
-    if (found_inf > 0) {
-      scaler_.scale *= scaler_.backoff_factor;
-      scaler_.good_steps = 0;
-    } else if (++scaler_.good_steps >= scaler_.growth_interval) {
-      scaler_.scale *= scaler_.growth_factor;
-      scaler_.good_steps = 0;
-    }
-  }
+  out.skipped = scaler_.update(found_inf > 0);
   if (!out.skipped) ++optimizer_steps_;
   if (clipped_ && !norm_on_host_) grad_norm_ = std::sqrt(scalars_host_->norm_sq);
   out.loss = scalars_host_->loss_sum / static_cast<double>(s_.grad_accum_steps);
