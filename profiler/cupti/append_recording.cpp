@@ -210,7 +210,11 @@ class Appender {
     for (const MemoryRecord* m : order) {
       const int64_t bytes = static_cast<int64_t>(m->bytes);
       const int64_t delta = m->allocation ? bytes : -bytes;
-      reserved += delta;  // cudaMalloc-level: reserved moves with allocated
+      // cudaMalloc-level allocations are segments: reserved moves with
+      // allocated. Stream-ordered (cudaMallocAsync) blocks come out of pools
+      // whose own reservations CUPTI's MEMORY2 records do not show: allocated
+      // only.
+      if (!m->is_async) reserved += delta;
       const traces::MemoryCategory category = mapping_.memory_category
                                                   ? mapping_.memory_category(m->address)
                                                   : traces::MemoryCategory::other;

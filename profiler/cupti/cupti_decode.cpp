@@ -54,17 +54,19 @@ const char* sync_name(CUpti_ActivitySynchronizationType type) {
 
 }  // namespace
 
+std::string demangle_kernel_name(const char* name) {
+  if (!name) return "";
+  if (name[0] != '_' || name[1] != 'Z') return name;
+  int status = 0;
+  std::unique_ptr<char, decltype(&std::free)> plain(
+      abi::__cxa_demangle(name, nullptr, nullptr, &status), &std::free);
+  return status == 0 && plain ? std::string(plain.get()) : std::string(name);
+}
+
 const std::string& RecordDecoder::demangled(const char* name) {
   auto it = names_.find(name);
   if (it != names_.end()) return it->second;
-  std::string text = name ? name : "";
-  if (name) {
-    int status = 0;
-    std::unique_ptr<char, decltype(&std::free)> plain(
-        abi::__cxa_demangle(name, nullptr, nullptr, &status), &std::free);
-    if (status == 0 && plain) text = plain.get();
-  }
-  return names_.emplace(name, std::move(text)).first->second;
+  return names_.emplace(name, demangle_kernel_name(name)).first->second;
 }
 
 void RecordDecoder::decode(uint8_t* buffer, size_t valid_bytes, Recording& out) {
@@ -139,6 +141,7 @@ void RecordDecoder::decode(uint8_t* buffer, size_t valid_bytes, Recording& out) 
         r.bytes = m->bytes;
         r.allocation = m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
         r.correlation = m->correlationId;
+        r.is_async = m->isAsync != 0;
         const std::pair<uint32_t, uint64_t> key{r.device, r.address};
         if (r.allocation) {
           live_allocations_[key] = r.bytes;

@@ -26,6 +26,11 @@ std::string another_profiler_message(const std::string& detail);
 // True when libcuda.so.1 is loaded or loadable; otherwise *why holds dlerror().
 bool cuda_driver_loadable(std::string* why);
 
+// A kernel's name as CUPTI reports it, demangled when it is an Itanium-mangled
+// C++ name ("_Z..."); other names (extern "C" kernels) as they are: `f` stays
+// `f`, where __cxa_demangle would read it as the type `float`.
+std::string demangle_kernel_name(const char* name);
+
 // Decodes CUPTI activity buffers into a Recording. Not thread-safe: the
 // recorder serialises calls under its lock.
 class RecordDecoder {

@@ -50,18 +50,24 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;  // as many as fit
 }
 
+// Adds CUPTI's dropped-record count (reset by reading it) to the session's
+// recording; discarded when no session records. Since CUDA 6 buffers are
+// global (context null, stream 0): the global count. Caller holds the lock.
+void add_dropped_records(CUcontext context, uint32_t stream_id, Session* session) {
+  size_t dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS && session)
+    session->pending.dropped_records += dropped;
+}
+
 void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer,
                                size_t /*size*/, size_t valid_bytes) {
   Globals& g = globals();
   {
     std::lock_guard<std::mutex> lock(g.mutex);
-    if (g.session) {
-      g.session->decoder.decode(buffer, valid_bytes, g.session->pending);
-      // Since CUDA 6 buffers are global (context null, stream 0): the global count.
-      size_t dropped = 0;
-      if (cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS)
-        g.session->pending.dropped_records += dropped;
-    }
+    if (g.session) g.session->decoder.decode(buffer, valid_bytes, g.session->pending);
+    // Read (and so reset) CUPTI's count even without a session, so that a
+    // later session does not inherit drops from before it started.
+    add_dropped_records(context, stream_id, g.session);
   }
   std::free(buffer);
 }
@@ -88,6 +94,10 @@ const char* kind_name(CUpti_ActivityKind kind) {
       return "cuptiActivityEnable(MARKER)";
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
       return "cuptiActivityEnable(EXTERNAL_CORRELATION)";
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+      return "cuptiActivityEnable(RUNTIME)";
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+      return "cuptiActivityEnable(DRIVER)";
     default:
       return "cuptiActivityEnable";
   }
@@ -186,6 +196,12 @@ std::unique_ptr<CuptiRecorder> CuptiRecorder::start(const CuptiConfig& config) {
   std::vector<CUpti_ActivityKind> kinds = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                            CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
                                            CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+  // EXTERNAL_CORRELATION records precede API records only: without these two
+  // kinds CUPTI writes none and push_external_id() tags nothing.
+  if (config.external_correlation) {
+    kinds.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
+    kinds.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
+  }
   if (config.memory) kinds.push_back(CUPTI_ACTIVITY_KIND_MEMORY2);
   if (config.synchronization) kinds.push_back(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
   if (config.nvtx) kinds.push_back(CUPTI_ACTIVITY_KIND_MARKER);
@@ -222,6 +238,12 @@ void CuptiRecorder::pop_external_id() {
       "cuptiActivityPopExternalCorrelationId");
 }
 
+bool CuptiRecorder::pop_external_id_noexcept() noexcept {
+  uint64_t last = 0;
+  return cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last) ==
+         CUPTI_SUCCESS;
+}
+
 Recording CuptiRecorder::take() {
   // Not under the lock: flushing calls buffer_completed on this thread.
   detail::check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED),
@@ -230,6 +252,9 @@ Recording CuptiRecorder::take() {
   {
     std::lock_guard<std::mutex> lock(globals().mutex);
     Session& s = *impl_->session;
+    // Records dropped since the last completed buffer, or all of them when
+    // CUPTI never got a buffer (allocation failed) and so never completed one.
+    add_dropped_records(nullptr, 0, &s);
     out = std::move(s.pending);
     s.pending = Recording{};
     s.decoder.join_external_ids(out);

@@ -54,6 +54,11 @@ struct CuptiConfig {
   bool memory = true;                     // MEMORY2 records
   bool synchronization = true;
   bool nvtx = true;  // MARKER records of NVTX ranges
+  // push_external_id() tags the kernels, copies and memsets launched inside it.
+  // CUPTI emits EXTERNAL_CORRELATION records only before API activity records,
+  // so this also enables CUPTI_ACTIVITY_KIND_RUNTIME and _DRIVER (one record per
+  // CUDA API call, decoded and dropped): on for the engine, off for injection.
+  bool external_correlation = false;
 };
 
 // Records, host-clock nanoseconds. `stream` is CUPTI's stream id; `external_id`
@@ -85,6 +90,9 @@ struct MemoryRecord {
   uint64_t address = 0, bytes = 0;
   bool allocation = true;  // false: release
   uint32_t correlation = 0;
+  // Through the stream-ordered allocator (cudaMallocAsync and its pools):
+  // individual blocks of a pool, not cudaMalloc-level segments.
+  bool is_async = false;
 };
 struct SyncRecord {
   int64_t start_ns = 0, end_ns = 0;
@@ -129,6 +137,8 @@ class CuptiRecorder {
   // External correlation around launches (the engine pushes its op index + 1).
   void push_external_id(uint64_t id);
   void pop_external_id();
+  // For destructors: false when CUPTI refused the pop (nothing is thrown).
+  bool pop_external_id_noexcept() noexcept;
   // Flushes CUPTI's buffers (cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))
   // and returns the records collected so far (moved out; the recorder keeps
   // recording). Synchronize the device first: work still running is not in it.

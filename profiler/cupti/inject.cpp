@@ -173,3 +173,11 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx(
   const NvtxInitialize cupti = cupti_nvtx_entry("InitializeInjectionNvtx");
   return cupti ? cupti(get_export_table) : 0;
 }
+
+// NVTX extension modules (payload schemas, counters) look this name up in the
+// NVTX_INJECTION64_PATH library; libcupti exports it too.
+extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtxExtension(
+    void* module_info) {
+  const NvtxInitialize cupti = cupti_nvtx_entry("InitializeInjectionNvtxExtension");
+  return cupti ? cupti(module_info) : 0;
+}

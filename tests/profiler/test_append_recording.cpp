@@ -198,6 +198,28 @@ TEST_CASE("append_recording: memory counters and metadata", "[profiler][append_r
                     Catch::Contains("already has memory records"));
 }
 
+TEST_CASE("append_recording: stream-ordered (cudaMallocAsync) blocks move allocated, not reserved",
+          "[profiler][append_recording]") {
+  traces::Trace t;
+  traces::RankTrace& r = t.add_rank(0);
+  Recording rec;
+  rec.memory.push_back(memory(100, 0x100000, 4 * kMiB, true));  // cudaMalloc: a segment
+  profiler::MemoryRecord a = memory(200, 0x900000, kMiB, true);
+  a.is_async = true;
+  rec.memory.push_back(a);
+  profiler::MemoryRecord f = memory(300, 0x900000, kMiB, false);
+  f.is_async = true;
+  rec.memory.push_back(f);
+  profiler::append_recording(rec, profiler::TraceMapping{}, t, r);
+  REQUIRE(r.memory.size() == 3);
+  CHECK(r.memory[0].allocated == int64_t(4 * kMiB));
+  CHECK(r.memory[0].reserved == int64_t(4 * kMiB));
+  CHECK(r.memory[1].allocated == int64_t(5 * kMiB));
+  CHECK(r.memory[1].reserved == int64_t(4 * kMiB));  // the pool's reservation is not seen
+  CHECK(r.memory[2].allocated == int64_t(4 * kMiB));
+  CHECK(r.memory[2].reserved == int64_t(4 * kMiB));
+}
+
 TEST_CASE("append_recording: metrics of the result in closed form",
           "[profiler][append_recording]") {
   traces::Trace t;

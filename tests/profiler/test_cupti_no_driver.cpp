@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "profiler/cupti/cupti_internal.h"
 #include "profiler/cupti/cupti_recorder.h"
 #include "tests/temp_dir.h"
 #include "traces/trace_io.h"
@@ -106,4 +107,34 @@ TEST_CASE("inject library: a process that cannot record leaves <pid>.error, or i
   REQUIRE(t.ranks.size() == 1);
   CHECK(t.ranks[0].rank == 0);
   CHECK(t.meta.tool_versions.at("pid") == files[0].stem().string());
+}
+
+TEST_CASE("kernel names: only Itanium-mangled names are demangled", "[profiler][cupti]") {
+  using profiler::detail::demangle_kernel_name;
+  CHECK(demangle_kernel_name("_Z6kernelPfi") == "kernel(float*, int)");
+  CHECK(demangle_kernel_name("_ZN10shardscope3addEv") == "shardscope::add()");
+  // extern "C" kernels: __cxa_demangle would turn these into type names.
+  CHECK(demangle_kernel_name("f") == "f");
+  CHECK(demangle_kernel_name("i") == "i");
+  CHECK(demangle_kernel_name("Ss") == "Ss");
+  CHECK(demangle_kernel_name("ncclDevKernel_AllGather_RING_LL") ==
+        "ncclDevKernel_AllGather_RING_LL");
+  CHECK(demangle_kernel_name("_Znot a name") == "_Znot a name");  // invalid: kept as is
+  CHECK(demangle_kernel_name("_") == "_");
+  CHECK(demangle_kernel_name(nullptr).empty());
+}
+
+TEST_CASE("injection library exports the driver's and NVTX's entry points", "[profiler][inject]") {
+  void* lib = dlopen(SHARDSCOPE_INJECT_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  for (const char* name : {"InitializeInjection", "InitializeInjectionNvtx",
+                           "InitializeInjectionNvtx2", "InitializeInjectionNvtxExtension"}) {
+    INFO(name);
+    CHECK(dlsym(lib, name) != nullptr);
+  }
+  // Everything else stays local (inject.map): shardscope's own code does not
+  // clash with the program's symbols.
+  CHECK(dlsym(lib, "_ZN10shardscope8profiler13CuptiRecorder5startERKNS0_11CuptiConfigE") ==
+        nullptr);
+  dlclose(lib);
 }

@@ -29,8 +29,10 @@ class ExternalIdScope {
   ExternalIdScope(profiler::CuptiRecorder* recorder, uint64_t id) : recorder_(recorder) {
     if (recorder_) recorder_->push_external_id(id);
   }
+  // Never throws (a destructor, possibly during unwinding): a refused pop
+  // leaves the id stack one deeper, which only mislabels later records.
   ~ExternalIdScope() {
-    if (recorder_) recorder_->pop_external_id();
+    if (recorder_) recorder_->pop_external_id_noexcept();
   }
   ExternalIdScope(const ExternalIdScope&) = delete;
   ExternalIdScope& operator=(const ExternalIdScope&) = delete;

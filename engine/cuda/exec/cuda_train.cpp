@@ -96,7 +96,11 @@ CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& c
     // CUPTI first, so that the executor's own allocations (workspaces, cuBLAS)
     // are recorded too.
     std::unique_ptr<profiler::CuptiRecorder> recorder;
-    if (config.profile) recorder = profiler::CuptiRecorder::start();
+    if (config.profile) {
+      profiler::CuptiConfig cupti;
+      cupti.external_correlation = true;  // kernels named by the op that launched them
+      recorder = profiler::CuptiRecorder::start(cupti);
+    }
     CudaExecOptions options;
     options.device = config.device;
     options.recorder = recorder.get();
