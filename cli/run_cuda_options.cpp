@@ -41,6 +41,13 @@ CudaRunOptions cuda_run_options(const Args& args) {
     throw UsageError(
         "--hw: on the CUDA backend the hardware is the real one; --hw sets the "
         "modelled collective times of --emulate-world only");
+  // An emulated collective is a stream memory wait, which CUPTI does not
+  // record: a profiled trace would show none of the modelled communication.
+  if (emulate && args.has("profile"))
+    throw UsageError(
+        "--profile with --emulate-world: emulated collectives are stream waits that CUPTI does "
+        "not record, so the trace would have no communication; drop --profile (the executor's "
+        "own events time the emulated collectives)");
   o.profile = args.has("profile");
   o.cuda_graph = args.has("cuda-graph");
   if (emulate) {

@@ -76,6 +76,7 @@ TEST_CASE("run --backend cuda flag errors exit 2 naming the flag, before any dev
       {"--backend cuda --emulate-world 0 --rank 0", "--emulate-world"},
       {"--backend cuda --nproc 2 --emulate-world 4 --rank 0", "--nproc"},
       {"--backend cuda --hw h100-sxm", "--hw"},
+      {"--backend cuda --emulate-world 4 --rank 0 --profile", "--profile"},
       {"--backend cuda --emulate-world 8 --rank 0 --hw no-such-gpu", "--hw"},
       {"--backend cuda --save /tmp/shardscope-never-written", "--save"},
       {"--backend cuda --load /tmp/shardscope-never-read", "--load"},

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <queue>
@@ -123,6 +124,7 @@ struct EmulatedCommunicator::Impl {
     size_t slot;      // stream slot
     uint32_t ticket;  // the slot's k-th collective: its wait passes when flag >= ticket
     Issued info;
+    bool reached = false;  // its stream got there (on_reached ran)
   };
   struct Slot {
     cudaStream_t stream = nullptr;
@@ -154,6 +156,8 @@ struct EmulatedCommunicator::Impl {
   size_t slot_of(cudaStream_t stream);
   void check_driver(CUresult result, const char* what, const char* collective) const;
   void release_locked(size_t slot, uint32_t ticket);
+  void start_locked(Entry& entry, int64_t now);
+  void finish_locked(Entry& entry, int64_t now);
   void release_all_locked();
   void run_releaser();
   std::string where(const char* collective) const {
@@ -176,6 +180,10 @@ struct EmulatedCommunicator::Impl {
   std::array<Slot, kMaxStreams> slots{};
   size_t slot_count = 0;
   std::deque<Entry> entries;
+  // Per process group, the entries not yet released, in issue order: one
+  // group runs one collective at a time (NCCL queues a communicator's kernels
+  // on its own stream; docs/schedule.md rule 3), so only the front runs.
+  std::map<int, std::deque<size_t>> group_queue;
   std::priority_queue<Due, std::vector<Due>, DueLater> due;
   bool stopping = false;
   bool released_all = false;  // abort() or destruction released every ticket
@@ -290,10 +298,22 @@ void EmulatedCommunicator::Impl::issue(CollectiveKind kind, int group, const com
     entries.push_back(
         Entry{this, entries.size(), slot, ticket, Issued{kind, group, bytes, duration_ns, 0, 0}});
     entry = &entries.back();
+    group_queue[group].push_back(entry->index);
     // From here on destruction and abort() release this ticket too.
     slots[slot].issued_ticket = ticket;
   }
-  SS_CUDA_CHECK(cudaLaunchHostFunc(stream, &Impl::on_reached, entry));
+  const cudaError_t launched = cudaLaunchHostFunc(stream, &Impl::on_reached, entry);
+  if (launched != cudaSuccess) {
+    // Never reached: take it out of its group's queue, or the group's later
+    // collectives would wait for it forever.
+    {
+      std::lock_guard<std::mutex> lock(state_mutex);
+      std::deque<size_t>& queue = group_queue[group];
+      if (!queue.empty() && queue.back() == entry->index) queue.pop_back();
+      entry->info.released_ns = profiler::host_now_ns();
+    }
+    check_cuda(launched, "cudaLaunchHostFunc", __FILE__, __LINE__);
+  }
   try {
     data_effect();
     check_driver(wait_value32(stream, flags->device_word(slot * kFlagStride), entry->ticket,
@@ -312,27 +332,47 @@ void CUDART_CB EmulatedCommunicator::Impl::on_reached(void* argument) {
   auto* entry = static_cast<Entry*>(argument);
   Impl& impl = *entry->impl;
   const int64_t now = profiler::host_now_ns();
-  const int64_t duration_ns = entry->info.duration_ns;
-  const int64_t due_ns = duration_ns > INT64_MAX - now ? INT64_MAX : now + duration_ns;
   {
     std::lock_guard<std::mutex> lock(impl.state_mutex);
-    entry->info.start_ns = now;
+    entry->reached = true;
     if (impl.released_all) {
       // abort() or destruction released every ticket issued by then; this
       // one may have been issued just after (issue() checks `aborted` and
       // takes its ticket under two separate locks): release it here.
+      entry->info.start_ns = now;
       entry->info.released_ns = now;
       impl.release_locked(entry->slot, entry->ticket);
     } else {
-      try {
-        impl.due.push(Due{due_ns, entry->index});
-      } catch (...) {  // no memory: release at once rather than hang the stream
-        entry->info.released_ns = now;
-        impl.release_locked(entry->slot, entry->ticket);
-      }
+      // It starts now only when its group's earlier collectives are done;
+      // otherwise finish_locked() of the one before it starts it.
+      const std::deque<size_t>& queue = impl.group_queue[entry->info.group];
+      if (!queue.empty() && queue.front() == entry->index) impl.start_locked(*entry, now);
     }
   }
   impl.wake.notify_one();
+}
+
+// The collective starts at `now`: due at now + its duration. Lock held.
+void EmulatedCommunicator::Impl::start_locked(Entry& entry, int64_t now) {
+  const int64_t duration_ns = entry.info.duration_ns;
+  const int64_t due_ns = duration_ns > INT64_MAX - now ? INT64_MAX : now + duration_ns;
+  entry.info.start_ns = now;
+  try {
+    due.push(Due{due_ns, entry.index});
+  } catch (...) {  // no memory: release at once rather than hang the stream
+    finish_locked(entry, now);
+  }
+}
+
+// Releases the entry's wait at `now` and starts the next collective of its
+// group when that one's stream already reached it. Lock held.
+void EmulatedCommunicator::Impl::finish_locked(Entry& entry, int64_t now) {
+  entry.info.released_ns = now;
+  release_locked(entry.slot, entry.ticket);
+  std::deque<size_t>& queue = group_queue[entry.info.group];
+  if (queue.empty() || queue.front() != entry.index) return;  // released out of turn (abort)
+  queue.pop_front();
+  if (!queue.empty() && entries[queue.front()].reached) start_locked(entries[queue.front()], now);
 }
 
 void EmulatedCommunicator::Impl::release_locked(size_t slot, uint32_t ticket) {
@@ -345,6 +385,17 @@ void EmulatedCommunicator::Impl::release_locked(size_t slot, uint32_t ticket) {
 void EmulatedCommunicator::Impl::release_all_locked() {
   const int64_t now = profiler::host_now_ns();
   for (; !due.empty(); due.pop()) entries[due.top().entry].info.released_ns = now;
+  // Reached but waiting for their group's turn: released now, started now.
+  for (auto& [group, queue] : group_queue) {
+    for (size_t index : queue) {
+      Entry& entry = entries[index];
+      if (entry.reached && entry.info.released_ns == 0) {
+        if (entry.info.start_ns == 0) entry.info.start_ns = now;
+        entry.info.released_ns = now;
+      }
+    }
+    queue.clear();
+  }
   released_all = true;  // collectives reached from now on are released as they start
   for (size_t i = 0; i < slot_count; ++i) release_locked(i, slots[i].issued_ticket);
 }
@@ -369,11 +420,9 @@ void EmulatedCommunicator::Impl::run_releaser() {
       continue;  // an earlier entry may have arrived meanwhile
     }
     due.pop();
-    Entry& entry = entries[next.entry];
     // Stamped before the flag is written: the stream can only pass (and stamp
     // its next collective's start) after this time.
-    entry.info.released_ns = profiler::host_now_ns();
-    release_locked(entry.slot, entry.ticket);
+    finish_locked(entries[next.entry], profiler::host_now_ns());
   }
 }
 

@@ -6,8 +6,13 @@
 //
 // Mechanism, per collective on stream S (ticket k = S's k-th collective):
 //   1. cudaLaunchHostFunc(S, reached): when S gets there, a CUDA host
-//      function stamps start_k = profiler::host_now_ns() and queues ticket k
-//      for release at start_k + duration_k. It only takes a mutex briefly
+//      function marks the collective reached. It starts then (start_k =
+//      profiler::host_now_ns(), released at start_k + duration_k) when it is
+//      the oldest unreleased collective of its process group; otherwise it
+//      starts when the one before it in its group is released. One group runs
+//      one collective at a time, in issue order, as a NCCL communicator does
+//      (its kernels queue on the communicator's own stream) and as the
+//      simulator and the CPU engine model it. The host function only takes a mutex briefly
 //      and never blocks or calls CUDA (the driver may run the host functions
 //      of all streams one at a time on one thread, and S does not go on
 //      until it returned).
@@ -27,9 +32,12 @@
 // few microseconds of start + duration) and writes flag_S = k with a release
 // store. Tickets of one stream are released in order (ticket k + 1 starts
 // only after wait k passed), so a per-stream flag never runs ahead of a wait
-// it should hold; streams never share a flag, so collectives on different
-// streams finish out of issue order when their durations say so, and their
-// waits overlap in time as concurrent NCCL collectives would.
+// it should hold; streams never share a flag, so collectives of different
+// groups on different streams finish out of issue order when their durations
+// say so, and their waits overlap in time as concurrent NCCL collectives on
+// different communicators would. Waiting for the group's turn cannot
+// deadlock: the host issues a group's collectives in order, and a stream can
+// only wait (cudaStreamWaitEvent) for work issued before.
 //
 // Why host functions rather than a cuStreamWriteValue32 "reached" marker:
 // the host function wakes the release thread through a condition variable,
@@ -122,10 +130,11 @@ class EmulatedCommunicator final : public DeviceCommunicator {
   // rank and `message`.
   void abort(const std::string& message) override;
 
-  // Each collective issued so far, in issue order: modelled duration and the
-  // host-clock (profiler::host_now_ns) start stamped when its stream reached
-  // it and the time its wait was released (0 = not yet); tests compare them
-  // with the trace. `bytes` is what the duration model was given.
+  // Each collective issued so far, in issue order: modelled duration, the
+  // host-clock (profiler::host_now_ns) start (its stream reached it and its
+  // group's earlier collectives were done) and the time its wait was
+  // released (0 = not yet); tests compare them with the trace. `bytes` is
+  // what the duration model was given.
   struct Issued {
     CollectiveKind kind;
     int group;

@@ -27,7 +27,8 @@ constexpr int64_t kMs = 1'000'000;
 // timer's resolution and clock-rate differences.
 constexpr float kSlackMs = 0.1f;
 
-const std::vector<Group> kGroups = {{"world", {0, 1, 2, 3}}, {"shard1", {2, 3}}};
+// Group 2 ("pair") holds rank 1 too: collectives of groups 0 and 2 may overlap.
+const std::vector<Group> kGroups = {{"world", {0, 1, 2, 3}}, {"shard1", {2, 3}}, {"pair", {0, 1}}};
 
 CollectiveDuration fixed(int64_t ns) {
   return [ns](CollectiveKind, uint64_t, const Group&) { return ns; };
@@ -79,7 +80,8 @@ TEST_CASE("emulated: an all_gather holds its stream for the modelled 20 ms, own 
   CHECK(log[0].released_ns - log[0].start_ns >= 20 * kMs);
 }
 
-TEST_CASE("emulated: collectives on two streams overlap, compute on a third is not held") {
+TEST_CASE(
+    "emulated: collectives of two groups on two streams overlap, compute on a third is not held") {
   EmulatedCommunicator comm(kRank, 4, kGroups, fixed(20 * kMs));
   constexpr size_t kCount = 1024;
   Stream a, b, c;
@@ -92,7 +94,7 @@ TEST_CASE("emulated: collectives on two streams overlap, compute on a third is n
   comm.all_gather(0, gather_send.get(), gather_recv.get(), kCount, plan::DType::f32, a.s);
   a1.record(a.s);
   b0.record(b.s);
-  comm.reduce_scatter(0, scatter_send.get(), scatter_recv.get(), kCount, plan::DType::f32,
+  comm.reduce_scatter(2, scatter_send.get(), scatter_recv.get(), kCount / 2, plan::DType::f32,
                       ReduceOp::sum, b.s);
   b1.record(b.s);
   launch_spin(c.s, 1 * kMs);  // compute issued after both collectives
@@ -115,6 +117,35 @@ TEST_CASE("emulated: collectives on two streams overlap, compute on a third is n
   REQUIRE(log.size() == 2);
   CHECK(log[1].start_ns < log[0].released_ns);  // host-clock intervals overlap
   CHECK(log[0].start_ns < log[1].released_ns);
+}
+
+TEST_CASE("emulated: collectives of one group on two streams run one after the other") {
+  // NCCL runs a communicator's collectives one at a time in issue order, and
+  // so do the simulator and the CPU engine: the reduce-scatter on stream b
+  // starts when the all-gather of the same group on stream a is released.
+  EmulatedCommunicator comm(kRank, 4, kGroups, fixed(20 * kMs));
+  constexpr size_t kCount = 1024;
+  Stream a, b;
+  DeviceVector<float> gather_send(iota_f32(kCount, 0.0f));
+  DeviceVector<float> gather_recv(std::vector<float>(4 * kCount, 0.0f));
+  DeviceVector<float> scatter_send(iota_f32(4 * kCount, 0.0f));
+  DeviceVector<float> scatter_recv(std::vector<float>(kCount, 0.0f));
+  TimedEvent a0, a1, b1;
+  a0.record(a.s);
+  comm.all_gather(0, gather_send.get(), gather_recv.get(), kCount, plan::DType::f32, a.s);
+  a1.record(a.s);
+  comm.reduce_scatter(0, scatter_send.get(), scatter_recv.get(), kCount, plan::DType::f32,
+                      ReduceOp::sum, b.s);
+  b1.record(b.s);
+  const float a_end = a1.ms_since(a0), b_end = b1.ms_since(a0);
+  INFO("all_gather ends at " << a_end << " ms, reduce_scatter at " << b_end << " ms");
+  CHECK(a_end >= 20.0f - kSlackMs);
+  CHECK(b_end >= 40.0f - kSlackMs);  // 20 ms waiting for its turn, then its own 20 ms
+
+  const auto log = comm.issued();
+  REQUIRE(log.size() == 2);
+  CHECK(log[1].start_ns >= log[0].released_ns);  // started when the first was released
+  CHECK(log[1].released_ns - log[1].start_ns >= 20 * kMs);
 }
 
 TEST_CASE("emulated: issued() carries the model's durations and the byte conventions") {
