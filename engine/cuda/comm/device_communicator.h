@@ -58,6 +58,12 @@ class DeviceCommunicator {
   virtual void barrier() = 0;
   // Marks this rank failed (peers' later calls throw naming it); never throws.
   virtual void abort(const std::string& message) = 0;
+  // Throws CommError, naming the rank and the group, when a collective
+  // already enqueued failed on the device side (NCCL's asynchronous errors:
+  // a remote peer's error, a network or system error). Such a collective
+  // never completes on its own, so the host polls this while it waits on the
+  // device (engine/cuda/exec: wait_device). Cheap: no communication.
+  virtual void check_async_errors() {}
 };
 
 }  // namespace shardscope::engine::cuda

@@ -180,12 +180,21 @@ void NcclCommunicator::Impl::init_group(const comm::Group& group, int index,
         }
         break;
       }
-      const std::string aborts = peer_aborts();
-      if (!aborts.empty() || Clock::now() >= deadline) {
+      // One round trip per poll: the publisher's abort record only (every
+      // rank's would cost W - 1 round trips each 10 ms, W^2 requests per
+      // poll period at the store during the world's init); the message then
+      // names every peer that aborted.
+      bool publisher_aborted = false;
+      try {
+        publisher_aborted = store.try_get("abort/" + std::to_string(publisher)).has_value();
+      } catch (const launch::LaunchError&) {
+        publisher_aborted = true;  // the store is gone: say so below
+      }
+      if (publisher_aborted || Clock::now() >= deadline) {
         throw comm::CommError(where("init") + ", group '" + group.name + "': rank " +
                               std::to_string(publisher) + " did not publish the NCCL id ('" +
                               id_key + "') within " + std::to_string(timeout.count()) + " ms" +
-                              aborts);
+                              peer_aborts());
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -329,6 +338,22 @@ void NcclCommunicator::abort(const std::string& message) {
   try {
     impl_->store.set("abort/" + std::to_string(rank_), message);
   } catch (...) {  // the store may be gone: peers then see NCCL errors or store timeouts
+  }
+}
+
+void NcclCommunicator::check_async_errors() {
+  std::lock_guard<std::mutex> lock(impl_->issue_mutex);
+  if (impl_->aborted.load()) return;  // aborted: the caller is unwinding already
+  for (size_t g = 0; g < impl_->comms.size(); ++g) {
+    ncclComm_t nccl_comm = impl_->comms[g];
+    if (nccl_comm == nullptr) continue;
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t asked = ncclCommGetAsyncError(nccl_comm, &state);
+    if (asked != ncclSuccess) state = asked;
+    if (state == ncclSuccess || state == ncclInProgress) continue;
+    throw comm::CommError(impl_->where("collective") + ", group '" + groups_[g].name +
+                          "': asynchronous NCCL error " + ncclGetErrorString(state) + " (" +
+                          ncclGetLastError(nccl_comm) + ")" + impl_->peer_aborts());
   }
 }
 

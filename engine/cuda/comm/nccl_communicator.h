@@ -62,6 +62,8 @@ class NcclCommunicator final : public DeviceCommunicator {
   void broadcast(int group, void* data, size_t bytes, int root, cudaStream_t stream) override;
   void barrier() override;
   void abort(const std::string& message) override;
+  // ncclCommGetAsyncError on every communicator of this rank.
+  void check_async_errors() override;
 
   // "NCCL 2.28.x" from ncclGetVersion (needs no device).
   static std::string version();

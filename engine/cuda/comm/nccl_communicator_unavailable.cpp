@@ -26,6 +26,7 @@ void NcclCommunicator::all_reduce(int, void*, size_t, plan::DType, comm::ReduceO
 void NcclCommunicator::broadcast(int, void*, size_t, int, cudaStream_t) {}
 void NcclCommunicator::barrier() {}
 void NcclCommunicator::abort(const std::string&) {}
+void NcclCommunicator::check_async_errors() {}
 
 std::string NcclCommunicator::version() {
   return "NCCL (not built)";

@@ -65,6 +65,11 @@ struct CudaExecOptions {
   // through append_recording); the executor pushes op index + 1 as external
   // id around each op's launches and records no timing events of its own.
   profiler::CuptiRecorder* recorder = nullptr;
+  // A host wait on the device (host_wait, the end of a step) longer than this
+  // throws ExecError naming what it waited for: a collective whose peer is
+  // alive but never arrives does not complete, and NCCL reports nothing.
+  // PyTorch's NCCL watchdog uses the same 10 minutes by default.
+  int64_t device_wait_timeout_ns = int64_t{600} * 1'000'000'000;
 };
 
 class CudaRankExecutor {
@@ -203,6 +208,10 @@ class CudaRankExecutor {
   std::vector<cudaEvent_t> start_evt_, done_evt_;  // per op (start: timing only)
   std::vector<cudaEvent_t> join_evt_;  // per stream: joins it into compute at the step's end
   cudaEvent_t ref_evt_ = nullptr;
+  int64_t ref_host_ns_ = 0;  // host clock when ref_evt_ of this step was seen complete
+  // cudaEventSynchronize that also asks the communicator for asynchronous
+  // errors and gives up after opts_.device_wait_timeout_ns (cuda_step.cpp).
+  void wait_device(cudaEvent_t event, const std::string& what);
   int compute_ = 1;                      // schedule index of the compute stream
   StepScalars* scalars_ = nullptr;       // device
   StepScalars* scalars_host_ = nullptr;  // pinned mirror, read at the step's end

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "alloc/errors.h"
@@ -41,6 +42,35 @@ class ExternalIdScope {
   profiler::CuptiRecorder* recorder_;
 };
 }  // namespace
+
+// ---- waiting on the device --------------------------------------------------------
+
+// Like cudaEventSynchronize (the host yields while it polls, as the runtime's
+// default spin-then-yield does), with two exits a blocking wait lacks: a
+// collective that failed asynchronously (NCCL's remote, network or system
+// errors) never completes, so the communicator is asked for such errors every
+// millisecond; and a wait longer than the timeout throws naming `what`.
+void CudaRankExecutor::wait_device(cudaEvent_t event, const std::string& what) {
+  constexpr int64_t kCheckEveryNs = 1'000'000;
+  const int64_t start = profiler::host_now_ns();
+  int64_t next_check = start;
+  for (;;) {
+    const cudaError_t state = cudaEventQuery(event);
+    if (state == cudaSuccess) return;
+    if (state != cudaErrorNotReady) check_cuda(state, "cudaEventQuery", __FILE__, __LINE__);
+    const int64_t now = profiler::host_now_ns();
+    if (now >= next_check) {
+      comm_.check_async_errors();
+      if (now - start > opts_.device_wait_timeout_ns)
+        throw ExecError("waited " + std::to_string((now - start) / 1'000'000'000) + " s for " +
+                        what +
+                        " on the device (a collective whose peers never arrived?); the limit is "
+                        "CudaExecOptions::device_wait_timeout_ns");
+      next_check = now + kCheckEveryNs;
+    }
+    std::this_thread::yield();
+  }
+}
 
 // ---- memory ---------------------------------------------------------------------
 
@@ -165,7 +195,7 @@ void CudaRankExecutor::host_launch(int index) {
   if (on_host_stream(index)) {  // the host's own work (offloaded optimizer)
     for (int w : op.waits) {
       if (on_host_stream(w)) continue;
-      SS_CUDA_CHECK(cudaEventSynchronize(done_evt_[static_cast<size_t>(w)]));
+      wait_device(done_evt_[static_cast<size_t>(w)], op_label(w));
       ++host_syncs_;
       finish_d2h(w);
     }
@@ -195,7 +225,7 @@ void CudaRankExecutor::host_launch(int index) {
 void CudaRankExecutor::host_wait(int index) {
   const int64_t t0 = profiler::host_now_ns();
   if (!on_host_stream(index)) {
-    SS_CUDA_CHECK(cudaEventSynchronize(done_evt_[static_cast<size_t>(index)]));
+    wait_device(done_evt_[static_cast<size_t>(index)], op_label(index));
     ++host_syncs_;
   }
   finish_d2h(index);
@@ -241,11 +271,15 @@ exec::StepOutcome CudaRankExecutor::run_step(int64_t step) {
                                       static_cast<size_t>(buf.bytes), compute));
     }
     // Host-synchronised start: every device time is placed on the host clock
-    // as t0 + cudaEventElapsedTime(reference, event); t0 is taken just before
-    // the reference is recorded on an idle device.
+    // as ref_host_ns_ + cudaEventElapsedTime(reference, event). The reference
+    // completes after the memsets above (gigabytes for a large model), so its
+    // host time is read when the synchronisation returns (late by the wake-up
+    // latency, microseconds), not when it is recorded. The step itself starts
+    // before the memsets: zero_grad is part of it.
     out.start_ns = profiler::host_now_ns();
     SS_CUDA_CHECK(cudaEventRecord(ref_evt_, compute));
     SS_CUDA_CHECK(cudaEventSynchronize(ref_evt_));
+    ref_host_ns_ = profiler::host_now_ns();
     ++host_syncs_;
   } catch (const std::exception& e) {
     throw ExecError(where + "start of step " + std::to_string(step) + ": " + e.what());
@@ -291,7 +325,9 @@ exec::StepOutcome CudaRankExecutor::run_step(int64_t step) {
     SS_CUDA_CHECK(cudaMemcpyAsync(flags_host_, flags_,
                                   std::max<size_t>(s_.ops.size(), 1) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, compute));
-    SS_CUDA_CHECK(cudaStreamSynchronize(compute));
+    SS_CUDA_CHECK(cudaEventRecord(join_evt_[static_cast<size_t>(compute_)], compute));
+    wait_device(join_evt_[static_cast<size_t>(compute_)],
+                "the end of step " + std::to_string(step));
     ++host_syncs_;
   } catch (const std::exception& e) {
     throw ExecError(where + "end of step " + std::to_string(step) +
@@ -347,7 +383,7 @@ void CudaRankExecutor::record_step_trace(int64_t step, int64_t t0, int64_t t_end
   auto device_time = [&](cudaEvent_t e) {
     float ms = 0;
     SS_CUDA_CHECK(cudaEventElapsedTime(&ms, ref_evt_, e));
-    return t0 + std::llround(static_cast<double>(ms) * 1e6);
+    return ref_host_ns_ + std::llround(static_cast<double>(ms) * 1e6);
   };
   for (size_t i = 0; i < s_.ops.size(); ++i) {
     const plan::ScheduleOp& op = s_.ops[i];
