@@ -8,6 +8,7 @@
 
 #include "alloc/backing.h"
 #include "alloc/caching_allocator.h"
+#include "plan/trace_vocabulary.h"
 #include "sim/version.h"
 
 namespace shardscope::sim {
@@ -29,41 +30,6 @@ struct Later {
     return a.seq > b.seq;
   }
 };
-
-traces::Category trace_category(plan::OpKind kind) {
-  switch (kind) {
-    case plan::OpKind::all_gather:
-      return traces::Category::comm_all_gather;
-    case plan::OpKind::reduce_scatter:
-      return traces::Category::comm_reduce_scatter;
-    case plan::OpKind::all_reduce:
-      return traces::Category::comm_all_reduce;
-    case plan::OpKind::h2d:
-      return traces::Category::memcpy_h2d;
-    case plan::OpKind::d2h:
-      return traces::Category::memcpy_d2h;
-    default:
-      return traces::Category::compute;
-  }
-}
-
-traces::LaneKind lane_kind(plan::StreamRole role) {
-  switch (role) {
-    case plan::StreamRole::host:
-      return traces::LaneKind::host;
-    case plan::StreamRole::compute:
-      return traces::LaneKind::compute;
-    case plan::StreamRole::unshard:
-    case plan::StreamRole::all_gather:
-    case plan::StreamRole::reduce_scatter:
-    case plan::StreamRole::all_reduce:
-      return traces::LaneKind::comm;
-    case plan::StreamRole::pre_unshard:
-    case plan::StreamRole::ag_copy_in:
-      return traces::LaneKind::copy;
-  }
-  return traces::LaneKind::other;
-}
 
 class Executor final : public alloc::EventSource {
  public:
@@ -206,8 +172,8 @@ void Executor::emit_memory(TimeNs now, int64_t bytes, uint64_t address, size_t l
                            plan::BufferCategory category) {
   const auto reserved = static_cast<int64_t>(allocator_.counters().reserved.current);
   if (trace_) {
-    traces::add_allocation(*rank_, now.ns, bytes, address, lanes_[lane], memory_category(category),
-                           reserved);
+    traces::add_allocation(*rank_, now.ns, bytes, address, lanes_[lane],
+                           plan::trace_memory_category(category), reserved);
     return;
   }
   traces::MemoryEvent m;
@@ -217,7 +183,7 @@ void Executor::emit_memory(TimeNs now, int64_t bytes, uint64_t address, size_t l
   m.reserved = reserved;
   m.address = address;
   m.lane = static_cast<uint32_t>(lane);
-  m.category = memory_category(category);
+  m.category = plan::trace_memory_category(category);
   acc_->add_memory(rank_id_, m);
 }
 
@@ -368,7 +334,7 @@ void Executor::start(int op, TimeNs now) {
 
   const size_t lane = static_cast<size_t>(o.stream);
   if (!trace_) {
-    emit_event(lane, trace_category(o.kind), now, dur);
+    emit_event(lane, plan::trace_category(o.kind), now, dur);
     return;
   }
   std::string name;
@@ -385,7 +351,7 @@ void Executor::start(int op, TimeNs now) {
     op_type = intern(plan::op_kind_name(o.kind));
   }
   const uint32_t unit_id = o.unit >= 0 ? intern(unit_name(o.unit)) : traces::kNoString;
-  emit_event(lane, trace_category(o.kind), now, dur, intern(name), unit_id, op_type,
+  emit_event(lane, plan::trace_category(o.kind), now, dur, intern(name), unit_id, op_type,
              static_cast<uint64_t>(std::llround(cost_.bytes(op))),
              static_cast<uint64_t>(std::llround(cost_.flops(op))));
   const auto index = static_cast<uint32_t>(rank_->events.size() - 1);
@@ -493,7 +459,7 @@ SimResult Executor::run() {
     throw Error("schedule: streams and stream_roles differ in length");
 
   for (size_t s = 0; s < sched_.streams.size(); ++s)
-    lane_kinds_.push_back(lane_kind(sched_.stream_roles[s]));
+    lane_kinds_.push_back(plan::trace_lane_kind(sched_.stream_roles[s]));
   lane_kinds_.push_back(traces::LaneKind::host);
   host_lane_ = lane_kinds_.size() - 1;
   if (trace_) {
@@ -554,26 +520,6 @@ SimResult Executor::run() {
 }
 
 }  // namespace
-
-traces::MemoryCategory memory_category(plan::BufferCategory category) {
-  switch (category) {
-    case plan::BufferCategory::parameters:
-    case plan::BufferCategory::unsharded_params:
-      return traces::MemoryCategory::parameters;
-    case plan::BufferCategory::gradients:
-    case plan::BufferCategory::unsharded_grads:
-      return traces::MemoryCategory::gradients;
-    case plan::BufferCategory::optimizer_state:
-      return traces::MemoryCategory::optimizer_state;
-    case plan::BufferCategory::comm_buffers:
-      return traces::MemoryCategory::comm_buffers;
-    case plan::BufferCategory::activations:
-      return traces::MemoryCategory::activations;
-    case plan::BufferCategory::workspace:
-      return traces::MemoryCategory::temporaries;
-  }
-  return traces::MemoryCategory::other;
-}
 
 namespace {
 

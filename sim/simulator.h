@@ -90,6 +90,4 @@ SimResult simulate(const plan::Graph& graph, const plan::UnitPlan& units,
                    const plan::Schedule& schedule, const HardwareModel& hw,
                    const SimOptions& options = {});
 
-traces::MemoryCategory memory_category(plan::BufferCategory category);
-
 }  // namespace shardscope::sim

@@ -57,8 +57,8 @@ RankExecutor::RankExecutor(const plan::Graph& graph, const plan::Policy& policy,
   trace_.meta.source = traces::Source::engine_cpu;
   traces::RankTrace& r = trace_.add_rank(s_.rank);
   for (size_t i = 0; i < s_.streams.size(); ++i)
-    lanes_.push_back(
-        trace_.add_lane(r, s_.streams[i], lane_kind(s_.stream_roles[i]), static_cast<int32_t>(i)));
+    lanes_.push_back(trace_.add_lane(r, s_.streams[i], plan::trace_lane_kind(s_.stream_roles[i]),
+                                     static_cast<int32_t>(i)));
 
   // Persistent buffers exist before the first step (zeroed).
   for (size_t b = 0; b < nb; ++b) {
@@ -144,7 +144,8 @@ void RankExecutor::host_alloc(int buffer, int64_t now) {
   pending_init_[static_cast<size_t>(buffer)] =
       accumulates(b) ? Init::zero : (is_data_input(b) ? Init::data : Init::none);
   traces::add_allocation(trace_.ranks[0], now, static_cast<int64_t>(a.bytes), a.address,
-                         lanes_[static_cast<size_t>(b.stream)], memory_category(b.category),
+                         lanes_[static_cast<size_t>(b.stream)],
+                         plan::trace_memory_category(b.category),
                          static_cast<int64_t>(allocator_.counters().reserved.current));
 }
 
@@ -161,7 +162,8 @@ void RankExecutor::host_free(int buffer, const plan::SmallVector<int, 4>& pendin
   allocator_.free(slot->handle, events);
   allocated_ -= static_cast<int64_t>(slot->bytes);
   traces::add_allocation(trace_.ranks[0], now, -static_cast<int64_t>(slot->bytes), slot->address,
-                         lanes_[static_cast<size_t>(b.stream)], memory_category(b.category),
+                         lanes_[static_cast<size_t>(b.stream)],
+                         plan::trace_memory_category(b.category),
                          static_cast<int64_t>(allocator_.counters().reserved.current));
   slot.reset();
 }
@@ -400,7 +402,7 @@ StepOutcome RankExecutor::run_step(int64_t step) {
     const plan::ScheduleOp& op = s_.ops[i];
     traces::Event& e = traces::add_event(
         r, lanes_[static_cast<size_t>(op.stream)], trace_.intern(op_event_name(g_, up_, op)),
-        event_category(op.kind), op_start_[i], op_end_[i] - op_start_[i]);
+        plan::trace_category(op.kind), op_start_[i], op_end_[i] - op_start_[i]);
     if (op.unit >= 0) e.unit = trace_.intern(up_.units[static_cast<size_t>(op.unit)].name);
     e.op = trace_.intern(op_event_type(g_, op));
     e.bytes = static_cast<uint64_t>(std::max<int64_t>(op.bytes, 0));

@@ -7,64 +7,6 @@
 
 namespace shardscope::engine::exec {
 
-traces::LaneKind lane_kind(plan::StreamRole role) {
-  switch (role) {
-    case plan::StreamRole::host:
-      return traces::LaneKind::host;
-    case plan::StreamRole::compute:
-      return traces::LaneKind::compute;
-    case plan::StreamRole::unshard:
-    case plan::StreamRole::all_gather:
-    case plan::StreamRole::reduce_scatter:
-    case plan::StreamRole::all_reduce:
-      return traces::LaneKind::comm;
-    case plan::StreamRole::pre_unshard:
-    case plan::StreamRole::ag_copy_in:
-      return traces::LaneKind::copy;
-  }
-  return traces::LaneKind::other;
-}
-
-traces::MemoryCategory memory_category(plan::BufferCategory c) {
-  switch (c) {
-    case plan::BufferCategory::parameters:
-    case plan::BufferCategory::unsharded_params:
-      return traces::MemoryCategory::parameters;
-    case plan::BufferCategory::gradients:
-    case plan::BufferCategory::unsharded_grads:
-      return traces::MemoryCategory::gradients;
-    case plan::BufferCategory::optimizer_state:
-      return traces::MemoryCategory::optimizer_state;
-    case plan::BufferCategory::comm_buffers:
-      return traces::MemoryCategory::comm_buffers;
-    case plan::BufferCategory::activations:
-      return traces::MemoryCategory::activations;
-    case plan::BufferCategory::workspace:
-      return traces::MemoryCategory::temporaries;
-  }
-  return traces::MemoryCategory::unknown;
-}
-
-traces::Category event_category(plan::OpKind k) {
-  switch (k) {
-    case plan::OpKind::all_gather:
-      return traces::Category::comm_all_gather;
-    case plan::OpKind::reduce_scatter:
-      return traces::Category::comm_reduce_scatter;
-    case plan::OpKind::all_reduce:
-      return traces::Category::comm_all_reduce;
-    case plan::OpKind::h2d:
-      return traces::Category::memcpy_h2d;
-    case plan::OpKind::d2h:
-      return traces::Category::memcpy_d2h;
-    case plan::OpKind::copy_out:
-    case plan::OpKind::reshard_copy:
-      return traces::Category::memcpy_d2d;
-    default:
-      return traces::Category::compute;
-  }
-}
-
 bool accumulates(const plan::Buffer& b) {
   const std::string what = b.what;
   return what == "grad" || what == "unsharded_grad" || what == "accum_grad";

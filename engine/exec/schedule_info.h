@@ -1,8 +1,8 @@
 // What every executor of a plan::Schedule (the CPU engine's RankExecutor, the
 // CUDA engine's CudaRankExecutor) derives from the schedule the same way, so
 // that their traces, dtypes and initial weights agree by construction:
-//  - trace vocabulary: lane kind per stream role, memory category per buffer
-//    category, event category, name and op type per schedule op;
+//  - trace vocabulary: event name and op type per schedule op (lane kinds,
+//    event and memory categories: plan/trace_vocabulary.h, shared with sim/);
 //  - element type of every buffer under the policy's mixed precision;
 //  - which buffers are zeroed or filled with data by their first user;
 //  - this rank's index in its shard and reshard groups;
@@ -17,14 +17,11 @@
 #include "plan/graph.h"
 #include "plan/policy.h"
 #include "plan/schedule.h"
+#include "plan/trace_vocabulary.h"
 #include "plan/units.h"
 #include "traces/trace.h"
 
 namespace shardscope::engine::exec {
-
-traces::LaneKind lane_kind(plan::StreamRole role);
-traces::MemoryCategory memory_category(plan::BufferCategory category);
-traces::Category event_category(plan::OpKind kind);
 
 // Ops add into this buffer (gradients): its first user zeroes it first.
 bool accumulates(const plan::Buffer& buffer);

@@ -60,7 +60,7 @@ CudaRankExecutor::CudaRankExecutor(const plan::Graph& graph, const plan::Policy&
   traces::RankTrace& r = trace_.add_rank(s_.rank);
   r.device = opts_.device;
   for (size_t i = 0; i < s_.streams.size(); ++i)
-    lanes_.push_back(trace_.add_lane(r, s_.streams[i], exec::lane_kind(s_.stream_roles[i]),
+    lanes_.push_back(trace_.add_lane(r, s_.streams[i], plan::trace_lane_kind(s_.stream_roles[i]),
                                      static_cast<int32_t>(i)));
 
   try {
@@ -196,7 +196,7 @@ void CudaRankExecutor::create_streams_and_events() {
   join_evt_.assign(ns, nullptr);
   for (size_t i = 1; i < ns; ++i) {
     // Communication streams at the greatest priority (as NCCL/PyTorch's are).
-    const bool comm = exec::lane_kind(s_.stream_roles[i]) == traces::LaneKind::comm;
+    const bool comm = plan::trace_lane_kind(s_.stream_roles[i]) == traces::LaneKind::comm;
     SS_CUDA_CHECK(
         cudaStreamCreateWithPriority(&streams_[i], cudaStreamNonBlocking, comm ? greatest : least));
     SS_CUDA_CHECK(cudaEventCreateWithFlags(&join_evt_[i], cudaEventDisableTiming));

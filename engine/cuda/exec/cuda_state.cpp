@@ -173,7 +173,7 @@ profiler::TraceMapping CudaRankExecutor::trace_mapping(
   profiler::TraceMapping m;
   for (size_t i = 1; i < streams_.size(); ++i)
     m.streams[recorder.stream_id(streams_[i])] = {s_.streams[i],
-                                                  exec::lane_kind(s_.stream_roles[i])};
+                                                  plan::trace_lane_kind(s_.stream_roles[i])};
   m.op_for = [this](uint64_t external_id, std::string* name, std::string* unit,
                     std::string* op_type) {
     if (external_id == 0 || external_id > s_.ops.size()) return false;

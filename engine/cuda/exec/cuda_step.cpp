@@ -92,7 +92,7 @@ void CudaRankExecutor::host_alloc(int buffer, int64_t now) {
     throw ExecError("rank " + std::to_string(s_.rank) + ": out of memory allocating '" +
                     plan::buffer_name(g_, b) + "': " + e.what());
   }
-  const traces::MemoryCategory category = exec::memory_category(b.category);
+  const traces::MemoryCategory category = plan::trace_memory_category(b.category);
   const auto& history = backing_->segment_history();
   for (size_t i = segments_before; i < history.size(); ++i)
     segments_[history[i].base] = {history[i].base + history[i].bytes, category};
@@ -133,7 +133,8 @@ void CudaRankExecutor::host_free(int buffer, const plan::SmallVector<int, 4>& pe
   allocator_->free(slot->handle, events);
   allocated_ -= static_cast<int64_t>(slot->bytes);
   traces::add_allocation(trace_.ranks[0], now, -static_cast<int64_t>(slot->bytes), slot->address,
-                         lanes_[static_cast<size_t>(b.stream)], exec::memory_category(b.category),
+                         lanes_[static_cast<size_t>(b.stream)],
+                         plan::trace_memory_category(b.category),
                          static_cast<int64_t>(allocator_->counters().reserved.current));
   slot.reset();
 }
@@ -399,7 +400,7 @@ void CudaRankExecutor::record_step_trace(int64_t step, int64_t t0, int64_t t_end
     }
     traces::Event& e = traces::add_event(
         r, lanes_[static_cast<size_t>(op.stream)], trace_.intern(exec::op_event_name(g_, up_, op)),
-        exec::event_category(op.kind), start, std::max<int64_t>(end - start, 0));
+        plan::trace_category(op.kind), start, std::max<int64_t>(end - start, 0));
     if (op.unit >= 0) e.unit = trace_.intern(up_.units[static_cast<size_t>(op.unit)].name);
     e.op = trace_.intern(exec::op_event_type(g_, op));
     e.bytes = static_cast<uint64_t>(std::max<int64_t>(op.bytes, 0));
