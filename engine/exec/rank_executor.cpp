@@ -37,11 +37,7 @@ RankExecutor::RankExecutor(const plan::Graph& graph, const plan::Policy& policy,
   const GroupIndices gi = group_indices(s_);
   shard_index_ = gi.shard_index;
   reshard_index_ = gi.reshard_index;
-  if (p_.loss_scale_mode) {
-    scaler_.enabled = true;
-    scaler_.dynamic = *p_.loss_scale_mode == "dynamic";
-    if (!scaler_.dynamic) scaler_.scale = p_.loss_scale_value;
-  }
+  scaler_ = LossScaler::from_policy(p_);
 
   const size_t nb = s_.buffers.size(), no = s_.ops.size();
   live_.resize(nb);

@@ -30,6 +30,7 @@
 #include "engine/exec/data.h"
 #include "engine/exec/exec_error.h"
 #include "engine/exec/layout.h"
+#include "plan/policy.h"
 #include "plan/schedule.h"
 #include "traces/trace.h"
 
@@ -57,6 +58,16 @@ struct LossScaler {  // torch.cuda.amp.GradScaler defaults
       }
     }
     return found_inf;
+  }
+  // The policy's loss_scale: null -> disabled; "dynamic" -> dynamic from
+  // 65536; a number -> that static scale.
+  static LossScaler from_policy(const plan::Policy& policy) {
+    LossScaler s;
+    if (!policy.loss_scale_mode) return s;
+    s.enabled = true;
+    s.dynamic = *policy.loss_scale_mode == "dynamic";
+    if (!s.dynamic) s.scale = policy.loss_scale_value;
+    return s;
   }
 };
 

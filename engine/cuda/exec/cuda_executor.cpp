@@ -38,11 +38,7 @@ CudaRankExecutor::CudaRankExecutor(const plan::Graph& graph, const plan::Policy&
   shard_index_ = gi.shard_index;
   reshard_index_ = gi.reshard_index;
   shard_group_ = gi.shard_group;
-  if (p_.loss_scale_mode) {
-    scaler_.enabled = true;
-    scaler_.dynamic = *p_.loss_scale_mode == "dynamic";
-    if (!scaler_.dynamic) scaler_.scale = p_.loss_scale_value;
-  }
+  scaler_ = exec::LossScaler::from_policy(p_);
 
   const size_t nb = s_.buffers.size(), no = s_.ops.size();
   live_.resize(nb);
