@@ -10,6 +10,8 @@
 //     dk += R^T dK (RoPE transpose) and dv += dV; the block owns those rows;
 //  3. dq: dq += R^T (scale * dq_acc).
 // Workspace: dq_acc then delta, O(B*T*H*D) floats; never T x T.
+// AttentionKernel::tensor_core replaces launch 2 with attention_tc_backward.cu
+// (bf16/f16, same workspace and dq_acc convention); launches 1 and 3 are shared.
 //
 // Main kernel: 256 threads = 16 row groups (ty) of 16 lanes (tx), kB queries
 // per query tile and kB keys per key tile. Thread (ty, tx) owns score rows
@@ -27,6 +29,7 @@
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops/attention_common.cuh"
+#include "engine/cuda/ops/attention_tc.cuh"
 #include "engine/cuda/ops/nvtx_range.h"
 #include "engine/cuda/ops/ops.h"
 
@@ -326,6 +329,28 @@ __global__ void attention_backward_dq_kernel(const __grid_constant__ AttentionPa
   }
 }
 
+// Launch 1: delta and dq_acc = 0.
+template <typename Elt>
+void launch_backward_preprocess(cudaStream_t s, const AttentionParams& p, ConstDevPtr out,
+                                ConstDevPtr dout, float* dq_acc, float* delta) {
+  const int64_t rows = p.batch * p.seq * p.n_head;
+  attention_backward_preprocess_kernel<Elt>
+      <<<static_cast<unsigned>(pointwise_blocks(rows * 32)), kPointwiseThreads, 0, s>>>(
+          p, static_cast<const Elt*>(out.ptr), static_cast<const Elt*>(dout.ptr), delta, dq_acc);
+  SS_CUDA_CHECK_LAUNCH("attention_backward_preprocess_kernel");
+}
+
+// Launch 3: dq += R^T (scale * dq_acc).
+template <typename Elt>
+void launch_backward_dq(cudaStream_t s, const AttentionParams& p, const float* dq_acc, DevPtr dq) {
+  const int64_t rows = p.batch * p.seq * p.n_head;
+  const int64_t dq_threads = rows * (p.rope ? p.head_dim / 2 : p.head_dim);
+  attention_backward_dq_kernel<Elt>
+      <<<static_cast<unsigned>(pointwise_blocks(dq_threads)), kPointwiseThreads, 0, s>>>(
+          p, dq_acc, static_cast<Elt*>(dq.ptr));
+  SS_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
+}
+
 template <typename Elt, int kDMax, int kB>
 void launch_backward(cudaStream_t s, const AttentionParams& p, const DevQkv& qkv, ConstDevPtr out,
                      const float* lse, ConstDevPtr dout, const DevQkvGrad& grad, float* dq_acc,
@@ -336,11 +361,7 @@ void launch_backward(cudaStream_t s, const AttentionParams& p, const DevQkv& qkv
   const int64_t main_blocks = num_tiles * p.batch * p.n_kv_head;
   require_grid(fn, main_blocks);
 
-  const int64_t rows = p.batch * p.seq * p.n_head;
-  attention_backward_preprocess_kernel<Elt>
-      <<<static_cast<unsigned>(pointwise_blocks(rows * 32)), kPointwiseThreads, 0, s>>>(
-          p, static_cast<const Elt*>(out.ptr), static_cast<const Elt*>(dout.ptr), delta, dq_acc);
-  SS_CUDA_CHECK_LAUNCH("attention_backward_preprocess_kernel");
+  launch_backward_preprocess<Elt>(s, p, out, dout, dq_acc, delta);
 
   const auto kernel = attention_backward_kernel<Elt, kDMax, kB>;
   set_dynamic_smem(reinterpret_cast<const void*>(kernel), Tiles::kSmemBytes, fn);
@@ -350,11 +371,20 @@ void launch_backward(cudaStream_t s, const AttentionParams& p, const DevQkv& qkv
       static_cast<Elt*>(grad.dk.ptr), static_cast<Elt*>(grad.dv.ptr), num_tiles);
   SS_CUDA_CHECK_LAUNCH("attention_backward_kernel");
 
-  const int64_t dq_threads = rows * (p.rope ? p.head_dim / 2 : p.head_dim);
-  attention_backward_dq_kernel<Elt>
-      <<<static_cast<unsigned>(pointwise_blocks(dq_threads)), kPointwiseThreads, 0, s>>>(
-          p, dq_acc, static_cast<Elt*>(grad.dq.ptr));
-  SS_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
+  launch_backward_dq<Elt>(s, p, dq_acc, grad.dq);
+}
+
+// The tensor-core backward: the same launches 1 and 3 around attention_tc_backward.cu.
+template <typename Elt>
+void launch_backward_tensor_core(cudaStream_t s, const AttentionParams& p, ElemType et,
+                                 const DevQkv& qkv, ConstDevPtr out, const float* lse,
+                                 ConstDevPtr dout, const DevQkvGrad& grad, float* dq_acc,
+                                 float* delta) {
+  require_grid("attention_backward", backward_tc_blocks(p));
+  launch_backward_preprocess<Elt>(s, p, out, dout, dq_acc, delta);
+  launch_backward_tc(s, p, et, qkv.q.ptr, qkv.k.ptr, qkv.v.ptr, dout.ptr, lse, delta, dq_acc,
+                     grad.dk.ptr, grad.dv.ptr);
+  launch_backward_dq<Elt>(s, p, dq_acc, grad.dq);
 }
 
 }  // namespace
@@ -369,7 +399,7 @@ size_t attention_backward_workspace_bytes(const AttentionShape& shape) {
 
 void attention_backward(cudaStream_t s, const AttentionShape& shape, const DevQkv& qkv,
                         ConstDevPtr out, const float* lse, ConstDevPtr dout, const DevQkvGrad& grad,
-                        Workspace ws) {
+                        Workspace ws, AttentionKernel kernel) {
   using namespace attention_detail;
   const char* fn = "attention_backward";
   const AttentionParams p = make_attention_params(fn, shape, qkv.q_stride, qkv.kv_stride);
@@ -389,6 +419,8 @@ void attention_backward(cudaStream_t s, const AttentionShape& shape, const DevQk
   require_operand(fn, "dq", grad.dq.ptr, grad.dq.dt, dt, rows);
   require_operand(fn, "dk", grad.dk.ptr, grad.dk.dt, dt, rows);
   require_operand(fn, "dv", grad.dv.ptr, grad.dv.dt, dt, rows);
+  const bool tensor_core = kernel == AttentionKernel::tensor_core;
+  if (tensor_core) require_tensor_core(fn, dt, shape.head_dim);
   if (rows == 0) return;
   const size_t needed = attention_backward_workspace_bytes(shape);
   if (ws.ptr == nullptr || ws.bytes < needed)
@@ -404,7 +436,9 @@ void attention_backward(cudaStream_t s, const AttentionShape& shape, const DevQk
   NvtxRange range(fn);
   dispatch_elem(et, [&](auto tag) {
     using Elt = decltype(tag);
-    if (p.head_dim <= 32) {
+    if (tensor_core) {
+      launch_backward_tensor_core<Elt>(s, p, et, qkv, out, lse, dout, grad, dq_acc, delta);
+    } else if (p.head_dim <= 32) {
       launch_backward<Elt, 32, 64>(s, p, qkv, out, lse, dout, grad, dq_acc, delta);
     } else if (p.head_dim <= 64) {
       launch_backward<Elt, 64, 64>(s, p, qkv, out, lse, dout, grad, dq_acc, delta);

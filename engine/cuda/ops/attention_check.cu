@@ -3,11 +3,16 @@
 // std::invalid_argument even on machines without a device.
 #include <climits>
 #include <cmath>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops/attention_common.cuh"
+#include "engine/cuda/ops/attention_tc.cuh"
+#include "engine/cuda/ops/ops.h"
 
 namespace shardscope::engine::cuda::attention_detail {
 
@@ -91,6 +96,12 @@ void set_dynamic_smem(const void* kernel, size_t bytes, const char* fn) {
   if (bytes <= kDefaultSmem) return;
   int device = 0, optin = 0;
   SS_CUDA_CHECK(cudaGetDevice(&device));
+  // Once per (kernel, device): every attention launch comes through here, and
+  // the attribute calls cost microseconds each.
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> done;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (done.count({kernel, device}) != 0) return;
   SS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (bytes > static_cast<size_t>(optin))
     throw CudaError(std::string(fn) + ": needs " + std::to_string(bytes) +
@@ -98,6 +109,21 @@ void set_dynamic_smem(const void* kernel, size_t bytes, const char* fn) {
                     " offers " + std::to_string(optin));
   SS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(bytes)));
+  done.insert({kernel, device});
 }
 
 }  // namespace shardscope::engine::cuda::attention_detail
+
+namespace shardscope::engine::cuda {
+
+void check_attention_kernel(const char* fn, AttentionKernel kernel, plan::DType dt,
+                            int64_t head_dim) {
+  if (kernel == AttentionKernel::tensor_core)
+    attention_detail::require_tensor_core(fn, dt, head_dim);
+}
+
+const char* attention_kernel_name(AttentionKernel kernel) {
+  return kernel == AttentionKernel::tensor_core ? "tensor-core" : "simt";
+}
+
+}  // namespace shardscope::engine::cuda

@@ -11,6 +11,8 @@
 // output dims d = tx + 16 j (j < kDMax / 16): the 16 lanes of a half-warp
 // share their rows, so row max/sum reductions are 4 shuffles.
 //
+// AttentionKernel::tensor_core runs attention_tc_forward.cu instead (bf16/f16).
+//
 // Buckets (D <= kDMax; columns [D, kDMax) of the tiles are zero):
 //   kDMax  32: kBQ 64, kBK 64, shared memory  41728 bytes
 //   kDMax  64: kBQ 64, kBK 64, shared memory  66304 bytes
@@ -20,6 +22,7 @@
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops/attention_common.cuh"
+#include "engine/cuda/ops/attention_tc.cuh"
 #include "engine/cuda/ops/nvtx_range.h"
 #include "engine/cuda/ops/ops.h"
 
@@ -218,7 +221,7 @@ void launch_forward(cudaStream_t s, const AttentionParams& p, const DevQkv& qkv,
 }  // namespace attention_detail
 
 void attention_forward(cudaStream_t s, const AttentionShape& shape, const DevQkv& qkv, DevPtr out,
-                       float* lse) {
+                       float* lse, AttentionKernel kernel) {
   using namespace attention_detail;
   const char* fn = "attention_forward";
   const AttentionParams p = make_attention_params(fn, shape, qkv.q_stride, qkv.kv_stride);
@@ -230,9 +233,14 @@ void attention_forward(cudaStream_t s, const AttentionShape& shape, const DevQkv
   require_operand(fn, "v", qkv.v.ptr, qkv.v.dt, dt, rows);
   require_operand(fn, "out", out.ptr, out.dt, dt, rows);
   require_operand(fn, "lse", lse, dt, dt, rows);
+  if (kernel == AttentionKernel::tensor_core) require_tensor_core(fn, dt, shape.head_dim);
   if (rows == 0) return;
 
   NvtxRange range(fn);
+  if (kernel == AttentionKernel::tensor_core) {
+    launch_forward_tc(s, p, et, qkv.q.ptr, qkv.k.ptr, qkv.v.ptr, out.ptr, lse);
+    return;
+  }
   dispatch_elem(et, [&](auto tag) {
     using Elt = decltype(tag);
     if (p.head_dim <= 32) {

@@ -102,11 +102,26 @@ struct DevQkvGrad {
   DevPtr dq, dk, dv;
   int64_t q_stride = 0, kv_stride = 0;
 };
+// Kernel family. simt: fp32 math on the CUDA cores, every dtype and head_dim
+// <= 256. tensor_core: WMMA (bf16/f16 operands rounded in shared memory, fp32
+// accumulation, sm_80+) for bf16/f16 tensors and head_dim a multiple of 16,
+// <= 128; anything else throws std::invalid_argument (never falls back).
+// Both read and write the same layouts, lse and workspace, so a forward of
+// one family pairs with a backward of the other.
+enum class AttentionKernel { simt, tensor_core };
+// "simt" / "tensor-core" (the spelling of run's --attention-kernel).
+const char* attention_kernel_name(AttentionKernel kernel);
+// Throws std::invalid_argument naming `fn` when `kernel` cannot run q of dtype
+// `dt` with `head_dim` (the refusals of attention_forward/backward, checked
+// before any tensor exists). Touches no CUDA API.
+void check_attention_kernel(const char* fn, AttentionKernel kernel, plan::DType dt,
+                            int64_t head_dim);
 void attention_forward(cudaStream_t s, const AttentionShape& shape, const DevQkv& qkv, DevPtr out,
-                       float* lse);
+                       float* lse, AttentionKernel kernel = AttentionKernel::simt);
 void attention_backward(cudaStream_t s, const AttentionShape& shape, const DevQkv& qkv,
                         ConstDevPtr out, const float* lse, ConstDevPtr dout, const DevQkvGrad& grad,
-                        Workspace ws);
+                        Workspace ws, AttentionKernel kernel = AttentionKernel::simt);
+// Valid for both kernel families.
 size_t attention_backward_workspace_bytes(const AttentionShape& shape);
 
 // ---- pointwise (pointwise.cu) ------------------------------------------------------------

@@ -6,6 +6,12 @@
 // the remaining difference is the rounding of the stored results (2^-9
 // relative for bf16): 1e-2 + 2e-2 |ref|. Layouts: packed GPT-2 qkv
 // [B, T, 3*H*D] without RoPE and separate q/k/v with GQA and RoPE.
+//
+// AttentionKernel::tensor_core (bf16/f16 only) also rounds its operands to 16
+// bits in shared memory (roped, scaled q and roped k; P and dS), so besides
+// the stored results its scores differ from the fp32 ones by ~2^-8 |q||k|
+// relative rounding terms: out and the gradients keep the 16-bit tolerance,
+// lse (exact to 1e-5 on the SIMT path) gets 1e-2 + 2e-3 |ref|.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -137,21 +143,19 @@ struct Case {
   DType dt = DType::f32;
   double scale = 0.0;  // 0: 1 / sqrt(head_dim)
   uint64_t seed = 1;
+  AttentionKernel kernel = AttentionKernel::simt;
 };
 
 std::string describe(const Case& c) {
   std::ostringstream o;
   o << "B=" << c.batch << " T=" << c.seq << " H=" << c.n_head << " Hkv=" << c.n_kv_head
     << " D=" << c.head_dim << " rope=" << c.rope << " packed=" << c.packed
-    << " dtype=" << plan::dtype_name(c.dt);
+    << " dtype=" << plan::dtype_name(c.dt)
+    << " kernel=" << (c.kernel == AttentionKernel::simt ? "simt" : "tensor_core");
   return o.str();
 }
 
-// Runs forward and backward on the GPU and on the CPU and compares them.
-void check_case(const Case& c) {
-  INFO(describe(c));
-  const bool f32 = c.dt == DType::f32;
-  const double atol = f32 ? 1e-5 : 1e-2, rtol = f32 ? 1e-4 : 2e-2;
+cpu::AttentionShape shape_of(const Case& c) {
   cpu::AttentionShape s;
   s.batch = c.batch;
   s.seq = c.seq;
@@ -161,77 +165,165 @@ void check_case(const Case& c) {
   s.scale = c.scale != 0.0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   s.rope = c.rope;
   s.rope_theta = 10000.0;
-  const int64_t rows = c.batch * c.seq, hd = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim;
-  const int64_t q_stride = c.packed ? 3 * hd : hd, kv_stride = c.packed ? 3 * hd : kvd;
-  const int64_t k_offset = c.packed ? hd : 0, v_offset = c.packed ? 2 * hd : 0;
+  return s;
+}
+
+// Seeded inputs of a case (rounded to its dtype) and the CPU results on them.
+// Packed: q holds the whole [rows, 3*hd] buffer (and dq0 the whole gradient)
+// and k, v, dk0, dv0 stay empty.
+struct Problem {
+  cpu::AttentionShape s;
+  int64_t rows = 0, hd = 0, q_stride = 0, kv_stride = 0, k_offset = 0, v_offset = 0;
+  FVec q, k, v, dout, dq0, dk0, dv0;
+  FVec out_ref, lse_ref;        // cpu forward
+  FVec out_used;                // out_ref as stored in dt: the backward's input
+  FVec dq_ref, dk_ref, dv_ref;  // cpu backward, accumulated into dq0, dk0, dv0
+};
+
+Problem make_problem(const Case& c) {
+  Problem pr;
+  pr.s = shape_of(c);
+  pr.rows = c.batch * c.seq;
+  pr.hd = c.n_head * c.head_dim;
+  const int64_t kvd = c.n_kv_head * c.head_dim;
+  pr.q_stride = c.packed ? 3 * pr.hd : pr.hd;
+  pr.kv_stride = c.packed ? 3 * pr.hd : kvd;
+  pr.k_offset = c.packed ? pr.hd : 0;
+  pr.v_offset = c.packed ? 2 * pr.hd : 0;
 
   std::mt19937_64 rng(c.seed);
-  // Packed: q holds the whole [rows, 3*hd] buffer and k, v stay empty.
-  FVec q = random_values(rng, rows * q_stride);
-  FVec k = c.packed ? FVec() : random_values(rng, rows * kvd);
-  FVec v = c.packed ? FVec() : random_values(rng, rows * kvd);
-  FVec dout = random_values(rng, rows * hd);
-  FVec dq0 = random_values(rng, static_cast<int64_t>(q.size()));  // prefilled gradients
-  FVec dk0 = random_values(rng, static_cast<int64_t>(k.size()));
-  FVec dv0 = random_values(rng, static_cast<int64_t>(v.size()));
-  for (FVec* x : {&q, &k, &v, &dout, &dq0, &dk0, &dv0}) round_to(c.dt, *x);
-  const float* kbase = c.packed ? q.data() : k.data();
-  const float* vbase = c.packed ? q.data() : v.data();
-  const cpu::QkvView view{q.data(), kbase + k_offset, vbase + v_offset, q_stride, kv_stride};
+  pr.q = random_values(rng, pr.rows * pr.q_stride);
+  pr.k = c.packed ? FVec() : random_values(rng, pr.rows * kvd);
+  pr.v = c.packed ? FVec() : random_values(rng, pr.rows * kvd);
+  pr.dout = random_values(rng, pr.rows * pr.hd);
+  pr.dq0 = random_values(rng, static_cast<int64_t>(pr.q.size()));  // prefilled gradients
+  pr.dk0 = random_values(rng, static_cast<int64_t>(pr.k.size()));
+  pr.dv0 = random_values(rng, static_cast<int64_t>(pr.v.size()));
+  for (FVec* x : {&pr.q, &pr.k, &pr.v, &pr.dout, &pr.dq0, &pr.dk0, &pr.dv0}) round_to(c.dt, *x);
+  const float* kbase = c.packed ? pr.q.data() : pr.k.data();
+  const float* vbase = c.packed ? pr.q.data() : pr.v.data();
+  const cpu::QkvView view{pr.q.data(), kbase + pr.k_offset, vbase + pr.v_offset, pr.q_stride,
+                          pr.kv_stride};
 
-  // ---- forward ----
-  FVec out_ref(static_cast<size_t>(rows * hd)), lse_ref(static_cast<size_t>(rows * c.n_head));
-  cpu::attention_forward(s, view, out_ref.data(), lse_ref.data());
+  pr.out_ref.resize(static_cast<size_t>(pr.rows * pr.hd));
+  pr.lse_ref.resize(static_cast<size_t>(pr.rows * c.n_head));
+  cpu::attention_forward(pr.s, view, pr.out_ref.data(), pr.lse_ref.data());
 
+  // The backward on both sides reads the same out (as stored in dt) and lse.
+  pr.out_used = pr.out_ref;
+  round_to(c.dt, pr.out_used);
+  pr.dq_ref = pr.dq0;
+  pr.dk_ref = pr.dk0;
+  pr.dv_ref = pr.dv0;
+  float* dk_base = c.packed ? pr.dq_ref.data() : pr.dk_ref.data();
+  float* dv_base = c.packed ? pr.dq_ref.data() : pr.dv_ref.data();
+  cpu::attention_backward(
+      pr.s, view, pr.out_used.data(), pr.lse_ref.data(), pr.dout.data(),
+      {pr.dq_ref.data(), dk_base + pr.k_offset, dv_base + pr.v_offset, pr.q_stride, pr.kv_stride});
+  return pr;
+}
+
+// What the GPU computed for a problem with one kernel family.
+struct GpuResult {
+  FVec out, lse;    // forward
+  FVec dq, dk, dv;  // backward from the problem's out_used and lse_ref
+  FVec dq_chained;  // backward from this forward's own out and lse (dq of a fresh dq0)
+  FVec dk_chained, dv_chained;
+};
+
+// chained: also run the backward from the forward's own results (else the
+// *_chained vectors stay empty).
+GpuResult run_gpu(const Case& c, const Problem& pr, AttentionKernel kernel, bool chained) {
+  GpuResult res;
   cudaStream_t stream = nullptr;
   CUDA_REQUIRE(cudaStreamCreate(&stream));
-  const DeviceArray q_dev(q, c.dt);
-  const DeviceArray k_dev(c.packed ? FVec{0.5f} : k, c.dt);
-  const DeviceArray v_dev(c.packed ? FVec{0.5f} : v, c.dt);
+  const DeviceArray q_dev(pr.q, c.dt);
+  const DeviceArray k_dev(c.packed ? FVec{0.5f} : pr.k, c.dt);
+  const DeviceArray v_dev(c.packed ? FVec{0.5f} : pr.v, c.dt);
   const DeviceArray& k_src = c.packed ? q_dev : k_dev;
   const DeviceArray& v_src = c.packed ? q_dev : v_dev;
-  const DevQkv qkv{q_dev.ptr(), k_src.ptr(k_offset), v_src.ptr(v_offset), q_stride, kv_stride};
-  DeviceArray out_dev(FVec(out_ref.size(), 0.25f), c.dt);
-  DeviceBuffer lse_dev(lse_ref.size() * sizeof(float));
-  attention_forward(stream, s, qkv, out_dev.ptr(), static_cast<float*>(lse_dev.get()));
-  CUDA_REQUIRE(cudaStreamSynchronize(stream));
-  require_close("out", out_dev.download(), out_ref, atol, rtol);
-  require_close("lse", download_f32(lse_dev, rows * c.n_head), lse_ref, 1e-5, 1e-4);
+  const DevQkv qkv{q_dev.ptr(), k_src.ptr(pr.k_offset), v_src.ptr(pr.v_offset), pr.q_stride,
+                   pr.kv_stride};
 
-  // ---- backward: both sides read the same out (as stored in dt) and lse ----
-  FVec out_used = out_ref;
-  round_to(c.dt, out_used);
-  FVec dq_ref = dq0, dk_ref = dk0, dv_ref = dv0;
-  {
-    float* dk_base = c.packed ? dq_ref.data() : dk_ref.data();
-    float* dv_base = c.packed ? dq_ref.data() : dv_ref.data();
-    cpu::attention_backward(
-        s, view, out_used.data(), lse_ref.data(), dout.data(),
-        {dq_ref.data(), dk_base + k_offset, dv_base + v_offset, q_stride, kv_stride});
-  }
-  const DeviceArray out_used_dev(out_used, c.dt);
-  const DeviceArray dout_dev(dout, c.dt);
-  DeviceBuffer lse_ref_dev(lse_ref.size() * sizeof(float));
-  CUDA_REQUIRE(cudaMemcpy(lse_ref_dev.get(), lse_ref.data(), lse_ref.size() * sizeof(float),
-                          cudaMemcpyHostToDevice));
-  DeviceArray dq_dev(dq0, c.dt);
-  DeviceArray dk_dev(c.packed ? FVec{0.5f} : dk0, c.dt);
-  DeviceArray dv_dev(c.packed ? FVec{0.5f} : dv0, c.dt);
-  const DeviceArray& dk_dst = c.packed ? dq_dev : dk_dev;
-  const DeviceArray& dv_dst = c.packed ? dq_dev : dv_dev;
-  const DevQkvGrad grad{dq_dev.ptr(0), dk_dst.ptr(k_offset), dv_dst.ptr(v_offset), q_stride,
-                        kv_stride};
-  const size_t ws_bytes = attention_backward_workspace_bytes(s);
-  DeviceBuffer ws(ws_bytes);
-  attention_backward(stream, s, qkv, out_used_dev.ptr(),
-                     static_cast<const float*>(lse_ref_dev.get()), dout_dev.ptr(), grad,
-                     Workspace{ws.get(), ws_bytes});
+  // ---- forward ----
+  DeviceArray out_dev(FVec(pr.out_ref.size(), 0.25f), c.dt);
+  DeviceBuffer lse_dev(pr.lse_ref.size() * sizeof(float));
+  attention_forward(stream, pr.s, qkv, out_dev.ptr(), static_cast<float*>(lse_dev.get()), kernel);
   CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  res.out = out_dev.download();
+  res.lse = download_f32(lse_dev, static_cast<int64_t>(pr.lse_ref.size()));
+
+  // ---- backward into prefilled gradients, from (out, lse) given on the device ----
+  const DeviceArray dout_dev(pr.dout, c.dt);
+  const size_t ws_bytes = attention_backward_workspace_bytes(pr.s);
+  DeviceBuffer ws(ws_bytes);
+  const auto backward = [&](ConstDevPtr out, const float* lse, FVec* dq, FVec* dk, FVec* dv) {
+    DeviceArray dq_dev(pr.dq0, c.dt);
+    DeviceArray dk_dev(c.packed ? FVec{0.5f} : pr.dk0, c.dt);
+    DeviceArray dv_dev(c.packed ? FVec{0.5f} : pr.dv0, c.dt);
+    const DeviceArray& dk_dst = c.packed ? dq_dev : dk_dev;
+    const DeviceArray& dv_dst = c.packed ? dq_dev : dv_dev;
+    const DevQkvGrad grad{dq_dev.ptr(0), dk_dst.ptr(pr.k_offset), dv_dst.ptr(pr.v_offset),
+                          pr.q_stride, pr.kv_stride};
+    attention_backward(stream, pr.s, qkv, out, lse, dout_dev.ptr(), grad,
+                       Workspace{ws.get(), ws_bytes}, kernel);
+    CUDA_REQUIRE(cudaStreamSynchronize(stream));
+    *dq = dq_dev.download();  // packed: dq, dk and dv
+    if (!c.packed) {
+      *dk = dk_dev.download();
+      *dv = dv_dev.download();
+    }
+  };
+  const DeviceArray out_used_dev(pr.out_used, c.dt);
+  DeviceBuffer lse_ref_dev(pr.lse_ref.size() * sizeof(float));
+  CUDA_REQUIRE(cudaMemcpy(lse_ref_dev.get(), pr.lse_ref.data(), pr.lse_ref.size() * sizeof(float),
+                          cudaMemcpyHostToDevice));
+  backward(out_used_dev.ptr(), static_cast<const float*>(lse_ref_dev.get()), &res.dq, &res.dk,
+           &res.dv);
+  if (chained)
+    backward(out_dev.ptr(), static_cast<const float*>(lse_dev.get()), &res.dq_chained,
+             &res.dk_chained, &res.dv_chained);
   CUDA_REQUIRE(cudaStreamDestroy(stream));
-  require_close("dq", dq_dev.download(), dq_ref, atol, rtol);  // packed: dq, dk and dv
+  return res;
+}
+
+// Tolerances (see the top of the file).
+double atol_of(const Case& c) {
+  return c.dt == DType::f32 ? 1e-5 : 1e-2;
+}
+double rtol_of(const Case& c) {
+  return c.dt == DType::f32 ? 1e-4 : 2e-2;
+}
+double lse_atol_of(const Case& c) {
+  return c.kernel == AttentionKernel::tensor_core ? 1e-2 : 1e-5;
+}
+double lse_rtol_of(const Case& c) {
+  return c.kernel == AttentionKernel::tensor_core ? 2e-3 : 1e-4;
+}
+
+// Runs forward and backward on the GPU (c.kernel) and on the CPU and compares
+// them: out and lse, then the gradients from the CPU's out and lse. Tensor
+// core cases also check the gradients from the GPU forward's own out and lse
+// (the way a training step chains them: the backward consumes that lse).
+void check_case(const Case& c) {
+  INFO(describe(c));
+  const double atol = atol_of(c), rtol = rtol_of(c);
+  const bool chained = c.kernel == AttentionKernel::tensor_core;
+  const Problem pr = make_problem(c);
+  const GpuResult got = run_gpu(c, pr, c.kernel, chained);
+  require_close("out", got.out, pr.out_ref, atol, rtol);
+  require_close("lse", got.lse, pr.lse_ref, lse_atol_of(c), lse_rtol_of(c));
+  require_close("dq", got.dq, pr.dq_ref, atol, rtol);  // packed: dq, dk and dv
   if (!c.packed) {
-    require_close("dk", dk_dev.download(), dk_ref, atol, rtol);
-    require_close("dv", dv_dev.download(), dv_ref, atol, rtol);
+    require_close("dk", got.dk, pr.dk_ref, atol, rtol);
+    require_close("dv", got.dv, pr.dv_ref, atol, rtol);
+  }
+  if (chained) {
+    require_close("dq (chained)", got.dq_chained, pr.dq_ref, atol, rtol);
+    if (!c.packed) {
+      require_close("dk (chained)", got.dk_chained, pr.dk_ref, atol, rtol);
+      require_close("dv (chained)", got.dv_chained, pr.dv_ref, atol, rtol);
+    }
   }
 }
 
@@ -317,6 +409,117 @@ TEST_CASE("attention T=4096 bf16 runs in O(T*D) workspace and matches the cpu") 
   const size_t closed_form = 4u * 1 * 4096 * 2 * 64 + 4u * 1 * 2 * 4096;
   REQUIRE(attention_backward_workspace_bytes(s) == closed_form);
   REQUIRE(attention_backward_workspace_bytes(s) * 32 <= size_t{4} * 2 * 4096 * 4096);
+  check_case(c);
+}
+
+// ---- AttentionKernel::tensor_core -----------------------------------------------------
+
+// D (every bucket: 32, 64, 128), T (single row, partial tiles, one full tile,
+// several tiles with a partial last one), MHA / GQA / MQA with and without
+// RoPE, B = 2, at one 16-bit dtype.
+void tensor_core_sweep(DType dt, uint64_t seed) {
+  for (int64_t head_dim : {32, 64, 128}) {
+    for (int64_t seq : {1, 17, 64, 100, 257}) {
+      for (int64_t n_kv_head : {4, 2, 1}) {
+        for (bool rope : {false, true}) {
+          Case c;
+          c.batch = 2;
+          c.seq = seq;
+          c.n_head = 4;
+          c.n_kv_head = n_kv_head;
+          c.head_dim = head_dim;
+          c.rope = rope;
+          c.dt = dt;
+          c.kernel = AttentionKernel::tensor_core;
+          c.seed = seed++;
+          check_case(c);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("attention tensor_core bf16 matches cpu attention (D, T, GQA and RoPE sweep)") {
+  tensor_core_sweep(DType::bf16, 600);
+}
+
+TEST_CASE("attention tensor_core f16 matches cpu attention (D, T, GQA and RoPE sweep)") {
+  tensor_core_sweep(DType::f16, 700);
+}
+
+TEST_CASE(
+    "attention tensor_core: packed GPT-2 layout, padded head_dim buckets, non-default scale") {
+  // Packed c_attn output (q, k, v in one [B, T, 3*H*D] buffer, dq/dk/dv in one
+  // gradient buffer), then D = 16, 48, 96 and 112 (zero-padded in the 32, 64
+  // and 128 buckets) with a scale that is not a power of two.
+  for (DType dt : {DType::bf16, DType::f16}) {
+    Case packed;
+    packed.seq = 130;
+    packed.n_head = packed.n_kv_head = 3;
+    packed.head_dim = 64;
+    packed.packed = true;
+    packed.dt = dt;
+    packed.kernel = AttentionKernel::tensor_core;
+    packed.seed = 800;
+    check_case(packed);
+    for (int64_t head_dim : {16, 48, 96, 112}) {
+      Case c;
+      c.seq = 70;
+      c.n_head = 4;
+      c.n_kv_head = 2;
+      c.head_dim = head_dim;
+      c.rope = true;
+      c.scale = 0.3;
+      c.dt = dt;
+      c.kernel = AttentionKernel::tensor_core;
+      c.seed = 810 + static_cast<uint64_t>(head_dim);
+      check_case(c);
+    }
+  }
+}
+
+TEST_CASE("attention tensor_core and simt agree within 16-bit tolerance") {
+  // Same inputs, same (out, lse) for the backward: the two kernel families
+  // differ only by the tensor-core path's 16-bit operand rounding.
+  uint64_t seed = 900;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (int64_t head_dim : {64, 128}) {
+      for (int64_t seq : {33, 200}) {
+        Case c;
+        c.seq = seq;
+        c.n_head = 4;
+        c.n_kv_head = 2;
+        c.head_dim = head_dim;
+        c.rope = seq == 200;
+        c.dt = dt;
+        c.kernel = AttentionKernel::tensor_core;
+        c.seed = seed++;
+        INFO(describe(c));
+        const Problem pr = make_problem(c);
+        const GpuResult simt = run_gpu(c, pr, AttentionKernel::simt, false);
+        const GpuResult tc = run_gpu(c, pr, AttentionKernel::tensor_core, false);
+        const double atol = atol_of(c), rtol = rtol_of(c);
+        require_close("out tc vs simt", tc.out, simt.out, atol, rtol);
+        require_close("lse tc vs simt", tc.lse, simt.lse, lse_atol_of(c), lse_rtol_of(c));
+        require_close("dq tc vs simt", tc.dq, simt.dq, atol, rtol);
+        require_close("dk tc vs simt", tc.dk, simt.dk, atol, rtol);
+        require_close("dv tc vs simt", tc.dv, simt.dv, atol, rtol);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention tensor_core T=4096 bf16 (many key tiles, GQA, RoPE) matches the cpu") {
+  Case c;
+  c.batch = 1;
+  c.seq = 4096;
+  c.n_head = 2;
+  c.n_kv_head = 1;
+  c.head_dim = 64;
+  c.rope = true;
+  c.dt = DType::bf16;
+  c.kernel = AttentionKernel::tensor_core;
+  c.seed = 950;
   check_case(c);
 }
 

@@ -150,6 +150,82 @@ TEST_CASE("attention with an empty batch or sequence returns without touching CU
   CHECK(attention_backward_workspace_bytes(c.shape) == 0);
 }
 
+// The tensor-core kernels take bf16/f16 and head_dim a multiple of 16 up to
+// 128; anything else throws (never a silent SIMT fallback), before any CUDA
+// call and even for empty shapes.
+TEST_CASE("attention tensor_core rejects f32 and head_dims it cannot run, naming the reason") {
+  const auto both_reject = [](auto mutate, const std::string& what) {
+    Call c;
+    mutate(c);
+    const std::string fwd = invalid_argument_message([&] {
+      attention_forward(nullptr, c.shape, c.qkv, c.out, c.lse, AttentionKernel::tensor_core);
+    });
+    CHECK_THAT(fwd, Contains("attention_forward") && Contains("tensor_core") && Contains(what));
+    const std::string bwd = invalid_argument_message([&] {
+      attention_backward(nullptr, c.shape, c.qkv, c.out, c.lse, c.dout, c.grad, c.ws,
+                         AttentionKernel::tensor_core);
+    });
+    CHECK_THAT(bwd, Contains("attention_backward") && Contains("tensor_core") && Contains(what));
+  };
+  const auto to_16bit = [](Call& c, DType dt) {
+    c.qkv.q.dt = c.qkv.k.dt = c.qkv.v.dt = c.out.dt = c.dout.dt = dt;
+    c.grad.dq.dt = c.grad.dk.dt = c.grad.dv.dt = dt;
+  };
+  const auto head_dim = [](Call& c, int64_t d) {
+    c.shape.head_dim = d;
+    c.qkv.q_stride = c.grad.q_stride = c.shape.n_head * d;
+    c.qkv.kv_stride = c.grad.kv_stride = c.shape.n_kv_head * d;
+    c.ws.bytes = attention_backward_workspace_bytes(c.shape);
+  };
+  // The Call's default dtype is f32 (head_dim 16 would be fine).
+  both_reject([](Call&) {}, "needs bf16 or f16 tensors, q has dtype f32");
+  both_reject(
+      [&](Call& c) {
+        to_16bit(c, DType::bf16);
+        head_dim(c, 40);
+      },
+      "multiple of 16, got 40");
+  both_reject(
+      [&](Call& c) {
+        to_16bit(c, DType::f16);
+        head_dim(c, 192);
+      },
+      "head_dim <= 128, got head_dim = 192");
+  both_reject(
+      [&](Call& c) {
+        to_16bit(c, DType::bf16);
+        head_dim(c, 8);
+      },
+      "multiple of 16, got 8");
+  // Refused even when there is nothing to compute.
+  both_reject([](Call& c) { c.shape.seq = 0; }, "q has dtype f32");
+  // Shape and operand errors keep their own messages under tensor_core.
+  {
+    Call c;
+    to_16bit(c, DType::bf16);
+    c.qkv.k.ptr = nullptr;
+    CHECK_THAT(invalid_argument_message([&] {
+                 attention_forward(nullptr, c.shape, c.qkv, c.out, c.lse,
+                                   AttentionKernel::tensor_core);
+               }),
+               Contains("k is null"));
+  }
+  // Accepted combinations get past every check: with an empty batch they
+  // return without touching CUDA.
+  for (const DType dt : {DType::bf16, DType::f16}) {
+    for (const int64_t d : {16, 32, 48, 64, 128}) {
+      Call c;
+      to_16bit(c, dt);
+      head_dim(c, d);
+      c.shape.batch = 0;
+      CHECK_NOTHROW(
+          attention_forward(nullptr, c.shape, c.qkv, c.out, c.lse, AttentionKernel::tensor_core));
+      CHECK_NOTHROW(attention_backward(nullptr, c.shape, c.qkv, c.out, c.lse, c.dout, c.grad, c.ws,
+                                       AttentionKernel::tensor_core));
+    }
+  }
+}
+
 TEST_CASE(
     "attention backward workspace is fp32 dq [B,T,H,D] plus delta [B,H,T], 256-byte aligned") {
   AttentionShape s;
