@@ -37,7 +37,8 @@ namespace {
 const char* kUsage =
     "shardscope run --model M [--policy P] [--set K=V]... [--backend cpu|cuda] [--nproc N]\n"
     "               [--steps S] [--data FILE] [--trace OUT] [--json] [--ranks-as-threads]\n"
-    "               [--emulate-world N --rank R [--hw H]] [--profile] [--cuda-graph]\n\n"
+    "               [--emulate-world N --rank R [--hw H]] [--profile] [--cuda-graph]\n"
+    "               [--attention-kernel simt|tensor-core]\n\n"
     "  --backend cpu       CPU ranks (default)\n"
     "  --backend cuda      one process per GPU, collectives through NCCL\n"
     "  --nproc N           ranks (default 2 on cpu, every visible GPU on cuda); each a process\n"
@@ -60,6 +61,9 @@ const char* kUsage =
     "  --hw H              hardware model of the emulated collectives (default h100-sxm)\n"
     "  --profile           record the GPU's activity with CUPTI (kernels, copies, NCCL)\n"
     "  --cuda-graph        capture the step as a CUDA graph\n"
+    "  --attention-kernel K  simt (default: fp32 math on the CUDA cores, every dtype) or\n"
+    "                      tensor-core (WMMA, bf16/f16 param dtype, head_dim a multiple of 16\n"
+    "                      up to 128; refused otherwise)\n"
     "Under torchrun, srun or mpirun (RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK set)\n"
     "this process is one rank (on GPU LOCAL_RANK with --backend cuda) and rendezvouses at\n"
     "MASTER_ADDR:MASTER_PORT.";
@@ -98,7 +102,7 @@ int run_cpu_rank(const Args& args, const PlanInputs& in, const engine::exec::Tra
 }
 
 int run_cpu(const Args& args, int argc, char** argv) {
-  for (const char* flag : {"emulate-world", "rank", "profile", "cuda-graph"})
+  for (const char* flag : {"emulate-world", "rank", "profile", "cuda-graph", "attention-kernel"})
     if (args.has(flag)) throw UsageError(std::string("--") + flag + " needs --backend cuda");
   if (args.has("hw"))
     throw UsageError("--hw: the CPU backend measures; it takes no hardware model");
@@ -137,6 +141,7 @@ int cmd_run(int argc, char** argv) {
                               {"data"},
                               {"profile", false},
                               {"cuda-graph", false},
+                              {"attention-kernel"},
                               {"trace"},
                               {"json", false},
                               {"save"},

@@ -42,6 +42,8 @@ cuda::CudaTrainConfig train_config(const Args& args, const PlanInputs& in,
   c.device = device;
   c.profile = opt.profile;
   c.cuda_graph = opt.cuda_graph;
+  c.attention_kernel =
+      opt.attention_tensor_core ? cuda::AttentionKernel::tensor_core : cuda::AttentionKernel::simt;
   return c;
 }
 
@@ -55,6 +57,7 @@ RunReport cuda_report(const cuda::CudaRankRun& r, const CudaRunOptions& opt,
   rep.extra["collectives"] = collectives;
   rep.extra["profiled"] = opt.profile;
   rep.extra["cuda_graph"] = opt.cuda_graph;
+  rep.extra["attention_kernel"] = opt.attention_tensor_core ? "tensor-core" : "simt";
   rep.extra["allocator_peak_reserved_bytes"] = r.peak_reserved_bytes;  // rank 0's allocator
   if (opt.profile) {
     rep.extra["other_device_bytes"] = r.other_device_bytes;
@@ -62,7 +65,8 @@ RunReport cuda_report(const cuda::CudaRankRun& r, const CudaRunOptions& opt,
   }
   rep.summary_lines = "device " + r.device_name + ", collectives " + collectives +
                       (opt.profile ? ", CUPTI recording" : "") +
-                      (opt.cuda_graph ? ", CUDA graph" : "") + "\n";
+                      (opt.cuda_graph ? ", CUDA graph" : "") + ", attention kernel " +
+                      (opt.attention_tensor_core ? "tensor-core" : "simt") + "\n";
   return rep;
 }
 
@@ -134,10 +138,22 @@ int run_nccl_rank(const Args& args, const PlanInputs& in, const CudaRunOptions& 
   });
 }
 
+// The tensor-core attention kernels take 16-bit operands only: refused
+// before any device is touched (the executor also checks each attention op's
+// head_dim when it is made).
+void require_attention_kernel_fits(const PlanInputs& in, const CudaRunOptions& opt) {
+  const plan::DType dt = in.policy.mixed_precision.param_dtype;
+  if (opt.attention_tensor_core && dt != plan::DType::bf16 && dt != plan::DType::f16)
+    throw UsageError(
+        "--attention-kernel tensor-core needs mixed_precision.param_dtype bf16 or fp16 (the "
+        "policy's is fp32); fp32 attention runs on --attention-kernel simt");
+}
+
 }  // namespace
 
 int run_cuda(const Args& args, int argc, char** argv, const CudaRunOptions& opt,
              const std::optional<engine::launch::RankEnv>& env, std::optional<PlanInputs> in) {
+  if (in) require_attention_kernel_fits(*in, opt);
   const engine::CudaAvailability cuda = engine::query_cuda();
   if (!cuda.built || !cuda.usable) throw std::runtime_error("--backend cuda: " + cuda.message);
   if (opt.emulate_world > 0) return run_emulated(args, *in, opt);
@@ -149,6 +165,7 @@ int run_cuda(const Args& args, int argc, char** argv, const CudaRunOptions& opt,
                      std::to_string(cuda.device_count) + " are visible (" + cuda.message +
                      "); on one GPU, --emulate-world N --rank R models larger worlds");
   if (!in) in = load_plan_inputs(args, world);
+  require_attention_kernel_fits(*in, opt);
   return launch_ranks(argc, argv, world);
 }
 

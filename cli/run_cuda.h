@@ -19,9 +19,11 @@ namespace shardscope::cli {
 struct CudaRunOptions {
   bool profile = false;     // --profile: CUPTI recording
   bool cuda_graph = false;  // --cuda-graph: the step captured as a CUDA graph
-  int emulate_world = 0;    // --emulate-world N (0: real ranks, one process per GPU)
-  int emulate_rank = 0;     // --rank R, in [0, N)
-  sim::HardwareModel hw;    // --hw (default h100-sxm): collective times of emulated peers
+  // --attention-kernel simt|tensor-core (engine/cuda/ops/ops.h AttentionKernel)
+  bool attention_tensor_core = false;
+  int emulate_world = 0;  // --emulate-world N (0: real ranks, one process per GPU)
+  int emulate_rank = 0;   // --rank R, in [0, N)
+  sim::HardwareModel hw;  // --hw (default h100-sxm): collective times of emulated peers
 };
 
 // Reads and checks the CUDA flags (UsageError naming the flag): --rank and

@@ -50,6 +50,12 @@ CudaRunOptions cuda_run_options(const Args& args) {
         "own events time the emulated collectives)");
   o.profile = args.has("profile");
   o.cuda_graph = args.has("cuda-graph");
+  const std::string attention = args.get("attention-kernel", "simt");
+  if (attention != "simt" && attention != "tensor-core")
+    throw UsageError("--attention-kernel \"" + attention +
+                     "\": expected simt (fp32 math, every dtype) or tensor-core (bf16/f16 "
+                     "mixed precision, head_dim a multiple of 16 up to 128)");
+  o.attention_tensor_core = attention == "tensor-core";
   if (emulate) {
     o.emulate_world = static_cast<int>(args.get_int("emulate-world", 0, 1, 1 << 20));
     const int64_t rank = args.get_int("rank", 0, INT64_MIN, INT64_MAX);

@@ -77,6 +77,11 @@ TEST_CASE("run --backend cuda flag errors exit 2 naming the flag, before any dev
       {"--backend cuda --nproc 2 --emulate-world 4 --rank 0", "--nproc"},
       {"--backend cuda --hw h100-sxm", "--hw"},
       {"--backend cuda --emulate-world 4 --rank 0 --profile", "--profile"},
+      {"--backend cuda --attention-kernel flash", "--attention-kernel"},
+      {"--backend cpu --attention-kernel simt", "--attention-kernel"},
+      // fp32 params (the default policy): the tensor-core kernels take 16-bit operands.
+      {"--backend cuda --emulate-world 2 --rank 0 --attention-kernel tensor-core",
+       "mixed_precision.param_dtype"},
       {"--backend cuda --emulate-world 8 --rank 0 --hw no-such-gpu", "--hw"},
       {"--backend cuda --save /tmp/shardscope-never-written", "--save"},
       {"--backend cuda --load /tmp/shardscope-never-read", "--load"},

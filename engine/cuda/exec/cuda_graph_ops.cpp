@@ -200,6 +200,14 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
     const bool packed = op.inputs.size() == 1;
     std::vector<DevPtr> in;
     for (int t : op.inputs) in.push_back(dev(o.value(t, false)));
+    // The kernel family's refusals at start-up sizing, before any step.
+    if (sizing) {
+      try {
+        check_attention_kernel("attention", opts_.attention_kernel, in.at(0).dt, shape.head_dim);
+      } catch (const std::invalid_argument& e) {
+        throw ExecError("op '" + op.name + "': " + e.what());
+      }
+    }
     DevQkv qkv;  // (no pointers to offset while sizing)
     if (!sizing && packed) qkv = {in[0], in[0].at(hd), in[0].at(2 * hd), 3 * hd, 3 * hd};
     if (!sizing && !packed) qkv = {in.at(0), in.at(1), in.at(2), hd, kvd};
@@ -207,7 +215,7 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       const Operand out = o.value(op.outputs[0], true);
       float* lse = stat_out(o.value(op.outputs[1], true));
       if (sizing) return carved;
-      attention_forward(s, shape, qkv, dev(out), lse);
+      attention_forward(s, shape, qkv, dev(out), lse, opts_.attention_kernel);
       flush_stats();
       return 0;
     }
@@ -223,7 +231,8 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       grad = {gin[0], gin[0].at(hd), gin[0].at(2 * hd), 3 * hd, 3 * hd};
     else
       grad = {gin.at(0), gin.at(1), gin.at(2), hd, kvd};
-    attention_backward(s, shape, qkv, dev(out), lse, dev(dout), grad, op_ws(bytes));
+    attention_backward(s, shape, qkv, dev(out), lse, dev(dout), grad, op_ws(bytes),
+                       opts_.attention_kernel);
     return 0;
   }
   if (type == "gelu" || type == "relu") {

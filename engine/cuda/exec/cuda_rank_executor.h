@@ -70,6 +70,9 @@ struct CudaExecOptions {
   // alive but never arrives does not complete, and NCCL reports nothing.
   // PyTorch's NCCL watchdog uses the same 10 minutes by default.
   int64_t device_wait_timeout_ns = int64_t{600} * 1'000'000'000;
+  // Kernel family of the attention ops (engine/cuda/ops/ops.h); checked
+  // against every attention op's dtype and head_dim when the executor is made.
+  AttentionKernel attention_kernel = AttentionKernel::simt;
 };
 
 class CudaRankExecutor {

@@ -104,6 +104,7 @@ CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& c
     CudaExecOptions options;
     options.device = config.device;
     options.recorder = recorder.get();
+    options.attention_kernel = config.attention_kernel;
     CudaRankExecutor exec(graph, config.base.policy, units, schedule, comm, data, options);
     // From here on an error aborts the communicator before exec's destructor
     // runs: that destructor synchronises the device, which would hang on a

@@ -14,6 +14,7 @@
 
 #include "engine/cuda/comm/device_communicator.h"
 #include "engine/cuda/memory/cuda_backing.h"
+#include "engine/cuda/ops/ops.h"
 #include "engine/exec/train.h"
 #include "plan/graph.h"
 #include "plan/policy.h"
@@ -27,6 +28,7 @@ struct CudaTrainConfig {
       base;              // graph, policy, world_size, steps, data, model name (save/load: refused)
   int device = 0;        // CUDA ordinal (cudaSetDevice before anything else)
   bool profile = false;  // record with CUPTI (profiler/cupti): trace events are the GPU's
+  AttentionKernel attention_kernel = AttentionKernel::simt;  // CudaExecOptions::attention_kernel
   bool cuda_graph = false;  // capture the step as a CUDA graph (refused when the policy
                             // needs host synchronisation: fsdp1 limit_all_gathers, fp16
                             // dynamic loss scaling, CPU offload)

@@ -24,7 +24,8 @@ struct Runs {
   engine::cuda::CudaRankRun gpu;
 };
 
-Runs train_both(const plan::Graph& g, const std::vector<std::string>& sets) {
+Runs train_both(const plan::Graph& g, const std::vector<std::string>& sets,
+                engine::cuda::AttentionKernel attention = engine::cuda::AttentionKernel::simt) {
   engine::exec::TrainConfig base;
   base.graph = &g;
   base.policy = test::make_policy(sets);
@@ -38,6 +39,7 @@ Runs train_both(const plan::Graph& g, const std::vector<std::string>& sets) {
   test::NcclWorldOne nccl(engine::exec::comm_groups(g, base.policy, 1));
   engine::cuda::CudaTrainConfig config;
   config.base = base;
+  config.attention_kernel = attention;
   runs.gpu = engine::cuda::train_cuda_rank(config, nccl.comm, hooks);
   return runs;
 }
@@ -119,4 +121,37 @@ TEST_CASE("cuda gpt2-tiny with clipping and accumulation at world 1 matches the 
   // Clipping's .item(): one host wait per step on top of the start and the end
   // (world 1 has no scalar all-reduce: the wait is on the norm itself).
   for (int syncs : r.gpu.host_syncs_per_step) CHECK(syncs == 3);
+}
+
+TEST_CASE("cuda gpt2-tiny bf16 on the tensor-core attention kernels matches the CPU engine",
+          "[cuda][exec]") {
+  const plan::Graph g = plan::load_model("gpt2-tiny");
+  std::vector<std::string> sets = kBase;
+  sets.push_back("mixed_precision={\"param_dtype\":\"bf16\",\"reduce_dtype\":\"fp32\"}");
+  const Runs r = train_both(g, sets, engine::cuda::AttentionKernel::tensor_core);
+  REQUIRE(r.gpu.run.losses.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    INFO("step " << i << " cuda " << r.gpu.run.losses[i] << " cpu " << r.cpu.losses[i]);
+    CHECK(std::abs(r.gpu.run.losses[i] - r.cpu.losses[i]) <= 2e-2 * std::abs(r.cpu.losses[i]));
+  }
+  CHECK(r.gpu.run.peak_allocated_bytes == r.cpu.peak_allocated_bytes);
+}
+
+TEST_CASE("cuda executor refuses the tensor-core attention kernels on fp32, naming the op",
+          "[cuda][exec]") {
+  const plan::Graph g = plan::load_model("gpt2-tiny");
+  std::vector<std::string> sets = kBase;
+  engine::exec::TrainConfig base;
+  base.graph = &g;
+  base.policy = test::make_policy(sets);
+  base.world_size = 1;
+  base.steps = 1;
+  base.model_name = "gpt2-tiny";
+  test::NcclWorldOne nccl(engine::exec::comm_groups(g, base.policy, 1));
+  engine::cuda::CudaTrainConfig config;
+  config.base = base;
+  config.attention_kernel = engine::cuda::AttentionKernel::tensor_core;
+  CHECK_THROWS_WITH(
+      engine::cuda::train_cuda_rank(config, nccl.comm, {}),
+      Catch::Contains("AttentionKernel::tensor_core needs bf16 or f16") && Catch::Contains("op '"));
 }
