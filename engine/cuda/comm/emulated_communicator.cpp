@@ -9,15 +9,14 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <optional>
-#include <queue>
 #include <thread>
 #include <utility>
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/comm/collective_args.h"
+#include "engine/cuda/comm/collective_turns.h"
 #include "engine/cuda/comm/divide_kernel.h"
 #include "engine/cuda/memory/scoped_device.h"
 #include "profiler/host_clock.h"
@@ -120,25 +119,16 @@ struct EmulatedCommunicator::Impl {
   // host function's argument.
   struct Entry {
     Impl* impl;
-    size_t index;     // in entries
+    size_t index;     // in entries, and its id in turns
     size_t slot;      // stream slot
     uint32_t ticket;  // the slot's k-th collective: its wait passes when flag >= ticket
-    Issued info;
-    bool reached = false;  // its stream got there (on_reached ran)
+    CollectiveKind kind;
+    uint64_t bytes;
   };
   struct Slot {
     cudaStream_t stream = nullptr;
     uint32_t issued_ticket = 0;             // last ticket enqueued (state_mutex)
     cudaEvent_t after_last_wait = nullptr;  // recorded after each wait
-  };
-  struct Due {
-    int64_t due_ns;
-    size_t entry;
-  };
-  struct DueLater {  // min-heap by due time, then issue order
-    bool operator()(const Due& a, const Due& b) const {
-      return a.due_ns != b.due_ns ? a.due_ns > b.due_ns : a.entry > b.entry;
-    }
   };
 
   Impl(int rank_of_world, CollectiveDuration model);
@@ -156,8 +146,6 @@ struct EmulatedCommunicator::Impl {
   size_t slot_of(cudaStream_t stream);
   void check_driver(CUresult result, const char* what, const char* collective) const;
   void release_locked(size_t slot, uint32_t ticket);
-  void start_locked(Entry& entry, int64_t now);
-  void finish_locked(Entry& entry, int64_t now);
   void release_all_locked();
   void run_releaser();
   std::string where(const char* collective) const {
@@ -180,13 +168,10 @@ struct EmulatedCommunicator::Impl {
   std::array<Slot, kMaxStreams> slots{};
   size_t slot_count = 0;
   std::deque<Entry> entries;
-  // Per process group, the entries not yet released, in issue order: one
-  // group runs one collective at a time (NCCL queues a communicator's kernels
-  // on its own stream; docs/schedule.md rule 3), so only the front runs.
-  std::map<int, std::deque<size_t>> group_queue;
-  std::priority_queue<Due, std::vector<Due>, DueLater> due;
+  // Starts and due times: one collective at a time per process group
+  // (collective_turns.h), entry i is turn i.
+  CollectiveTurns turns;
   bool stopping = false;
-  bool released_all = false;  // abort() or destruction released every ticket
   bool aborted = false;
   std::string abort_message;
   std::thread releaser;  // started last in the constructor
@@ -295,10 +280,9 @@ void EmulatedCommunicator::Impl::issue(CollectiveKind kind, int group, const com
   {
     std::lock_guard<std::mutex> lock(state_mutex);
     const uint32_t ticket = slots[slot].issued_ticket + 1;
-    entries.push_back(
-        Entry{this, entries.size(), slot, ticket, Issued{kind, group, bytes, duration_ns, 0, 0}});
+    const size_t id = turns.issue(group, duration_ns);
+    entries.push_back(Entry{this, id, slot, ticket, kind, bytes});
     entry = &entries.back();
-    group_queue[group].push_back(entry->index);
     // From here on destruction and abort() release this ticket too.
     slots[slot].issued_ticket = ticket;
   }
@@ -308,9 +292,7 @@ void EmulatedCommunicator::Impl::issue(CollectiveKind kind, int group, const com
     // collectives would wait for it forever.
     {
       std::lock_guard<std::mutex> lock(state_mutex);
-      std::deque<size_t>& queue = group_queue[group];
-      if (!queue.empty() && queue.back() == entry->index) queue.pop_back();
-      entry->info.released_ns = profiler::host_now_ns();
+      turns.withdraw(entry->index, profiler::host_now_ns());
     }
     check_cuda(launched, "cudaLaunchHostFunc", __FILE__, __LINE__);
   }
@@ -334,45 +316,18 @@ void CUDART_CB EmulatedCommunicator::Impl::on_reached(void* argument) {
   const int64_t now = profiler::host_now_ns();
   {
     std::lock_guard<std::mutex> lock(impl.state_mutex);
-    entry->reached = true;
-    if (impl.released_all) {
-      // abort() or destruction released every ticket issued by then; this
-      // one may have been issued just after (issue() checks `aborted` and
-      // takes its ticket under two separate locks): release it here.
-      entry->info.start_ns = now;
-      entry->info.released_ns = now;
+    try {
+      impl.turns.reached(entry->index, now);
+      // Released at once: abort() or destruction came first (it may have been
+      // issued just after them: issue() checks `aborted` and takes its ticket
+      // under two separate locks).
+      if (impl.turns.turn(entry->index).released_ns != 0)
+        impl.release_locked(entry->slot, entry->ticket);
+    } catch (...) {  // no memory: release at once rather than hang the stream
       impl.release_locked(entry->slot, entry->ticket);
-    } else {
-      // It starts now only when its group's earlier collectives are done;
-      // otherwise finish_locked() of the one before it starts it.
-      const std::deque<size_t>& queue = impl.group_queue[entry->info.group];
-      if (!queue.empty() && queue.front() == entry->index) impl.start_locked(*entry, now);
     }
   }
   impl.wake.notify_one();
-}
-
-// The collective starts at `now`: due at now + its duration. Lock held.
-void EmulatedCommunicator::Impl::start_locked(Entry& entry, int64_t now) {
-  const int64_t duration_ns = entry.info.duration_ns;
-  const int64_t due_ns = duration_ns > INT64_MAX - now ? INT64_MAX : now + duration_ns;
-  entry.info.start_ns = now;
-  try {
-    due.push(Due{due_ns, entry.index});
-  } catch (...) {  // no memory: release at once rather than hang the stream
-    finish_locked(entry, now);
-  }
-}
-
-// Releases the entry's wait at `now` and starts the next collective of its
-// group when that one's stream already reached it. Lock held.
-void EmulatedCommunicator::Impl::finish_locked(Entry& entry, int64_t now) {
-  entry.info.released_ns = now;
-  release_locked(entry.slot, entry.ticket);
-  std::deque<size_t>& queue = group_queue[entry.info.group];
-  if (queue.empty() || queue.front() != entry.index) return;  // released out of turn (abort)
-  queue.pop_front();
-  if (!queue.empty() && entries[queue.front()].reached) start_locked(entries[queue.front()], now);
 }
 
 void EmulatedCommunicator::Impl::release_locked(size_t slot, uint32_t ticket) {
@@ -383,46 +338,36 @@ void EmulatedCommunicator::Impl::release_locked(size_t slot, uint32_t ticket) {
 }
 
 void EmulatedCommunicator::Impl::release_all_locked() {
-  const int64_t now = profiler::host_now_ns();
-  for (; !due.empty(); due.pop()) entries[due.top().entry].info.released_ns = now;
-  // Reached but waiting for their group's turn: released now, started now.
-  for (auto& [group, queue] : group_queue) {
-    for (size_t index : queue) {
-      Entry& entry = entries[index];
-      if (entry.reached && entry.info.released_ns == 0) {
-        if (entry.info.start_ns == 0) entry.info.start_ns = now;
-        entry.info.released_ns = now;
-      }
-    }
-    queue.clear();
-  }
-  released_all = true;  // collectives reached from now on are released as they start
+  turns.release_all(profiler::host_now_ns());
   for (size_t i = 0; i < slot_count; ++i) release_locked(i, slots[i].issued_ticket);
 }
 
 void EmulatedCommunicator::Impl::run_releaser() {
   std::unique_lock<std::mutex> lock(state_mutex);
   while (!stopping) {
-    if (due.empty()) {
+    const std::optional<std::pair<int64_t, size_t>> next = turns.next_due();
+    if (!next) {
       wake.wait(lock);
       continue;
     }
-    const Due next = due.top();
-    const int64_t remaining = next.due_ns - profiler::host_now_ns();
+    const int64_t due_ns = next->first;
+    const int64_t remaining = due_ns - profiler::host_now_ns();
     if (remaining > kSpinNs) {
       wake.wait_for(lock, std::chrono::nanoseconds(remaining - kSpinNs));
       continue;  // woken early by new work or at the spin point: look again
     }
     if (remaining > 0) {
       lock.unlock();
-      while (profiler::host_now_ns() < next.due_ns) std::this_thread::yield();
+      while (profiler::host_now_ns() < due_ns) std::this_thread::yield();
       lock.lock();
       continue;  // an earlier entry may have arrived meanwhile
     }
-    due.pop();
     // Stamped before the flag is written: the stream can only pass (and stamp
-    // its next collective's start) after this time.
-    finish_locked(entries[next.entry], profiler::host_now_ns());
+    // its next collective's start) after this time. Starts the group's next
+    // collective when its stream already reached it.
+    const Entry& entry = entries[next->second];
+    turns.release(entry.index, profiler::host_now_ns());
+    release_locked(entry.slot, entry.ticket);
   }
 }
 
@@ -442,7 +387,11 @@ std::vector<EmulatedCommunicator::Issued> EmulatedCommunicator::Impl::issued() c
   std::lock_guard<std::mutex> lock(state_mutex);
   std::vector<Issued> log;
   log.reserve(entries.size());
-  for (const Entry& entry : entries) log.push_back(entry.info);
+  for (const Entry& entry : entries) {
+    const CollectiveTurns::Turn& t = turns.turn(entry.index);
+    log.push_back(
+        Issued{entry.kind, t.group, entry.bytes, t.duration_ns, t.start_ns, t.released_ns});
+  }
   return log;
 }
 

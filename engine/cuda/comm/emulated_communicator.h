@@ -12,7 +12,8 @@
 //      starts when the one before it in its group is released. One group runs
 //      one collective at a time, in issue order, as a NCCL communicator does
 //      (its kernels queue on the communicator's own stream) and as the
-//      simulator and the CPU engine model it. The host function only takes a mutex briefly
+//      simulator and the CPU engine model it (collective_turns.h: these
+//      rules without CUDA, tested everywhere). The host function only takes a mutex briefly
 //      and never blocks or calls CUDA (the driver may run the host functions
 //      of all streams one at a time on one thread, and S does not go on
 //      until it returned).
