@@ -73,9 +73,12 @@ __device__ inline void rope_cos_sin(const AttentionParams& p, int64_t t, int i, 
 // tile[r * stride + d] = factor * x_{row0 + r}[d] for r < rows, d < D, where
 // x_t is row t of one head (base + t * row_stride), rotated by RoPE at position
 // t when `rope`; rows at or past seq are zeros. Columns >= D are not written.
-// Called by every thread of the block (strided over the tile); no barrier.
-template <typename Elt>
-__device__ inline void load_tile(float* tile, int stride, const Elt* base, int64_t row_stride,
+// The tile's element type is fp32 (the SIMT kernels) or the 16-bit type (the
+// tensor-core kernels, attention_tc.cuh: rotated and scaled in fp32, then
+// rounded once). Called by every thread of the block (strided over the
+// tile); no barrier.
+template <typename Elt, typename TileElt>
+__device__ inline void load_tile(TileElt* tile, int stride, const Elt* base, int64_t row_stride,
                                  int64_t row0, int rows, const AttentionParams& p, bool rope,
                                  float factor) {
   const int head_dim = p.head_dim;
@@ -94,24 +97,26 @@ __device__ inline void load_tile(float* tile, int stride, const Elt* base, int64
         y1 = x1 * c - x2 * s;
         y2 = x2 * c + x1 * s;
       }
-      tile[r * stride + i] = y1 * factor;
-      tile[r * stride + i + half] = y2 * factor;
+      Elem<TileElt>::store(tile, r * stride + i, y1 * factor);
+      Elem<TileElt>::store(tile, r * stride + i + half, y2 * factor);
     }
   } else {
     for (int idx = threadIdx.x; idx < rows * head_dim; idx += blockDim.x) {
       const int r = idx / head_dim, d = idx % head_dim;
       const int64_t t = row0 + r;
-      tile[r * stride + d] = t < p.seq ? Elem<Elt>::load(base + t * row_stride, d) * factor : 0.0f;
+      Elem<TileElt>::store(tile, r * stride + d,
+                           t < p.seq ? Elem<Elt>::load(base + t * row_stride, d) * factor : 0.0f);
     }
   }
 }
 
-// Zeroes columns [D, kDMax) of a [rows, stride] tile (the bucket padding).
-template <int kDMax>
-__device__ inline void zero_pad_columns(float* tile, int stride, int rows, int head_dim) {
+// Zeroes columns [D, kDMax) of a [rows, stride] tile (the bucket padding),
+// fp32 or 16-bit. Called by every thread of the block; no barrier.
+template <int kDMax, typename TileElt>
+__device__ inline void zero_pad_columns(TileElt* tile, int stride, int rows, int head_dim) {
   const int pad = kDMax - head_dim;
   for (int idx = threadIdx.x; idx < rows * pad; idx += blockDim.x)
-    tile[(idx / pad) * stride + head_dim + idx % pad] = 0.0f;
+    Elem<TileElt>::store(tile, (idx / pad) * stride + head_dim + idx % pad, 0.0f);
 }
 
 // Adds pair (i, i + D/2) of R^T g to dst_row, R the RoPE rotation at position

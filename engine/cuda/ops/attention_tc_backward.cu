@@ -126,14 +126,14 @@ __global__ void __launch_bounds__(kTcThreads)
   float* dpt_w = st_w + 16 * kTcScoreLd;                 // [16][68] dP^T
   float* stage_w = st_w;                                 // [16][kOLd] dQ / dK / dV rows
 
-  zero_pad_columns_tc<Elt, kD>(k_s, kLd, kTcTile, head_dim);
-  zero_pad_columns_tc<Elt, kD>(v_s, kLd, kTcTile, head_dim);
-  zero_pad_columns_tc<Elt, kD>(q_s, kLd, kTcTile, head_dim);
-  zero_pad_columns_tc<Elt, kD>(do_s, kLd, kTcTile, head_dim);
+  zero_pad_columns<kD>(k_s, kLd, kTcTile, head_dim);
+  zero_pad_columns<kD>(v_s, kLd, kTcTile, head_dim);
+  zero_pad_columns<kD>(q_s, kLd, kTcTile, head_dim);
+  zero_pad_columns<kD>(do_s, kLd, kTcTile, head_dim);
   const Elt* k_head = k + b * seq * p.kv_stride + hk * head_dim;  // row t at + t * kv_stride
   const Elt* v_head = v + b * seq * p.kv_stride + hk * head_dim;
-  load_tile_tc(k_s, kLd, k_head, p.kv_stride, k0, kTcTile, p, p.rope, 1.0f);
-  load_tile_tc(v_s, kLd, v_head, p.kv_stride, k0, kTcTile, p, false, 1.0f);
+  load_tile(k_s, kLd, k_head, p.kv_stride, k0, kTcTile, p, p.rope, 1.0f);
+  load_tile(v_s, kLd, v_head, p.kv_stride, k0, kTcTile, p, false, 1.0f);
 
   FragC dk_acc[kDBlocks], dv_acc[kDBlocks];  // gradients of the warp's roped key / value rows
 #pragma unroll
@@ -154,8 +154,8 @@ __global__ void __launch_bounds__(kTcThreads)
     for (int64_t q_tile = k_tile; q_tile < num_q_tiles; ++q_tile) {
       const int64_t q0 = q_tile * kTcTile;
       __syncthreads();  // every warp is done with q_s, do_s, P^T, dS^T, lse_s of the last tile
-      load_tile_tc(q_s, kLd, q_head, p.q_stride, q0, kTcTile, p, p.rope, p.scale);
-      load_tile_tc(do_s, kLd, dout_head, dout_stride, q0, kTcTile, p, false, 1.0f);
+      load_tile(q_s, kLd, q_head, p.q_stride, q0, kTcTile, p, p.rope, p.scale);
+      load_tile(do_s, kLd, dout_head, dout_stride, q0, kTcTile, p, false, 1.0f);
       for (int r = tid; r < kTcTile; r += kTcThreads) {
         const int64_t t = q0 + r;
         lse_s[r] = t < seq ? lse_head[t] : 0.0f;

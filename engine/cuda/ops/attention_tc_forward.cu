@@ -105,11 +105,11 @@ __global__ void __launch_bounds__(kTcThreads)
   Elt* p_w = p_s + 16 * warp * kTcProbLd;
   float* o_w = o_s + 16 * warp * kOLd;
 
-  zero_pad_columns_tc<Elt, kD>(q_s, kLd, kTcTile, head_dim);
-  zero_pad_columns_tc<Elt, kD>(k_s, kLd, kTcTile, head_dim);
-  zero_pad_columns_tc<Elt, kD>(v_s, kLd, kTcTile, head_dim);
+  zero_pad_columns<kD>(q_s, kLd, kTcTile, head_dim);
+  zero_pad_columns<kD>(k_s, kLd, kTcTile, head_dim);
+  zero_pad_columns<kD>(v_s, kLd, kTcTile, head_dim);
   for (int idx = tid; idx < kTcTile * kOLd; idx += kTcThreads) o_s[idx] = 0.0f;
-  load_tile_tc(q_s, kLd, q_head, p.q_stride, q0, kTcTile, p, p.rope, p.scale);
+  load_tile(q_s, kLd, q_head, p.q_stride, q0, kTcTile, p, p.rope, p.scale);
   __syncthreads();  // q_s (and the zeroed O and pad columns) visible
 
   FragA q_frag[kDBlocks];  // the warp's 16 query rows, for every key tile
@@ -136,8 +136,8 @@ __global__ void __launch_bounds__(kTcThreads)
       if (visible < -1) visible = -1;
     }
     __syncthreads();  // every warp is done reading k_s, v_s of the previous tile
-    load_tile_tc(k_s, kLd, k_head, p.kv_stride, k0, kTcTile, p, p.rope, 1.0f);
-    load_tile_tc(v_s, kLd, v_head, p.kv_stride, k0, kTcTile, p, false, 1.0f);
+    load_tile(k_s, kLd, k_head, p.kv_stride, k0, kTcTile, p, p.rope, 1.0f);
+    load_tile(v_s, kLd, v_head, p.kv_stride, k0, kTcTile, p, false, 1.0f);
     __syncthreads();  // k_s, v_s visible
 
     // S [16 queries][64 keys] = Q_w K^T (Q carries the scale).
