@@ -161,8 +161,10 @@ int cmd_run(int argc, char** argv) {
   const CudaRunOptions options = cuda_run_options(args);
   const std::optional<engine::launch::RankEnv> env = engine::launch::detect_rank_env();
   std::optional<PlanInputs> in;
-  if (const std::optional<int> world = cuda_world_without_device(args, options, env))
+  if (const std::optional<int> world = cuda_world_without_device(args, options, env)) {
     in = load_plan_inputs(args, *world);
+    require_attention_kernel_fits(*in, options);
+  }
 #ifdef SHARDSCOPE_HAVE_CUDA
   return run_cuda(args, argc, argv, options, env, std::move(in));
 #else

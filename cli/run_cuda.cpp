@@ -138,22 +138,10 @@ int run_nccl_rank(const Args& args, const PlanInputs& in, const CudaRunOptions& 
   });
 }
 
-// The tensor-core attention kernels take 16-bit operands only: refused
-// before any device is touched (the executor also checks each attention op's
-// head_dim when it is made).
-void require_attention_kernel_fits(const PlanInputs& in, const CudaRunOptions& opt) {
-  const plan::DType dt = in.policy.mixed_precision.param_dtype;
-  if (opt.attention_tensor_core && dt != plan::DType::bf16 && dt != plan::DType::f16)
-    throw UsageError(
-        "--attention-kernel tensor-core needs mixed_precision.param_dtype bf16 or fp16 (the "
-        "policy's is fp32); fp32 attention runs on --attention-kernel simt");
-}
-
 }  // namespace
 
 int run_cuda(const Args& args, int argc, char** argv, const CudaRunOptions& opt,
              const std::optional<engine::launch::RankEnv>& env, std::optional<PlanInputs> in) {
-  if (in) require_attention_kernel_fits(*in, opt);
   const engine::CudaAvailability cuda = engine::query_cuda();
   if (!cuda.built || !cuda.usable) throw std::runtime_error("--backend cuda: " + cuda.message);
   if (opt.emulate_world > 0) return run_emulated(args, *in, opt);

@@ -33,6 +33,11 @@ struct CudaRunOptions {
 // --ranks-as-threads (one process per GPU).
 CudaRunOptions cuda_run_options(const Args& args);
 
+// --attention-kernel tensor-core takes 16-bit operands only: UsageError
+// naming mixed_precision.param_dtype when the policy's is fp32. Every build
+// (a usage error does not depend on a device).
+void require_attention_kernel_fits(const PlanInputs& in, const CudaRunOptions& options);
+
 // The world size when it is known without asking the devices: --emulate-world
 // N, a launcher's WORLD_SIZE (env), or --nproc; nullopt for the default
 // (every visible GPU). UsageError for --emulate-world under a launcher that

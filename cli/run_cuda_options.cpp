@@ -69,4 +69,15 @@ CudaRunOptions cuda_run_options(const Args& args) {
   return o;
 }
 
+// The tensor-core attention kernels take 16-bit operands only: refused
+// before any device is touched (the executor also checks each attention op's
+// head_dim when it is made).
+void require_attention_kernel_fits(const PlanInputs& in, const CudaRunOptions& opt) {
+  const plan::DType dt = in.policy.mixed_precision.param_dtype;
+  if (opt.attention_tensor_core && dt != plan::DType::bf16 && dt != plan::DType::f16)
+    throw UsageError(
+        "--attention-kernel tensor-core needs mixed_precision.param_dtype bf16 or fp16 (the "
+        "policy's is fp32); fp32 attention runs on --attention-kernel simt");
+}
+
 }  // namespace shardscope::cli
