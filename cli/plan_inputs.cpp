@@ -1,7 +1,5 @@
 #include "cli/plan_inputs.h"
 
-#include <cmath>
-#include <cstdio>
 #include <fstream>
 
 #include "plan/error.h"
@@ -48,22 +46,6 @@ std::string with_commas(int64_t v) {
     out += digits[i];
   }
   return v < 0 ? "-" + out : out;
-}
-
-std::string human_bytes(double bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  double v = bytes;
-  while (std::fabs(v) >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[64];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%.0f B", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
-  return buf;
 }
 
 }  // namespace shardscope::cli

@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "plan/graph.h"
 #include "plan/policy.h"
+#include "traces/human_format.h"
 
 namespace shardscope::cli {
 
@@ -33,7 +34,9 @@ PlanInputs load_plan_inputs(const Args& args, int64_t world_size);
 
 // "1,234,567"
 std::string with_commas(int64_t v);
-// "1.50 GiB", "512.00 KiB", "12 B"
-std::string human_bytes(double bytes);
+// "1.50 GiB", "512.00 KiB", "12 B" (up to TiB).
+inline std::string human_bytes(double bytes) {
+  return traces::human_bytes(bytes, traces::ByteUnit::tib);
+}
 
 }  // namespace shardscope::cli

@@ -68,22 +68,6 @@ std::string format_time(double ns, double resolution_ns) {
   return s + " " + kUnits[u];
 }
 
-std::string format_bytes(double bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  double v = bytes;
-  while (std::fabs(v) >= 1024.0 && u < 5) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[64];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%.0f B", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
-  return buf;
-}
-
 std::string format_count(uint64_t n) {
   const std::string digits = std::to_string(n);
   std::string out;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gui/time_view.h"
+#include "traces/human_format.h"
 
 namespace shardscope::gui {
 
@@ -29,8 +30,10 @@ std::vector<Tick> ruler_ticks(const TimeView& v, double width_px, double label_p
 // [1, 1000), with enough decimals to tell ticks `resolution_ns` apart
 // (resolution 0: 3 significant decimals at most, trailing zeros dropped).
 std::string format_time(double ns, double resolution_ns = 0);
-// "12 B", "1.50 KiB", "3.73 MiB", "80.00 GiB".
-std::string format_bytes(double bytes);
+// "12 B", "1.50 KiB", "3.73 MiB", "80.00 GiB" (up to PiB).
+inline std::string format_bytes(double bytes) {
+  return traces::human_bytes(bytes, traces::ByteUnit::pib);
+}
 // "1,234,567".
 std::string format_count(uint64_t n);
 

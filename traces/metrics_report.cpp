@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "traces/human_format.h"
 #include "traces/metrics.h"
 
 namespace shardscope::traces {
@@ -36,25 +37,13 @@ json rows_json(const std::vector<BreakdownRow>& rows, int limit) {
   return a;
 }
 
-std::string human_bytes(int64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double x = static_cast<double>(b);
-  int u = 0;
-  while ((x >= 1024 || x <= -1024) && u < 4) {
-    x /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", x, units[u]);
-  return buf;
-}
-
 void append_row(std::string& out, const std::string& label, const MetricValues& v) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "%-10s %10.3f %11.3f %9.3f %11.3f %8.3f %9.3f %15s %15s\n",
                 label.c_str(), v.step_time_ms, v.compute_ms, v.comm_ms, v.exposed_comm_ms,
-                v.overlap, v.idle_ms, human_bytes(v.peak_allocated_bytes).c_str(),
-                human_bytes(v.peak_reserved_bytes).c_str());
+                v.overlap, v.idle_ms,
+                human_bytes(static_cast<double>(v.peak_allocated_bytes), ByteUnit::tib).c_str(),
+                human_bytes(static_cast<double>(v.peak_reserved_bytes), ByteUnit::tib).c_str());
   out += buf;
 }
 
