@@ -124,10 +124,9 @@ __global__ void __launch_bounds__(kBwdThreads)
   const int ty = tid / kLanesPerRow, tx = tid % kLanesPerRow;
   const int64_t seq = p.seq, n_head = p.n_head, n_kv_head = p.n_kv_head;
   const int head_dim = p.head_dim;
-  const int64_t kv_heads = p.batch * n_kv_head;
-  const int64_t block = blockIdx.x;
-  const int64_t k_tile = block / kv_heads;
-  const int64_t b = (block % kv_heads) / n_kv_head, hk = block % n_kv_head;
+  const BlockCoords block = block_coords(p.batch, n_kv_head);
+  const int64_t k_tile = block.tile;
+  const int64_t b = block.b, hk = block.head;
   const int64_t k0 = k_tile * kB;
   const int64_t dout_stride = n_head * head_dim;
 
@@ -135,8 +134,8 @@ __global__ void __launch_bounds__(kBwdThreads)
   zero_pad_columns<kDMax>(v_s, kStride, kB, head_dim);
   zero_pad_columns<kDMax>(q_s, kStride, kB, head_dim);
   zero_pad_columns<kDMax>(do_s, kStride, kB, head_dim);
-  const Elt* k_head = k + b * seq * p.kv_stride + hk * head_dim;  // row t at + t * kv_stride
-  const Elt* v_head = v + b * seq * p.kv_stride + hk * head_dim;
+  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, head_dim);
+  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, head_dim);
   load_tile(k_s, kStride, k_head, p.kv_stride, k0, kB, p, p.rope, 1.0f);
   load_tile(v_s, kStride, v_head, p.kv_stride, k0, kB, p, false, 1.0f);
 
@@ -150,8 +149,8 @@ __global__ void __launch_bounds__(kBwdThreads)
   // (query and key tiles have the same size kB, so q0 >= k0 below).
   for (int64_t g = 0; g < p.group; ++g) {
     const int64_t h = hk * p.group + g;
-    const Elt* q_head = q + b * seq * p.q_stride + h * head_dim;
-    const Elt* dout_head = dout + b * seq * dout_stride + h * head_dim;
+    const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, head_dim);
+    const Elt* dout_head = head_rows(dout, b, seq, dout_stride, h, head_dim);
     const float* lse_head = lse + (b * n_head + h) * seq;
     const float* delta_head = delta + (b * n_head + h) * seq;
     for (int64_t q_tile = k_tile; q_tile < num_q_tiles; ++q_tile) {
@@ -283,7 +282,7 @@ __global__ void __launch_bounds__(kBwdThreads)
     for (int j = 0; j < kDims; ++j)
       k_s[(ty + kBwdRowGroups * i) * kStride + tx + kLanesPerRow * j] = dk_acc[i][j];
   __syncthreads();  // dK rows visible
-  Elt* dk_head = dk + b * seq * p.kv_stride + hk * head_dim;
+  Elt* dk_head = head_rows(dk, b, seq, p.kv_stride, hk, head_dim);
   if (p.rope) {
     const int half = head_dim / 2;
     for (int idx = tid; idx < kB * half; idx += kBwdThreads) {

@@ -1,6 +1,7 @@
 // Shared parts of the fused attention kernels (attention_forward.cu,
 // attention_backward.cu): the kernel parameters, the host-side argument
-// checks and the device tile loaders (with RoPE applied on the fly).
+// checks, the blocks' coordinates and the device tile loaders (with RoPE
+// applied on the fly).
 //
 // Layouts (cpu::attention_forward): q [B, T, *] with row stride q_stride, head
 // h at column h*D; k, v [B, T, *] with row stride kv_stride, kv head hk at
@@ -59,6 +60,30 @@ void require_grid(const char* fn, int64_t blocks);
 // Opts the kernel into `bytes` of dynamic shared memory when that exceeds the
 // default 48 KiB; throws CudaError when the device offers less.
 void set_dynamic_smem(const void* kernel, size_t bytes, const char* fn);
+
+// ---- block coordinates and head rows ----------------------------------------------------
+
+// What block blockIdx.x of a 1-D grid of num_tiles * B * heads blocks works
+// on: tile x / (B*heads) and (b, head) = divmod(x % (B*heads), heads). The
+// forward kernels pass the query heads (and count their query tiles from the
+// last), the backward kernels the kv heads (head is then kv head hk).
+struct BlockCoords {
+  int64_t tile, b, head;
+};
+__device__ __forceinline__ BlockCoords block_coords(int64_t batch, int64_t heads) {
+  const int64_t batch_heads = batch * heads;
+  const int64_t block = blockIdx.x;
+  return {block / batch_heads, (block % batch_heads) / heads, block % heads};
+}
+
+// Row 0 of head `head` of batch b in a [B, T, *] tensor (q, k, v, dout, dk)
+// of row stride `row_stride`, heads head_dim columns apart: row t is at
+// + t * row_stride.
+template <typename T>
+__device__ __forceinline__ T* head_rows(T* base, int64_t b, int64_t seq, int64_t row_stride,
+                                        int64_t head, int head_dim) {
+  return base + b * seq * row_stride + head * head_dim;
+}
 
 // ---- device tile loaders ----------------------------------------------------------------
 

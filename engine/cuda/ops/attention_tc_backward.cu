@@ -109,10 +109,9 @@ __global__ void __launch_bounds__(kTcThreads)
   const int row = lane / 2, parity = lane % 2;  // step 2: the lane's key row, column parity
   const int64_t seq = p.seq, n_head = p.n_head, n_kv_head = p.n_kv_head;
   const int head_dim = p.head_dim;
-  const int64_t kv_heads = p.batch * n_kv_head;
-  const int64_t block = blockIdx.x;
-  const int64_t k_tile = block / kv_heads;
-  const int64_t b = (block % kv_heads) / n_kv_head, hk = block % n_kv_head;
+  const BlockCoords block = block_coords(p.batch, n_kv_head);
+  const int64_t k_tile = block.tile;
+  const int64_t b = block.b, hk = block.head;
   const int64_t k0 = k_tile * kTcTile;
   const int64_t dout_stride = n_head * head_dim;
   const int key_row = 16 * warp + row;  // step 2's key row in the tile
@@ -130,8 +129,8 @@ __global__ void __launch_bounds__(kTcThreads)
   zero_pad_columns<kD>(v_s, kLd, kTcTile, head_dim);
   zero_pad_columns<kD>(q_s, kLd, kTcTile, head_dim);
   zero_pad_columns<kD>(do_s, kLd, kTcTile, head_dim);
-  const Elt* k_head = k + b * seq * p.kv_stride + hk * head_dim;  // row t at + t * kv_stride
-  const Elt* v_head = v + b * seq * p.kv_stride + hk * head_dim;
+  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, head_dim);
+  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, head_dim);
   load_tile(k_s, kLd, k_head, p.kv_stride, k0, kTcTile, p, p.rope, 1.0f);
   load_tile(v_s, kLd, v_head, p.kv_stride, k0, kTcTile, p, false, 1.0f);
 
@@ -146,8 +145,8 @@ __global__ void __launch_bounds__(kTcThreads)
   // (query and key tiles have the same size, so q0 >= k0 below).
   for (int64_t g = 0; g < p.group; ++g) {
     const int64_t h = hk * p.group + g;
-    const Elt* q_head = q + b * seq * p.q_stride + h * head_dim;
-    const Elt* dout_head = dout + b * seq * dout_stride + h * head_dim;
+    const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, head_dim);
+    const Elt* dout_head = head_rows(dout, b, seq, dout_stride, h, head_dim);
     const float* lse_head = lse + (b * n_head + h) * seq;
     const float* delta_head = delta + (b * n_head + h) * seq;
     float* dq_head = dq_acc + (b * seq * n_head + h) * head_dim;  // row t at + t * dout_stride
@@ -290,7 +289,7 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int j = 0; j < kDBlocks; ++j)
     wmma::store_matrix_sync(stage_w + 16 * j, dk_acc[j], kOLd, wmma::mem_row_major);
   __syncwarp();
-  Elt* dk_head = dk + b * seq * p.kv_stride + hk * head_dim;
+  Elt* dk_head = head_rows(dk, b, seq, p.kv_stride, hk, head_dim);
   if (p.rope) {
     const int half = head_dim / 2;
     for (int idx = lane; idx < 16 * half; idx += 32) {

@@ -88,16 +88,15 @@ __global__ void __launch_bounds__(kTcThreads)
   const int row = lane / 2, parity = lane % 2;  // softmax: the lane's row, column parity
   const int64_t seq = p.seq, n_head = p.n_head;
   const int head_dim = p.head_dim;
-  const int64_t heads = p.batch * n_head;
-  const int64_t block = blockIdx.x;
-  const int64_t q_tile = num_q_tiles - 1 - block / heads;
-  const int64_t b = (block % heads) / n_head, h = block % n_head;
+  const BlockCoords block = block_coords(p.batch, n_head);
+  const int64_t q_tile = num_q_tiles - 1 - block.tile;
+  const int64_t b = block.b, h = block.head;
   const int64_t hk = h / p.group;
   const int64_t q0 = q_tile * kTcTile;
 
-  const Elt* q_head = q + b * seq * p.q_stride + h * head_dim;  // row t at + t * q_stride
-  const Elt* k_head = k + b * seq * p.kv_stride + hk * head_dim;
-  const Elt* v_head = v + b * seq * p.kv_stride + hk * head_dim;
+  const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, head_dim);
+  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, head_dim);
+  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, head_dim);
 
   // The warp's slices: 16 query rows of q_s, S, P and O.
   const Elt* q_w = q_s + 16 * warp * kLd;
