@@ -9,6 +9,7 @@
 #include "traces/chrome_names.h"
 #include "traces/error.h"
 #include "traces/file_io.h"
+#include "traces/json_format.h"
 
 namespace shardscope::traces {
 
@@ -308,22 +309,7 @@ class Exporter {
       out_.put(",\"shardscope_name\":");
       out_.put_string(name, true);
     }
-    if (e.unit != kNoString) {
-      out_.put(",\"unit\":");
-      out_.put_string(t_.str(e.unit), true);
-    }
-    if (e.op != kNoString) {
-      out_.put(",\"op\":");
-      out_.put_string(t_.str(e.op), true);
-    }
-    if (e.bytes) {
-      out_.put(",\"bytes\":");
-      out_.put_uint(e.bytes);
-    }
-    if (e.flops) {
-      out_.put(",\"flops\":");
-      out_.put_uint(e.flops);
-    }
+    write_event_fields_json(t_, e, out_, true);
     out_.put("}}");
   }
 

@@ -67,6 +67,25 @@ void write_metadata_json(const Metadata& m, OutBuffer& out) {
   out.put('}');
 }
 
+void write_event_fields_json(const Trace& t, const Event& e, OutBuffer& out, bool blank_controls) {
+  if (e.unit != kNoString) {
+    out.put(",\"unit\":");
+    out.put_string(t.str(e.unit), blank_controls);
+  }
+  if (e.op != kNoString) {
+    out.put(",\"op\":");
+    out.put_string(t.str(e.op), blank_controls);
+  }
+  if (e.bytes) {
+    out.put(",\"bytes\":");
+    out.put_uint(e.bytes);
+  }
+  if (e.flops) {
+    out.put(",\"flops\":");
+    out.put_uint(e.flops);
+  }
+}
+
 namespace {
 
 void write_event(const Trace& t, const Event& e, OutBuffer& out) {
@@ -80,22 +99,7 @@ void write_event(const Trace& t, const Event& e, OutBuffer& out) {
   out.put_int(e.start_ns);
   out.put(",\"dur_ns\":");
   out.put_int(e.dur_ns);
-  if (e.unit != kNoString) {
-    out.put(",\"unit\":");
-    out.put_string(t.str(e.unit));
-  }
-  if (e.op != kNoString) {
-    out.put(",\"op\":");
-    out.put_string(t.str(e.op));
-  }
-  if (e.bytes) {
-    out.put(",\"bytes\":");
-    out.put_uint(e.bytes);
-  }
-  if (e.flops) {
-    out.put(",\"flops\":");
-    out.put_uint(e.flops);
-  }
+  write_event_fields_json(t, e, out, false);
   if (e.correlation) {
     out.put(",\"correlation\":");
     out.put_uint(e.correlation);

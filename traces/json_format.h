@@ -32,4 +32,9 @@ void write_metadata_json(const Metadata& m, OutBuffer& out);
 Metadata read_metadata_json(const nlohmann::json& obj, const std::string& where,
                             const std::string& file);
 
+// Shared with the Chrome export, which writes them in an event's args: the
+// optional event fields ,"unit":..,"op":..,"bytes":..,"flops":.. (those set,
+// in that order). `blank_controls` as OutBuffer::put_string.
+void write_event_fields_json(const Trace& t, const Event& e, OutBuffer& out, bool blank_controls);
+
 }  // namespace shardscope::traces
