@@ -124,13 +124,120 @@ const char* action_kind_name(ActionKind kind) {
   return "?";
 }
 
+const char* group_role_name(GroupRole role) {
+  switch (role) {
+    case GroupRole::world:
+      return "world";
+    case GroupRole::shard:
+      return "shard";
+    case GroupRole::replica:
+      return "replica";
+    case GroupRole::reshard:
+      return "reshard";
+  }
+  return "?";
+}
+
+const char* buffer_role_name(BufferRole role) {
+  switch (role) {
+    case BufferRole::param_shard:
+      return "param_shard";
+    case BufferRole::grad_shard:
+      return "grad_shard";
+    case BufferRole::optimizer_state:
+      return "optimizer_state";
+    case BufferRole::h2d_shard:
+      return "h2d_shard";
+    case BufferRole::lowp_shard:
+      return "lowp_shard";
+    case BufferRole::ag_out:
+      return "ag_out";
+    case BufferRole::unsharded:
+      return "unsharded";
+    case BufferRole::post_fwd_slice:
+      return "post_fwd_slice";
+    case BufferRole::unsharded_grad:
+      return "unsharded_grad";
+    case BufferRole::accum_grad:
+      return "accum_grad";
+    case BufferRole::rs_in:
+      return "rs_in";
+    case BufferRole::rs_out:
+      return "rs_out";
+    case BufferRole::input:
+      return "input";
+    case BufferRole::activation:
+      return "act";
+    case BufferRole::recomputed:
+      return "rc";
+    case BufferRole::activation_grad:
+      return "grad";
+    case BufferRole::workspace:
+      return "workspace";
+  }
+  return "?";
+}
+
+BufferCategory buffer_role_category(BufferRole role) {
+  switch (role) {
+    case BufferRole::param_shard:
+      return BufferCategory::parameters;
+    case BufferRole::grad_shard:
+      return BufferCategory::gradients;
+    case BufferRole::optimizer_state:
+      return BufferCategory::optimizer_state;
+    case BufferRole::h2d_shard:
+    case BufferRole::lowp_shard:
+    case BufferRole::ag_out:
+    case BufferRole::rs_in:
+    case BufferRole::rs_out:
+      return BufferCategory::comm_buffers;
+    case BufferRole::unsharded:
+    case BufferRole::post_fwd_slice:
+      return BufferCategory::unsharded_params;
+    case BufferRole::unsharded_grad:
+    case BufferRole::accum_grad:
+      return BufferCategory::unsharded_grads;
+    case BufferRole::input:
+    case BufferRole::activation:
+    case BufferRole::recomputed:
+    case BufferRole::activation_grad:
+      return BufferCategory::activations;
+    case BufferRole::workspace:
+      return BufferCategory::workspace;
+  }
+  return BufferCategory::activations;
+}
+
+bool accumulates(BufferRole role) {
+  return role == BufferRole::activation_grad || role == BufferRole::unsharded_grad ||
+         role == BufferRole::accum_grad;
+}
+
+const char* op_purpose_name(OpPurpose purpose) {
+  switch (purpose) {
+    case OpPurpose::none:
+      return "none";
+    case OpPurpose::unscale:
+      return "unscale";
+    case OpPurpose::clip:
+      return "clip";
+    case OpPurpose::inf_flag:
+      return "inf_flag";
+    case OpPurpose::norm_sq:
+      return "norm_sq";
+  }
+  return "?";
+}
+
 std::string buffer_name(const Graph& graph, const Buffer& b) {
   std::string out;
   if (b.micro >= 0) out = "m" + std::to_string(b.micro) + ".";
   if (b.tensor >= 0)
-    return out + b.what + "." + graph.tensors.at(static_cast<size_t>(b.tensor)).name;
+    return out + buffer_role_name(b.role) + "." +
+           graph.tensors.at(static_cast<size_t>(b.tensor)).name;
   if (b.unit >= 0) out += "u" + std::to_string(b.unit) + ".";
-  out += b.what;
+  out += buffer_role_name(b.role);
   if (b.graph_op >= 0) out += "." + graph.ops.at(static_cast<size_t>(b.graph_op)).name;
   return out;
 }

@@ -84,10 +84,51 @@ enum class BufferCategory : uint8_t {
 };
 const char* buffer_category_name(BufferCategory c);
 
-struct ProcessGroup {
-  std::string name;        // "shard0", "replica1", "world", "reshard0" ...
-  std::vector<int> ranks;  // global ranks, ascending
+// What a process group is for. Every rank belongs to exactly one group of
+// each role the schedule has; executors find their groups by role, never by
+// name (names are for I/O only).
+enum class GroupRole : uint8_t {
+  world,    // every rank (group 0): broadcasts, the inf-check all-reduce
+  shard,    // the ranks one unit is sharded over: all-gather, reduce-scatter, the norm all-reduce
+  replica,  // hybrid sharding / DDP: the ranks holding the same shard: gradient all-reduce
+  reshard,  // fsdp2 reshard_after_forward=k: the ranks the backward all-gather spans
 };
+const char* group_role_name(GroupRole role);  // "world", "shard", "replica", "reshard"
+
+struct ProcessGroup {
+  std::string name;        // "shard0", "replica1", "world", "reshard0" ...: <role><index>
+  std::vector<int> ranks;  // global ranks, ascending
+  GroupRole role = GroupRole::world;
+};
+
+// What a buffer holds, the typed contract between plan/ and the executors:
+// an executor finds an op's operands, how it initialises a buffer and how it
+// moves data from the roles alone (docs/engine.md lists what each role asks
+// of an executor). Each role has one category and one dtype rule
+// (check_schedule verifies both); its name is the <what> part of buffer_name.
+enum class BufferRole : uint8_t {
+  param_shard,      // persistent fp32 parameter shard of a unit ("param_shard")
+  grad_shard,       // persistent fp32 gradient shard ("grad_shard"); zeroed by zero_grad
+  optimizer_state,  // persistent fp32 optimizer state of the shard, state tensors back to back
+  h2d_shard,        // cpu_offload: fp32 copy of the host shard on the device ("h2d_shard")
+  lowp_shard,       // fsdp1 mixed precision: the shard cast to the param dtype ("lowp_shard")
+  ag_out,           // fsdp2: all-gather output in the gathered layout, param dtype ("ag_out")
+  unsharded,        // unsharded parameters compute reads, param dtype ("unsharded")
+  post_fwd_slice,   // fsdp2 reshard_after_forward=k: this rank's 1/k kept after forward
+  unsharded_grad,   // unsharded gradients of one micro-step, param dtype; ops add into it
+  accum_grad,       // no-sync accumulator of unsharded gradients, reduce dtype; ops add into it
+  rs_in,            // reduce-scatter input, gathered layout, reduce dtype
+  rs_out,           // reduce-scatter output: the reduced shard, reduce dtype
+  input,            // a graph input (token ids, labels, features) filled from the data
+  activation,       // a graph tensor produced by forward ("act")
+  recomputed,       // a graph tensor produced again by recompute ("rc")
+  activation_grad,  // the gradient of a graph tensor; ops add into it ("grad")
+  workspace,        // scratch of one graph op, param dtype ("workspace")
+};
+const char* buffer_role_name(BufferRole role);  // the <what> of buffer_name
+BufferCategory buffer_role_category(BufferRole role);
+// Ops add into buffers of this role: their first user zeroes them.
+bool accumulates(BufferRole role);
 
 // A buffer's name is kept as parts (building strings for thousands of
 // buffers per schedule dominated planning); buffer_name() spells it out (not
@@ -97,12 +138,16 @@ struct ProcessGroup {
 //   graph_op >= 0:  "m<micro>.u<unit>.workspace.<op name>"
 //   micro >= 0:     "m<micro>.u<unit>.<what>"             m0.u3.unsharded
 //   otherwise:      "u<unit>.<what>"                      u3.param_shard
-// ("u<unit>." is left out for unit < 0.)
+// ("u<unit>." is left out for unit < 0; <what> is buffer_role_name(role).)
 struct Buffer {
-  const char* what = "";  // a string literal: "unsharded", "act", "workspace" ...
-  int micro = -1;         // micro-step of a transient buffer; -1: none in the name
-  int tensor = -1;        // activation buffers: the graph tensor (or its gradient)
-  int graph_op = -1;      // workspace buffers: the graph op
+  BufferRole role = BufferRole::activation;
+  // Element type: integer graph tensors keep theirs; persistent shards and
+  // offload staging are fp32; rs_in, rs_out and accum_grad take the policy's
+  // reduce dtype; everything else its param dtype (the compute dtype).
+  DType dtype = DType::f32;
+  int micro = -1;     // micro-step of a transient buffer; -1: none in the name
+  int tensor = -1;    // activation buffers: the graph tensor (or its gradient)
+  int graph_op = -1;  // workspace buffers: the graph op
   int64_t bytes = 0;
   BufferCategory category = BufferCategory::activations;
   int stream = 0;  // index into Schedule::streams: the pool it comes from
@@ -113,8 +158,19 @@ struct Buffer {
 
 std::string buffer_name(const Graph& graph, const Buffer& buffer);
 
+// Why an op of a kind that serves several ends runs; none for every other op.
+enum class OpPurpose : uint8_t {
+  none,
+  unscale,   // grad_scale: multiply the gradient shards by 1 / loss scale (GradScaler.unscale_)
+  clip,      // grad_scale: multiply them by the clip coefficient (clip_grad_norm_)
+  inf_flag,  // scalar all_reduce (no buffers): the inf/nan flag of the inf_check it waits on
+  norm_sq,   // scalar all_reduce (no buffers): the squared norm of the grad_norm it waits on
+};
+const char* op_purpose_name(OpPurpose purpose);
+
 struct ScheduleOp {
   OpKind kind = OpKind::forward;
+  OpPurpose purpose = OpPurpose::none;
   Phase phase = Phase::forward;
   int stream = 0;
   int unit = -1;      // FSDP unit the op belongs to (-1: none)
@@ -173,8 +229,7 @@ Schedule build_persistent_schedule(const Graph& graph, const Policy& policy, con
                                    int rank);
 
 // Other ranks' view of one rank's schedule. FSDP ranks' schedules are equal
-// up to which process group of each family ("world", "shard", "replica",
-// "reshard": the name without its index) their collectives use, so one built
+// up to which process group of each role (GroupRole) their collectives use, so one built
 // schedule stands for every rank. used: the groups holding s.rank, ascending;
 // of_rank[r][i]: the group of used[i]'s family that holds rank r.
 struct RankGroups {
@@ -201,7 +256,12 @@ CommBytes closed_form_comm_bytes(const Graph& graph, const Policy& policy, const
 // all-gather that filled them; no buffer is used outside [alloc, free]; two
 // uses of a buffer on different streams are ordered (stream order, waits,
 // host waits: streams run concurrently on a GPU); every transient buffer is
-// freed by the end of the step; waits point backwards.
+// freed by the end of the step; waits point backwards; the typed roles agree
+// with the rest: a buffer's role with its category, persistence, tensor,
+// graph op and dtype (one param dtype, one reduce dtype, fp32 shards); an
+// op's purpose with its kind and the op it waits on; a collective's group
+// role with its kind; group 0 is the world and every rank is in exactly one
+// group of each role.
 std::vector<std::string> check_schedule(const Graph& graph, const UnitPlan& units,
                                         const Schedule& schedule);
 

@@ -26,18 +26,18 @@ void Builder::setup_streams_and_groups() {
   const int n = static_cast<int>(n_), r = static_cast<int>(r_), k = static_cast<int>(k_);
   std::vector<int> all(world);
   for (int i = 0; i < world; ++i) all[i] = i;
-  add_group("world", all);
+  add_group(GroupRole::world, 0, all);
   for (int gi = 0; gi < r; ++gi) {
     std::vector<int> ranks;
     for (int i = 0; i < n; ++i) ranks.push_back(gi * n + i);
-    int id = add_group("shard" + std::to_string(gi), ranks);
+    int id = add_group(GroupRole::shard, gi, ranks);
     if (rank_ / n == gi) g_shard_ = id;
   }
   if (r > 1) {
     for (int i = 0; i < n; ++i) {
       std::vector<int> ranks;
       for (int gi = 0; gi < r; ++gi) ranks.push_back(gi * n + i);
-      int id = add_group("replica" + std::to_string(i), ranks);
+      int id = add_group(GroupRole::replica, i, ranks);
       if (rank_ % n == i) g_replica_ = id;
     }
   }
@@ -45,7 +45,7 @@ void Builder::setup_streams_and_groups() {
     for (int j = 0; j < world / k; ++j) {
       std::vector<int> ranks;
       for (int i = 0; i < k; ++i) ranks.push_back(j * k + i);
-      int id = add_group("reshard" + std::to_string(j), ranks);
+      int id = add_group(GroupRole::reshard, j, ranks);
       if (rank_ / k == j) g_reshard_ = id;
     }
   }
@@ -60,10 +60,9 @@ void Builder::setup_persistent() {
   for (size_t u = 0; u < nu; ++u) {
     const int ui = static_cast<int>(u);
     const int64_t bytes = shard(ui) * 4;  // fp32 master shard
-    param_shard_[u] = persistent("param_shard", bytes, BufferCategory::parameters, ui);
-    grad_shard_[u] = persistent("grad_shard", bytes, BufferCategory::gradients, ui);
-    opt_state_[u] =
-        persistent("optimizer_state", bytes * states, BufferCategory::optimizer_state, ui);
+    param_shard_[u] = persistent(BufferRole::param_shard, bytes, ui);
+    grad_shard_[u] = persistent(BufferRole::grad_shard, bytes, ui);
+    opt_state_[u] = persistent(BufferRole::optimizer_state, bytes * states, ui);
   }
 }
 
@@ -87,8 +86,7 @@ void Builder::ensure_grad_buffers(int o) {
       st.grad_buf = grad_shard_[u];
       continue;
     }
-    st.grad_buf =
-        alloc("unsharded_grad", n_ * shard(u) * b_p_, BufferCategory::unsharded_grads, compute_, u);
+    st.grad_buf = alloc(BufferRole::unsharded_grad, n_ * shard(u) * b_p_, compute_, u);
   }
 }
 
@@ -98,8 +96,8 @@ void Builder::compute_op(int o, OpKind kind) {
   SmallVector<int, 8> bufs;
   std::vector<int> duplicates;
   for (int p : op.params) bufs.push_back(state_[up_.param_unit[p]].unsharded_buf);
-  int ws = alloc_named("workspace", micro_, -1, o, workspace_bytes_[o] * b_p_ / 4,
-                       BufferCategory::workspace, compute_, up_.op_unit[o]);
+  int ws = alloc_named(BufferRole::workspace, micro_, -1, o, workspace_bytes_[o] * b_p_ / 4,
+                       compute_, up_.op_unit[o]);
   bufs.push_back(ws);
   if (kind == OpKind::backward) {
     ensure_grad_buffers(o);
@@ -109,14 +107,16 @@ void Builder::compute_op(int o, OpKind kind) {
     for (int t : op.inputs) {
       if (!acts_->needs_grad(t)) continue;
       if (grad_tensor_buf_[t] < 0)
-        grad_tensor_buf_[t] = alloc_tensor("grad", t, act_bytes_[t], up_.op_unit[o]);
+        grad_tensor_buf_[t] =
+            alloc_tensor(BufferRole::activation_grad, t, act_bytes_[t], up_.op_unit[o]);
       bufs.push_back(grad_tensor_buf_[t]);
     }
   } else {
     for (int t : op.inputs) bufs.push_back(tensor_buf_[t]);
     for (int t : op.outputs) {
       int b =
-          alloc_tensor(kind == OpKind::recompute ? "rc" : "act", t, act_bytes_[t], up_.op_unit[o]);
+          alloc_tensor(kind == OpKind::recompute ? BufferRole::recomputed : BufferRole::activation,
+                       t, act_bytes_[t], up_.op_unit[o]);
       bufs.push_back(b);
       // A recompute of a tensor still kept from the first forward produces a
       // duplicate that is dropped right after the op.
@@ -156,7 +156,7 @@ void Builder::compute_op(int o, OpKind kind) {
 
 void Builder::forward_pass() {
   phase_ = Phase::forward;
-  for (int t : g_.inputs) tensor_buf_[t] = alloc_tensor("input", t, act_bytes_[t], 0);
+  for (int t : g_.inputs) tensor_buf_[t] = alloc_tensor(BufferRole::input, t, act_bytes_[t], 0);
   for (size_t oi = 0; oi < g_.ops.size(); ++oi) {
     const int o = static_cast<int>(oi);
     for (int u : acts_->units_entering(o)) {
@@ -239,21 +239,28 @@ void Builder::optimizer_step() {
     // GradScaler: look for inf/nan in the shards, agree across ranks, .item().
     int chk = launch_simple(OpKind::inf_check, opt_stream, -1, all_grads, {}, total_shard * 4);
     int ar = chk;
-    if (up_.world.world_size > 1)
+    if (up_.world.world_size > 1) {
       ar = collective(OpKind::all_reduce, compute_, -1, 0, 4, DType::f32, {}, {chk});
+      s_.ops[ar].purpose = OpPurpose::inf_flag;
+    }
     host_wait(ar);
   }
-  if (p_.loss_scale_mode)
-    launch_simple(OpKind::grad_scale, opt_stream, -1, all_grads, {}, total_shard * 8);
+  if (p_.loss_scale_mode) {
+    int unscale = launch_simple(OpKind::grad_scale, opt_stream, -1, all_grads, {}, total_shard * 8);
+    s_.ops[unscale].purpose = OpPurpose::unscale;
+  }
   if (p_.grad_clip_norm) {
     // clip_grad_norm_: local squared norm, all-reduce of one scalar over the
     // shard group, host synchronisation, scale.
     int norm = launch_simple(OpKind::grad_norm, opt_stream, -1, all_grads, {}, total_shard * 4);
     int ar = norm;
-    if (scalar_group >= 0)
+    if (scalar_group >= 0) {
       ar = collective(OpKind::all_reduce, compute_, -1, scalar_group, 4, DType::f32, {}, {norm});
+      s_.ops[ar].purpose = OpPurpose::norm_sq;
+    }
     host_wait(ar);
-    launch_simple(OpKind::grad_scale, opt_stream, -1, all_grads, {}, total_shard * 8);
+    int clip = launch_simple(OpKind::grad_scale, opt_stream, -1, all_grads, {}, total_shard * 8);
+    s_.ops[clip].purpose = OpPurpose::clip;
   }
   const int states = p_.optimizer.state_tensors();
   for (int u : fwd_order_) {

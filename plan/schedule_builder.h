@@ -55,14 +55,34 @@ class Builder {
     return static_cast<int>(s_.streams.size()) - 1;
   }
 
-  // `what` must be a string literal (Buffer::what).
-  int new_buffer(const char* what, int micro, int64_t bytes, BufferCategory cat, int stream,
+  // Element type of a buffer of `role` (Buffer::dtype's rule).
+  DType role_dtype(BufferRole role, int tensor) const {
+    if (tensor >= 0 && !is_floating(g_.tensors[tensor].dtype)) return g_.tensors[tensor].dtype;
+    switch (role) {
+      case BufferRole::param_shard:
+      case BufferRole::grad_shard:
+      case BufferRole::optimizer_state:
+      case BufferRole::h2d_shard:
+        return DType::f32;
+      case BufferRole::rs_in:
+      case BufferRole::rs_out:
+      case BufferRole::accum_grad:
+        return p_.mixed_precision.reduce_dtype;
+      default:
+        return p_.mixed_precision.param_dtype;
+    }
+  }
+
+  int new_buffer(BufferRole role, int micro, int tensor, int graph_op, int64_t bytes, int stream,
                  int unit, bool persistent) {
     Buffer b;
-    b.what = what;
+    b.role = role;
+    b.dtype = role_dtype(role, tensor);
     b.micro = micro;
+    b.tensor = tensor;
+    b.graph_op = graph_op;
     b.bytes = bytes;
-    b.category = cat;
+    b.category = buffer_role_category(role);
     b.stream = stream;
     b.unit = unit;
     b.persistent = persistent;
@@ -72,22 +92,19 @@ class Builder {
     return static_cast<int>(s_.buffers.size()) - 1;
   }
 
-  // A transient buffer "m<micro>.u<unit>.<what>" with its alloc action; -1
+  // A transient buffer "m<micro>.u<unit>.<role>" with its alloc action; -1
   // (nothing) for zero bytes.
-  int alloc(const char* what, int64_t bytes, BufferCategory cat, int stream, int unit) {
-    return alloc_named(what, micro_, -1, -1, bytes, cat, stream, unit);
+  int alloc(BufferRole role, int64_t bytes, int stream, int unit) {
+    return alloc_named(role, micro_, -1, -1, bytes, stream, unit);
   }
-  // An activation buffer "m<micro>.<what>.<tensor name>".
-  int alloc_tensor(const char* what, int tensor, int64_t bytes, int unit) {
-    return alloc_named(what, micro_, tensor, -1, bytes, BufferCategory::activations, compute_,
-                       unit);
+  // An activation buffer "m<micro>.<role>.<tensor name>".
+  int alloc_tensor(BufferRole role, int tensor, int64_t bytes, int unit) {
+    return alloc_named(role, micro_, tensor, -1, bytes, compute_, unit);
   }
-  int alloc_named(const char* what, int micro, int tensor, int graph_op, int64_t bytes,
-                  BufferCategory cat, int stream, int unit) {
+  int alloc_named(BufferRole role, int micro, int tensor, int graph_op, int64_t bytes, int stream,
+                  int unit) {
     if (bytes <= 0) return -1;
-    const int id = new_buffer(what, micro, bytes, cat, stream, unit, false);
-    s_.buffers.back().tensor = tensor;
-    s_.buffers.back().graph_op = graph_op;
+    const int id = new_buffer(role, micro, tensor, graph_op, bytes, stream, unit, false);
     Action a;
     a.kind = ActionKind::alloc;
     a.buffer = id;
@@ -95,9 +112,9 @@ class Builder {
     return id;
   }
 
-  // A buffer "u<unit>.<what>" that exists before the step (on the host when offloading).
-  int persistent(const char* what, int64_t bytes, BufferCategory cat, int unit) {
-    return bytes <= 0 ? -1 : new_buffer(what, -1, bytes, cat, compute_, unit, true);
+  // A buffer "u<unit>.<role>" that exists before the step (on the host when offloading).
+  int persistent(BufferRole role, int64_t bytes, int unit) {
+    return bytes <= 0 ? -1 : new_buffer(role, -1, -1, -1, bytes, compute_, unit, true);
   }
 
   void free_buf(int buffer) {
@@ -171,8 +188,10 @@ class Builder {
 
   // ---- set-up -------------------------------------------------------------
   void setup_streams_and_groups();
-  int add_group(const std::string& name, std::vector<int> ranks) {
-    s_.groups.push_back(ProcessGroup{name, std::move(ranks)});
+  int add_group(GroupRole role, int index, std::vector<int> ranks) {
+    std::string name = group_role_name(role);
+    if (role != GroupRole::world) name += std::to_string(index);
+    s_.groups.push_back(ProcessGroup{std::move(name), std::move(ranks), role});
     seq_.push_back(0);
     return static_cast<int>(s_.groups.size()) - 1;
   }

@@ -3,11 +3,16 @@
 // have completed before op Y starts when Y's clock covers X's position on X's
 // stream (stream order, explicit waits, and host waits all advance clocks).
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "plan/schedule.h"
 
 namespace shardscope::plan {
+
+namespace detail {
+void check_roles(const Graph& g, const Schedule& s, const std::function<void(std::string)>& err);
+}  // namespace detail
 
 std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, const Schedule& s) {
   std::vector<std::string> errors;
@@ -165,6 +170,7 @@ std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, cons
     if (!std::binary_search(ranks.begin(), ranks.end(), s.rank))
       err(op_name(a.op) + " runs on group " + s.groups[op.group].name + " without this rank");
   }
+  detail::check_roles(g, s, [&](const std::string& m) { err(m); });
   return errors;
 }
 

@@ -31,7 +31,7 @@ void Builder::unshard(int u) {
   int src = param_shard_[u];
   int h2d_buf = -1;
   if (offload_ && !backward_slice) {
-    h2d_buf = alloc("h2d_shard", s * 4, BufferCategory::comm_buffers, copy_stream, u);
+    h2d_buf = alloc(BufferRole::h2d_shard, s * 4, copy_stream, u);
     launch_simple(OpKind::h2d, copy_stream, u, {param_shard_[u], h2d_buf}, {}, s * 4);
     src = h2d_buf;
   }
@@ -43,7 +43,7 @@ void Builder::unshard(int u) {
     // DDP: no collective; a cast (or the device copy when offloading in fp32)
     // stands in for the unsharded parameters.
     if (b_p_ != 4) {
-      int lp = alloc("unsharded", full_bytes, BufferCategory::unsharded_params, copy_stream, u);
+      int lp = alloc(BufferRole::unsharded, full_bytes, copy_stream, u);
       st.ready_op =
           launch_simple(OpKind::cast_params, copy_stream, u, {src, lp}, {}, s * (4 + b_p_), pdt);
       free_buf(h2d_buf);
@@ -57,7 +57,7 @@ void Builder::unshard(int u) {
 
   if (fsdp2_) {
     // The all-gather input is this rank's slice of the output: one allocation.
-    int out = alloc("ag_out", full_bytes, BufferCategory::comm_buffers, copy_in_, u);
+    int out = alloc(BufferRole::ag_out, full_bytes, copy_in_, u);
     const int64_t in_elems = backward_slice ? n_ * s / k_ : s;
     const int64_t src_bytes = backward_slice ? b_p_ : 4;
     // The copy-in stream waits for compute's write of the kept slice (FSDP2's
@@ -83,11 +83,11 @@ void Builder::unshard(int u) {
   int cast = -1;
   int lp = -1;
   if (b_p_ != 4) {
-    lp = alloc("lowp_shard", s * b_p_, BufferCategory::comm_buffers, pre_unshard_, u);
+    lp = alloc(BufferRole::lowp_shard, s * b_p_, pre_unshard_, u);
     cast = launch_simple(OpKind::cast_params, pre_unshard_, u, {src, lp}, {}, s * (4 + b_p_), pdt);
     input = lp;
   }
-  int full = alloc("unsharded", full_bytes, BufferCategory::unsharded_params, unshard_, u);
+  int full = alloc(BufferRole::unsharded, full_bytes, unshard_, u);
   int wait = cast >= 0 ? cast : (h2d_buf >= 0 ? static_cast<int>(s_.ops.size()) - 1 : -1);
   int ag =
       collective(OpKind::all_gather, unshard_, u, group, full_bytes, pdt, {input, full}, {wait});
@@ -104,7 +104,7 @@ void Builder::wait_for_unshard(int u) {
   if (!has_params(u)) return;
   if (fsdp2_ && st.ag_out_buf >= 0) {
     const int64_t full_bytes = n_ * shard(u) * b_p_;
-    int full = alloc("unsharded", full_bytes, BufferCategory::unsharded_params, compute_, u);
+    int full = alloc(BufferRole::unsharded, full_bytes, compute_, u);
     int copy = launch_simple(OpKind::copy_out, compute_, u, {st.ag_out_buf, full}, {st.ag_op},
                              2 * full_bytes, p_.mixed_precision.param_dtype);
     if (phase_ == Phase::forward) {
@@ -143,7 +143,7 @@ void Builder::post_forward(int u) {
   if (k_ < n_) {
     // fsdp2 reshard_after_forward=k: keep this rank's 1/k slice of the whole unit.
     const int64_t slice_bytes = n_ * shard(u) * b_p_ / k_;
-    int slice = alloc("post_fwd_slice", slice_bytes, BufferCategory::unsharded_params, compute_, u);
+    int slice = alloc(BufferRole::post_fwd_slice, slice_bytes, compute_, u);
     st.post_fwd_op = launch_simple(OpKind::reshard_copy, compute_, u, {st.unsharded_buf, slice}, {},
                                    2 * slice_bytes, p_.mixed_precision.param_dtype);
     reshard(u);
@@ -185,8 +185,7 @@ void Builder::accumulate_without_sync(int u) {
   if (st.grad_buf == grad_shard_[u]) return;  // in-place DDP: accumulates into .grad
   const int64_t full = n_ * shard(u);
   if (st.accum_buf < 0)
-    st.accum_buf = alloc_named("accum_grad", -1, -1, -1, full * b_r_,
-                               BufferCategory::unsharded_grads, compute_, u);
+    st.accum_buf = alloc_named(BufferRole::accum_grad, -1, -1, -1, full * b_r_, compute_, u);
   launch_simple(OpKind::grad_accumulate, compute_, u, {st.grad_buf, st.accum_buf}, {},
                 full * (b_p_ + 2 * b_r_), p_.mixed_precision.reduce_dtype);
   free_buf(st.grad_buf);
@@ -226,13 +225,13 @@ void Builder::reduce_grads(int u) {
     // At most one reduce-scatter outstanding: wait for the previous one and
     // free its input before copying this unit's gradients in (compute stream).
     flush_reduce_scatter();
-    int rs_in = alloc("rs_in", full * b_r_, BufferCategory::comm_buffers, compute_, u);
+    int rs_in = alloc(BufferRole::rs_in, full * b_r_, compute_, u);
     grads.push_back(rs_in);
     last = launch_simple(OpKind::grad_cast, compute_, u, grads, {}, full * (b_p_ + b_r_), rdt);
     free_buf(st.grad_buf);
     free_buf(st.accum_buf);
     input = rs_in;
-    int rs_out = alloc("rs_out", s * b_r_, BufferCategory::comm_buffers, rs_, u);
+    int rs_out = alloc(BufferRole::rs_out, s * b_r_, rs_, u);
     last = collective(OpKind::reduce_scatter, rs_, u, g_shard_, full * b_r_, rdt, {rs_in, rs_out},
                       {last});
     outstanding_rs_ = last;
@@ -245,14 +244,14 @@ void Builder::reduce_grads(int u) {
     int wait = last_compute_;
     std::vector<int> release = {st.grad_buf, st.accum_buf};
     if (b_r_ != b_p_ || st.accum_buf >= 0) {
-      int rs_in = alloc("rs_in", full * b_r_, BufferCategory::comm_buffers, rs_, u);
+      int rs_in = alloc(BufferRole::rs_in, full * b_r_, rs_, u);
       grads.push_back(rs_in);
       wait = launch_simple(OpKind::grad_cast, rs_, u, grads, {wait}, full * (b_p_ + b_r_), rdt);
       input = rs_in;
     }
     last = wait;
     if (n_ > 1) {
-      int rs_out = alloc("rs_out", s * b_r_, BufferCategory::comm_buffers, rs_, u);
+      int rs_out = alloc(BufferRole::rs_out, s * b_r_, rs_, u);
       last = collective(OpKind::reduce_scatter, rs_, u, g_shard_, full * b_r_, rdt, {input, rs_out},
                         {wait});
       if (input != st.grad_buf) release.push_back(input);

@@ -43,7 +43,7 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
       const int64_t n_src = elems(0), n_dst = elems(1);
       int64_t offset = 0;
       if (n_dst > n_src) {
-        const bool slice = std::strcmp(buf(0).what, "post_fwd_slice") == 0;
+        const bool slice = buf(0).role == plan::BufferRole::post_fwd_slice;
         offset = (slice ? reshard_index_ : shard_index_) * n_src;
       }
       if (offset + n_src > n_dst)
@@ -118,9 +118,12 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
     }
     case OpKind::all_reduce: {
       if (nbuf == 0) {  // one scalar: found_inf (max, as a sum of flags) or the squared norm
-        float v = static_cast<float>(task.scalar == 1 ? found_inf_ : norm_sq_);
+        const bool inf = op.purpose == plan::OpPurpose::inf_flag;
+        if (!inf && op.purpose != plan::OpPurpose::norm_sq)
+          throw ExecError("scalar all-reduce without an inf_flag or norm_sq purpose");
+        float v = static_cast<float>(inf ? found_inf_ : norm_sq_);
         comm_.all_reduce(comm_group(), &v, 1, comm::ReduceOp::sum);
-        if (task.scalar == 1)
+        if (inf)
           found_inf_ = v;
         else
           norm_sq_ = v;
@@ -156,13 +159,15 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
     }
     case OpKind::grad_scale: {
       float factor = 1.0f;
-      if (task.scale_kind == 1) {
+      if (op.purpose == plan::OpPurpose::unscale) {
         factor = static_cast<float>(1.0 / scaler_.scale);
-      } else {
+      } else if (op.purpose == plan::OpPurpose::clip) {
         // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1.
         grad_norm_ = std::sqrt(norm_sq_);
         const double coef = *p_.grad_clip_norm / (grad_norm_ + 1e-6);
         factor = static_cast<float>(std::min(coef, 1.0));
+      } else {
+        throw ExecError("grad_scale without an unscale or clip purpose");
       }
       if (factor == 1.0f) return;
       for (size_t i = 0; i < nbuf; ++i)
@@ -189,7 +194,9 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
       }
       return;
     }
-    default:
+    case OpKind::forward:  // graph ops: run_graph_op
+    case OpKind::backward:
+    case OpKind::recompute:
       break;
   }
   throw ExecError(std::string("the CPU engine cannot run op kind ") + plan::op_kind_name(op.kind));

@@ -15,7 +15,7 @@
 namespace shardscope::engine::exec {
 
 void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
-  const GraphOperands o(g_, p_, up_, layouts_, s_, sop);
+  const GraphOperands o(g_, up_, layouts_, s_, sop);
   const plan::Op& op = o.op();
   const bool backward = o.backward();
 

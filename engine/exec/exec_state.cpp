@@ -27,13 +27,7 @@ void RankExecutor::init_weights(uint64_t seed) {
 
 std::vector<std::vector<float>> RankExecutor::gather_full_params() {
   std::vector<std::vector<float>> out(g_.params.size());
-  int shard_group = 0;
-  for (size_t i = 0; i < s_.groups.size(); ++i) {
-    const plan::ProcessGroup& grp = s_.groups[i];
-    if (grp.name.rfind("shard", 0) == 0 &&
-        std::find(grp.ranks.begin(), grp.ranks.end(), s_.rank) != grp.ranks.end())
-      shard_group = static_cast<int>(i);
-  }
+  const int shard_group = group_indices(s_).shard_group;
   for (size_t u = 0; u < up_.units.size(); ++u) {
     const UnitLayout& lay = layouts_[u];
     if (lay.shard_numel() == 0) continue;

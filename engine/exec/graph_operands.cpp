@@ -1,26 +1,26 @@
 #include "engine/exec/graph_operands.h"
 
 #include <cmath>
-#include <cstring>
 #include <initializer_list>
 
 #include "engine/exec/schedule_info.h"
 
 namespace shardscope::engine::exec {
 
+using plan::BufferRole;
+
 namespace {
-bool is(const char* what, std::initializer_list<const char*> names) {
-  for (const char* n : names)
-    if (std::strcmp(what, n) == 0) return true;
+bool is(BufferRole role, std::initializer_list<BufferRole> roles) {
+  for (BufferRole r : roles)
+    if (role == r) return true;
   return false;
 }
 }  // namespace
 
-GraphOperands::GraphOperands(const plan::Graph& graph, const plan::Policy& policy,
-                             const plan::UnitPlan& units, const std::vector<UnitLayout>& layouts,
-                             const plan::Schedule& schedule, const plan::ScheduleOp& sop)
+GraphOperands::GraphOperands(const plan::Graph& graph, const plan::UnitPlan& units,
+                             const std::vector<UnitLayout>& layouts, const plan::Schedule& schedule,
+                             const plan::ScheduleOp& sop)
     : g_(graph),
-      p_(policy),
       up_(units),
       layouts_(layouts),
       s_(schedule),
@@ -36,7 +36,7 @@ int GraphOperands::find(Pred pred) const {
 
 Operand GraphOperands::operand(int slot, int64_t offset, int64_t n) const {
   const plan::Buffer& b = s_.buffers[static_cast<size_t>(sop_.buffers[static_cast<size_t>(slot)])];
-  return Operand{slot, buffer_dtype(g_, p_, b), offset, n};
+  return Operand{slot, b.dtype, offset, n};
 }
 
 int64_t GraphOperands::numel(int t) const {
@@ -59,7 +59,9 @@ ExecError GraphOperands::missing(const std::string& what) const {
 Operand GraphOperands::value(int t, bool output) const {
   const int i = find([&](const plan::Buffer& b) {
     return b.tensor == t &&
-           (output ? is(b.what, {"act", "rc"}) : is(b.what, {"act", "rc", "input"}));
+           (output
+                ? is(b.role, {BufferRole::activation, BufferRole::recomputed})
+                : is(b.role, {BufferRole::activation, BufferRole::recomputed, BufferRole::input}));
   });
   if (i < 0) throw missing("tensor '" + tensor_name(t) + "'");
   return operand(i, 0, numel(t));
@@ -67,14 +69,16 @@ Operand GraphOperands::value(int t, bool output) const {
 
 int GraphOperands::ids(int t) const {
   const int i = find([&](const plan::Buffer& b) {
-    return b.tensor == t && is(b.what, {"input", "act"});
+    return b.tensor == t && is(b.role, {BufferRole::input, BufferRole::activation});
   });
   if (i < 0) throw missing("input '" + tensor_name(t) + "'");
   return i;
 }
 
 std::optional<Operand> GraphOperands::grad(int t) const {
-  const int i = find([&](const plan::Buffer& b) { return b.tensor == t && is(b.what, {"grad"}); });
+  const int i = find([&](const plan::Buffer& b) {
+    return b.tensor == t && b.role == BufferRole::activation_grad;
+  });
   if (i < 0) return std::nullopt;
   return operand(i, 0, numel(t));
 }
@@ -82,8 +86,10 @@ std::optional<Operand> GraphOperands::grad(int t) const {
 Operand GraphOperands::param(int p, bool gradient) const {
   const int u = up_.param_unit[static_cast<size_t>(p)];
   const int i = find([&](const plan::Buffer& b) {
-    return b.unit == u && (gradient ? is(b.what, {"unsharded_grad", "grad_shard"})
-                                    : is(b.what, {"unsharded", "param_shard", "h2d_shard"}));
+    return b.unit == u &&
+           (gradient ? is(b.role, {BufferRole::unsharded_grad, BufferRole::grad_shard})
+                     : is(b.role,
+                          {BufferRole::unsharded, BufferRole::param_shard, BufferRole::h2d_shard}));
   });
   const plan::Param& param = g_.params[static_cast<size_t>(p)];
   if (i < 0) throw missing((gradient ? "the gradient of " : "") + param.name);

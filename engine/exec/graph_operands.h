@@ -34,7 +34,7 @@ class GraphOperands {
  public:
   // References must outlive this object. `sop` is a forward, backward or
   // recompute op of `schedule`.
-  GraphOperands(const plan::Graph& graph, const plan::Policy& policy, const plan::UnitPlan& units,
+  GraphOperands(const plan::Graph& graph, const plan::UnitPlan& units,
                 const std::vector<UnitLayout>& layouts, const plan::Schedule& schedule,
                 const plan::ScheduleOp& sop);
 
@@ -64,7 +64,6 @@ class GraphOperands {
   Operand operand(int slot, int64_t offset, int64_t numel) const;
 
   const plan::Graph& g_;
-  const plan::Policy& p_;
   const plan::UnitPlan& up_;
   const std::vector<UnitLayout>& layouts_;
   const plan::Schedule& s_;

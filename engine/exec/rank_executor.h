@@ -1,11 +1,12 @@
 // Executes one rank's plan::Schedule for real on the CPU (docs/schedule.md's
-// execution rules 1-5): the host thread runs the actions in order; every other
-// stream is a thread running its ops in launch order after their waits;
-// collectives go through the communicator one at a time per process group in
-// sequence order; every buffer comes from alloc/'s CachingAllocator over
-// HostBacking (real memory) in host order, so allocated bytes follow the plan
-// exactly as the simulator's do. The executor has no FSDP logic: what each op
-// does follows from its kind and its buffers (engine/exec/layout.h).
+// execution rules 1-5): the host side (actions in order, buffers from alloc/'s
+// CachingAllocator over HostBacking, i.e. real memory, accounting and
+// recording) is the shared ScheduleRunner (schedule_runner.h); this class is
+// its CPU backend: every stream but the host is a thread running its ops in
+// launch order after their waits; collectives go through the communicator one
+// at a time per process group in sequence order. The executor has no FSDP
+// logic: what each op does follows from its kind, its purpose and its
+// buffers' roles (engine/exec/layout.h).
 //
 // Numerics: fp32 math. A buffer whose plan size is 2 bytes per element holds
 // bf16/fp16 values (the policy's param or reduce dtype); ops convert it to
@@ -30,6 +31,7 @@
 #include "engine/exec/data.h"
 #include "engine/exec/exec_error.h"
 #include "engine/exec/layout.h"
+#include "engine/exec/schedule_runner.h"
 #include "plan/policy.h"
 #include "plan/schedule.h"
 #include "traces/trace.h"
@@ -78,13 +80,13 @@ struct StepOutcome {
   int64_t start_ns = 0, end_ns = 0;
 };
 
-class RankExecutor {
+class RankExecutor : private RunnerBackend {
  public:
   // The schedule must be this rank's (schedule.rank == comm.rank()). Groups of
   // the communicator are the schedule's groups, in the same order.
   RankExecutor(const plan::Graph& graph, const plan::Policy& policy, const plan::UnitPlan& units,
                const plan::Schedule& schedule, comm::Communicator& comm, const DataSource& data);
-  ~RankExecutor();
+  ~RankExecutor() override;
   RankExecutor(const RankExecutor&) = delete;
   RankExecutor& operator=(const RankExecutor&) = delete;
 
@@ -99,12 +101,12 @@ class RankExecutor {
   StepOutcome run_step(int64_t step);
 
   // Recorded trace of this rank (events, memory, steps) on its host clock.
-  traces::Trace& trace() { return trace_; }
+  traces::Trace& trace() { return runner_.trace(); }
   int64_t optimizer_steps() const { return optimizer_steps_; }
   void set_optimizer_steps(int64_t n) { optimizer_steps_ = n; }
   LossScaler& loss_scaler() { return scaler_; }
-  int64_t peak_allocated_bytes() const { return peak_allocated_; }
-  int64_t persistent_allocated_bytes() const { return persistent_allocated_; }
+  int64_t peak_allocated_bytes() const { return runner_.peak_allocated_bytes(); }
+  int64_t persistent_allocated_bytes() const { return runner_.persistent_allocated_bytes(); }
   const alloc::CachingAllocator& allocator() const { return allocator_; }
 
   // Views of the persistent state (fp32 shards: parameters, gradients,
@@ -116,13 +118,10 @@ class RankExecutor {
   const plan::Schedule& schedule() const { return s_; }
 
  private:
-  enum class Init : uint8_t { none, zero, data };
   struct Task {
     int op = -1;
-    std::vector<void*> ptrs;  // parallel to ScheduleOp::buffers
-    std::vector<Init> init;   // per buffer: what its first user does first
-    int scalar = 0;           // all_reduce of a scalar: 1 found_inf, 2 norm^2
-    int scale_kind = 0;       // grad_scale: 1 unscale, 2 clip
+    std::vector<void*> ptrs;     // parallel to ScheduleOp::buffers
+    std::vector<FirstUse> init;  // per buffer: what its first user does first
   };
   struct Stream {
     std::thread thread;
@@ -138,13 +137,18 @@ class RankExecutor {
   void fail(const std::string& message);
   void check_failed();
 
-  // host side
-  void host_launch(int op);
-  void host_alloc(int buffer, int64_t now);
-  void host_free(int buffer, const plan::SmallVector<int, 4>& pending, int64_t now);
-  void drain_completed();
-  int elem_bytes(int buffer) const;  // 4, 2 or 8 (i64 inputs)
-  plan::DType buffer_dtype(int buffer) const;
+  // RunnerBackend (the host side)
+  void before_action() override { check_failed(); }
+  void poll_completions() override;
+  std::vector<alloc::EventId> free_events(int buffer,
+                                          const plan::SmallVector<int, 4>& pending) override;
+  void launch(int op, LaunchBuffers&& buffers) override;
+  void host_wait(int op) override { wait_ops({op}); }
+  void* host_memory(int buffer, size_t bytes) override;
+  void zero_persistent(void* address, size_t bytes) override;
+  plan::DType buffer_dtype(int buffer) const {
+    return s_.buffers[static_cast<size_t>(buffer)].dtype;
+  }
 
   const plan::Graph& g_;
   const plan::Policy& p_;
@@ -158,10 +162,7 @@ class RankExecutor {
 
   alloc::HostBacking backing_;
   alloc::CachingAllocator allocator_;
-  std::vector<std::optional<alloc::Allocation>> live_;  // per buffer
-  std::vector<std::vector<float>> host_bufs_;           // on_host buffers
-  std::vector<Init> pending_init_;                      // per buffer, until its first user
-  int64_t allocated_ = 0, peak_allocated_ = 0, persistent_allocated_ = 0;
+  std::vector<std::vector<float>> host_bufs_;  // on_host buffers (host_memory)
 
   // threads
   std::mutex mu_;
@@ -180,12 +181,10 @@ class RankExecutor {
   double micro_loss_sum_ = 0;
   float dloss_ = 1.0f;
   double found_inf_ = 0, norm_sq_ = 0, grad_norm_ = -1;
-  bool unscaled_ = false;
   int64_t optimizer_steps_ = 0;
   LossScaler scaler_;
 
-  traces::Trace trace_;
-  std::vector<uint32_t> lanes_;
+  ScheduleRunner runner_;  // after allocator_ (it holds a reference)
 };
 
 }  // namespace shardscope::engine::exec

@@ -7,33 +7,6 @@
 
 namespace shardscope::engine::exec {
 
-bool accumulates(const plan::Buffer& b) {
-  const std::string what = b.what;
-  return what == "grad" || what == "unsharded_grad" || what == "accum_grad";
-}
-
-bool is_data_input(const plan::Buffer& b) {
-  return std::string(b.what) == "input";
-}
-
-plan::DType buffer_dtype(const plan::Graph& g, const plan::Policy& p, const plan::Buffer& b) {
-  if (b.tensor >= 0 && !plan::is_floating(g.tensors[static_cast<size_t>(b.tensor)].dtype))
-    return g.tensors[static_cast<size_t>(b.tensor)].dtype;
-  const std::string what = b.what;
-  const bool reduce = what == "rs_in" || what == "rs_out" || what == "accum_grad";
-  const plan::DType low = reduce ? p.mixed_precision.reduce_dtype : p.mixed_precision.param_dtype;
-  switch (b.category) {
-    case plan::BufferCategory::parameters:
-    case plan::BufferCategory::gradients:
-    case plan::BufferCategory::optimizer_state:
-      return plan::DType::f32;
-    default:
-      break;
-  }
-  if (what == "h2d_shard") return plan::DType::f32;
-  return low;
-}
-
 std::string op_event_name(const plan::Graph& g, const plan::UnitPlan& up,
                           const plan::ScheduleOp& op) {
   if (op.graph_op >= 0)
@@ -47,6 +20,13 @@ std::string op_event_type(const plan::Graph& g, const plan::ScheduleOp& op) {
                           : plan::op_kind_name(op.kind);
 }
 
+std::string op_label(const plan::Graph& g, const plan::UnitPlan& up, const plan::Schedule& s,
+                     int index) {
+  const plan::ScheduleOp& op = s.ops[static_cast<size_t>(index)];
+  return "op " + std::to_string(index) + " (" + plan::op_kind_name(op.kind) + " " +
+         op_event_name(g, up, op) + ", stream " + s.streams[static_cast<size_t>(op.stream)] + ")";
+}
+
 GroupIndices group_indices(const plan::Schedule& s) {
   GroupIndices gi;
   for (size_t i = 0; i < s.groups.size(); ++i) {
@@ -54,11 +34,11 @@ GroupIndices group_indices(const plan::Schedule& s) {
     const auto it = std::find(grp.ranks.begin(), grp.ranks.end(), s.rank);
     if (it == grp.ranks.end()) continue;
     const auto idx = static_cast<int64_t>(it - grp.ranks.begin());
-    if (grp.name.rfind("shard", 0) == 0) {
+    if (grp.role == plan::GroupRole::shard) {
       gi.shard_index = idx;
       gi.shard_group = static_cast<int>(i);
     }
-    if (grp.name.rfind("reshard", 0) == 0) gi.reshard_index = idx;
+    if (grp.role == plan::GroupRole::reshard) gi.reshard_index = idx;
   }
   if (s.world.shard_group_size == 1) gi.shard_index = 0;
   return gi;

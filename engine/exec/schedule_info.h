@@ -1,10 +1,9 @@
 // What every executor of a plan::Schedule (the CPU engine's RankExecutor, the
 // CUDA engine's CudaRankExecutor) derives from the schedule the same way, so
-// that their traces, dtypes and initial weights agree by construction:
+// that their traces and initial weights agree by construction (buffer
+// dtypes, roles and op purposes are the schedule's own: plan/schedule.h):
 //  - trace vocabulary: event name and op type per schedule op (lane kinds,
 //    event and memory categories: plan/trace_vocabulary.h, shared with sim/);
-//  - element type of every buffer under the policy's mixed precision;
-//  - which buffers are zeroed or filled with data by their first user;
 //  - this rank's index in its shard and reshard groups;
 //  - initial parameter values of a unit (engine/exec/data.h initial_value).
 #pragma once
@@ -23,25 +22,17 @@
 
 namespace shardscope::engine::exec {
 
-// Ops add into this buffer (gradients): its first user zeroes it first.
-bool accumulates(const plan::Buffer& buffer);
-// A graph input filled from the DataSource by its first user.
-bool is_data_input(const plan::Buffer& buffer);
-
-// Element type of a buffer: integer graph tensors keep theirs; persistent
-// shards (parameters, gradients, optimizer state) and offload staging are
-// fp32; reduce-scatter staging and no-sync accumulators take the reduce
-// dtype; everything else the param dtype.
-plan::DType buffer_dtype(const plan::Graph& graph, const plan::Policy& policy,
-                         const plan::Buffer& buffer);
-
 // Trace name of a schedule op ("h.0.mlp.fc.forward", "all_gather h.0") and
 // its op type (the graph op's type, else the op kind's name).
 std::string op_event_name(const plan::Graph& graph, const plan::UnitPlan& units,
                           const plan::ScheduleOp& op);
 std::string op_event_type(const plan::Graph& graph, const plan::ScheduleOp& op);
+// "op N (<kind> <event name>, stream <stream>)" for messages.
+std::string op_label(const plan::Graph& graph, const plan::UnitPlan& units,
+                     const plan::Schedule& schedule, int op);
 
-// This rank's position in the process groups the FSDP ops use.
+// This rank's position in the process groups the FSDP ops use (found by
+// plan::GroupRole).
 struct GroupIndices {
   int64_t shard_index = 0;    // index in its shard group (0 when unsharded)
   int64_t reshard_index = 0;  // index in its reshard group (fsdp2 reshard_after_forward=k)

@@ -285,8 +285,7 @@ TEST_CASE("gradient accumulation without sync: all-gathers every micro-step, one
   CHECK(count_ops(s, plan::OpKind::reduce_scatter) == 3);
   // The unsharded accumulators are allocated once per unit, in reduce dtype.
   int accum = 0;
-  for (const plan::Buffer& b : s.buffers)
-    accum += std::string(b.what).find("accum_grad") != std::string::npos;
+  for (const plan::Buffer& b : s.buffers) accum += b.role == plan::BufferRole::accum_grad;
   CHECK(accum == 3);
 }
 

@@ -41,7 +41,7 @@ class ScheduleBuilder {
     s.streams = {"host", "compute", "all_gather", "reduce_scatter"};
     s.stream_roles = {plan::StreamRole::host, plan::StreamRole::compute,
                       plan::StreamRole::all_gather, plan::StreamRole::reduce_scatter};
-    s.groups = {plan::ProcessGroup{"shard0", {0, 1}}};
+    s.groups = {plan::ProcessGroup{"shard0", {0, 1}, plan::GroupRole::shard}};
   }
   static constexpr int kCompute = 1, kAllGather = 2, kReduceScatter = 3;
 
@@ -67,12 +67,11 @@ class ScheduleBuilder {
   void host_wait(int op_index) {
     s.actions.push_back(plan::Action{plan::ActionKind::host_wait, op_index, -1, {}});
   }
-  int buffer(const char* name, int64_t bytes, plan::BufferCategory c, int unit = -1,
-             bool persistent = false) {
+  int buffer(plan::BufferRole role, int64_t bytes, int unit = -1, bool persistent = false) {
     plan::Buffer b;
-    b.what = name;  // a literal: Buffer::what
+    b.role = role;
     b.bytes = bytes;
-    b.category = c;
+    b.category = plan::buffer_role_category(role);
     b.stream = kCompute;
     b.unit = unit;
     b.persistent = persistent;

@@ -181,10 +181,10 @@ TEST_CASE("peak allocated is the sum of the live buffers worked out by hand", "[
   // Peak by category: parameters 1024, activations 6144; by unit: u0 holds a
   // and p (3072), b has no unit (4096).
   ScheduleBuilder b;
-  int p = b.buffer("p", 1024, plan::BufferCategory::parameters, 0, true);
-  int a = b.buffer("a", 2048, plan::BufferCategory::activations, 0);
-  int bb = b.buffer("b", 4096, plan::BufferCategory::activations);
-  int c = b.buffer("c", 1536, plan::BufferCategory::activations);
+  int p = b.buffer(plan::BufferRole::param_shard, 1024, 0, true);
+  int a = b.buffer(plan::BufferRole::activation, 2048, 0);
+  int bb = b.buffer(plan::BufferRole::activation, 4096);
+  int c = b.buffer(plan::BufferRole::activation, 1536);
   (void)p;
   b.alloc(a);
   b.alloc(bb);
@@ -205,13 +205,13 @@ TEST_CASE("peak allocated is the sum of the live buffers worked out by hand", "[
 TEST_CASE("out of memory is a result naming the buffer, not a crash", "[sim][memory]") {
   // 4 MiB of device memory; an 8 MiB buffer needs a 20 MiB large-pool segment.
   ScheduleBuilder b;
-  int big = b.buffer("big", int64_t{8} << 20, plan::BufferCategory::unsharded_params);
+  int big = b.buffer(plan::BufferRole::unsharded, int64_t{8} << 20);
   b.alloc(big);
   b.launch(OpKind::grad_scale, ScheduleBuilder::kCompute, 100);
   b.free(big);
   sim::SimResult r = run(b.s, test::unit_hardware(), int64_t{4} << 20);
   CHECK_FALSE(r.fits);
-  CHECK(r.oom_buffer == "big");
+  CHECK(r.oom_buffer == "unsharded");  // buffer_name: the role, no unit, no micro-step
   CHECK(r.oom_bytes == (int64_t{8} << 20));
 }
 
@@ -232,8 +232,8 @@ TEST_CASE("out of memory first blocks the host until pending frees complete", "[
   // never exceeds 12 MiB.
   ScheduleBuilder b;
   const int64_t mib = int64_t{1} << 20;
-  int a = b.buffer("a", 12 * mib, plan::BufferCategory::activations);
-  int bb = b.buffer("b", 12 * mib, plan::BufferCategory::activations);
+  int a = b.buffer(plan::BufferRole::activation, 12 * mib);
+  int bb = b.buffer(plan::BufferRole::activation, 12 * mib);
   b.alloc(a);
   int user = b.launch(OpKind::grad_accumulate, ScheduleBuilder::kReduceScatter, 1000);
   b.free(a, {user});

@@ -41,26 +41,13 @@ CudaRankExecutor::CudaRankExecutor(const plan::Graph& graph, const plan::Policy&
   scaler_ = exec::LossScaler::from_policy(p_);
 
   const size_t nb = s_.buffers.size(), no = s_.ops.size();
-  live_.resize(nb);
-  host_bufs_.assign(nb, nullptr);
   input_staging_.assign(nb, nullptr);
-  pending_init_.assign(nb, Init::none);
   d2h_staging_.assign(no, nullptr);
   d2h_pending_.assign(no, 0);
-  scale_kind_.assign(no, 0);
   host_op_start_.assign(no, 0);
   host_op_end_.assign(no, 0);
 
-  // Recording: one lane per stream, named after the schedule's streams.
-  trace_.meta.source = traces::Source::engine_cuda;
-  traces::RankTrace& r = trace_.add_rank(s_.rank);
-  r.device = opts_.device;
-  for (size_t i = 0; i < s_.streams.size(); ++i)
-    lanes_.push_back(trace_.add_lane(r, s_.streams[i], plan::trace_lane_kind(s_.stream_roles[i]),
-                                     static_cast<int32_t>(i)));
-
   try {
-    classify_ops();
     create_streams_and_events();
     size_workspaces();
     upload_layouts();
@@ -81,7 +68,16 @@ CudaRankExecutor::CudaRankExecutor(const plan::Graph& graph, const plan::Policy&
     events_ = std::make_unique<CudaEventSource>(pool_streams);
     events_->set_allocator(allocator_.get());
     allocator_->set_event_source(events_.get());
-    allocate_persistent();
+    // Recording (one lane per schedule stream), buffers and the step's actions.
+    runner_ = std::make_unique<exec::ScheduleRunner>(g_, up_, s_, *allocator_,
+                                                     static_cast<exec::RunnerBackend&>(*this),
+                                                     traces::Source::engine_cuda,
+                                                     /*label_errors=*/true);
+    runner_->rank_trace().device = opts_.device;
+    classify_ops();
+    // Persistent buffers exist before the first step (zeroed): device ones
+    // from the allocator, host ones (cpu_offload) pinned.
+    runner_->allocate_persistent();
     // Start-up copies and memsets ran on the legacy default stream, which the
     // non-blocking streams do not wait for.
     SS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -102,6 +98,7 @@ void CudaRankExecutor::release_resources() noexcept {
   // is leaked instead (the process is going down with its context anyway).
   const bool healthy = cudaDeviceSynchronize() == cudaSuccess;
   (void)cudaGetLastError();
+  runner_.reset();
   if (healthy) {
     allocator_.reset();
   } else {
@@ -149,31 +146,28 @@ void* CudaRankExecutor::pinned_alloc(size_t bytes) {
   return p;
 }
 
-// Scalar all-reduces (which scalar, produced where), the d2h invariant and
-// the all-gather outputs to zero under emulated peers.
+// Scalar all-reduces (where their producer ran), the d2h invariant and the
+// all-gather outputs to zero under emulated peers (only this rank's slot is
+// ever written there). Needs the runner.
 void CudaRankExecutor::classify_ops() {
   const size_t no = s_.ops.size();
-  scalar_kind_.assign(no, 0);
   scalar_from_host_.assign(no, 0);
-  zero_at_alloc_.assign(s_.buffers.size(), 0);
   const bool emulated = std::strcmp(comm_.kind(), "emulated") == 0;
   std::vector<int> d2h_into(s_.buffers.size(), 0);
   for (size_t i = 0; i < no; ++i) {
     const plan::ScheduleOp& op = s_.ops[i];
     // The output is the last buffer (fsdp2's in-place all-gather has only it).
     if (emulated && op.kind == OpKind::all_gather && !op.buffers.empty())
-      zero_at_alloc_[static_cast<size_t>(op.buffers.back())] = 1;
+      runner_->zero_at_alloc(op.buffers.back());
     if (op.kind == OpKind::all_reduce && op.buffers.empty()) {
-      for (int w : op.waits) {
-        const OpKind k = s_.ops[static_cast<size_t>(w)].kind;
-        if (k == OpKind::inf_check) scalar_kind_[i] = 1;
-        if (k == OpKind::grad_norm) scalar_kind_[i] = 2;
-        if (k == OpKind::inf_check || k == OpKind::grad_norm)
-          scalar_from_host_[i] = on_host_stream(w) ? 1 : 0;
-      }
-      if (scalar_kind_[i] == 0)
+      if (op.purpose != plan::OpPurpose::inf_flag && op.purpose != plan::OpPurpose::norm_sq)
         throw ExecError("scalar all-reduce " + std::to_string(i) +
-                        " follows neither an inf check nor a norm");
+                        " carries neither an inf flag nor a squared norm");
+      const OpKind producer =
+          op.purpose == plan::OpPurpose::inf_flag ? OpKind::inf_check : OpKind::grad_norm;
+      for (int w : op.waits)
+        if (s_.ops[static_cast<size_t>(w)].kind == producer)
+          scalar_from_host_[i] = on_host_stream(w) ? 1 : 0;
     }
     if (op.kind == OpKind::d2h && op.buffers.size() >= 2 &&
         ++d2h_into[static_cast<size_t>(op.buffers[1])] > 1)
@@ -268,7 +262,7 @@ void CudaRankExecutor::upload_layouts() {
 void CudaRankExecutor::prepare_staging() {
   for (size_t b = 0; b < s_.buffers.size(); ++b) {
     const plan::Buffer& buf = s_.buffers[b];
-    if (exec::is_data_input(buf) && !buf.on_host)
+    if (buf.role == plan::BufferRole::input && !buf.on_host)
       input_staging_[b] = pinned_alloc(static_cast<size_t>(buf.bytes));
   }
   for (size_t i = 0; i < s_.ops.size(); ++i) {
@@ -281,39 +275,10 @@ void CudaRankExecutor::prepare_staging() {
   }
 }
 
-// Persistent buffers exist before the first step (zeroed): device ones from
-// the allocator, host ones (cpu_offload) pinned.
-void CudaRankExecutor::allocate_persistent() {
-  for (size_t b = 0; b < s_.buffers.size(); ++b) {
-    const plan::Buffer& buf = s_.buffers[b];
-    if (!buf.persistent) continue;
-    if (buf.on_host) {
-      host_bufs_[b] = pinned_alloc(static_cast<size_t>(buf.bytes));
-      continue;
-    }
-    host_alloc(static_cast<int>(b), profiler::host_now_ns());
-    pending_init_[b] = Init::none;
-    SS_CUDA_CHECK(
-        cudaMemset(reinterpret_cast<void*>(live_[b]->address), 0, static_cast<size_t>(buf.bytes)));
-  }
-  persistent_allocated_ = allocated_;
-}
-
 // ---- small helpers ---------------------------------------------------------------
-
-plan::DType CudaRankExecutor::dtype_of(int buffer) const {
-  return exec::buffer_dtype(g_, p_, s_.buffers[static_cast<size_t>(buffer)]);
-}
 
 int64_t CudaRankExecutor::elems_of(int buffer) const {
   return s_.buffers[static_cast<size_t>(buffer)].bytes / plan::dtype_bytes(dtype_of(buffer));
-}
-
-std::string CudaRankExecutor::op_label(int index) const {
-  const plan::ScheduleOp& op = s_.ops[static_cast<size_t>(index)];
-  return "op " + std::to_string(index) + " (" + plan::op_kind_name(op.kind) + " " +
-         exec::op_event_name(g_, up_, op) + ", stream " +
-         s_.streams[static_cast<size_t>(op.stream)] + ")";
 }
 
 int64_t CudaRankExecutor::peak_reserved_bytes() const {

@@ -60,7 +60,7 @@ void CudaRankExecutor::run_fsdp_op(int index, const plan::ScheduleOp& op,
       const int64_t n_src = elems(0), n_dst = elems(1);
       int64_t offset = 0;
       if (n_dst > n_src) {
-        const bool slice = std::strcmp(buf(0).what, "post_fwd_slice") == 0;
+        const bool slice = buf(0).role == plan::BufferRole::post_fwd_slice;
         offset = (slice ? reshard_index_ : shard_index_) * n_src;
       }
       if (offset + n_src > n_dst)
@@ -179,12 +179,14 @@ void CudaRankExecutor::run_fsdp_op(int index, const plan::ScheduleOp& op,
       return;
     }
     case OpKind::grad_scale: {
-      if (scale_kind_[static_cast<size_t>(index)] == 1) {  // unscale by the loss scale
+      if (op.purpose == plan::OpPurpose::unscale) {  // unscale by the loss scale
         const auto factor = static_cast<float>(1.0 / scaler_.scale);
         if (factor == 1.0f) return;
         for (size_t i = 0; i < nbuf; ++i) scale_inplace(s, dev(i), elems(i), factor, nullptr);
         return;
       }
+      if (op.purpose != plan::OpPurpose::clip)
+        throw ExecError("grad_scale without an unscale or clip purpose");
       // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1.
       clip_factor(s, &scalars_->norm_sq, *p_.grad_clip_norm, &scalars_->clip);
       for (size_t i = 0; i < nbuf; ++i) scale_inplace(s, dev(i), elems(i), 1.0f, &scalars_->clip);
@@ -212,7 +214,9 @@ void CudaRankExecutor::run_fsdp_op(int index, const plan::ScheduleOp& op,
       }
       return;
     }
-    default:
+    case OpKind::forward:  // graph ops: graph_op()
+    case OpKind::backward:
+    case OpKind::recompute:
       break;
   }
   throw ExecError(std::string("the CUDA engine cannot run op kind ") + plan::op_kind_name(op.kind) +
@@ -226,26 +230,25 @@ void CudaRankExecutor::run_fsdp_op(int index, const plan::ScheduleOp& op,
 // the host after the schedule's host_wait on this op).
 void CudaRankExecutor::run_scalar_all_reduce(int index, const plan::ScheduleOp& op,
                                              cudaStream_t s) {
-  const uint8_t kind = scalar_kind_[static_cast<size_t>(index)];
+  const bool inf = op.purpose == plan::OpPurpose::inf_flag;  // else norm_sq (check_schedule)
   const bool from_host = scalar_from_host_[static_cast<size_t>(index)] != 0;
-  float* value = kind == 1 ? &scalars_->found_inf : &scalars_->norm_sq_f32;
-  float* exchange = kind == 1 ? &exchange_->found_inf : &exchange_->norm_sq;
+  float* value = inf ? &scalars_->found_inf : &scalars_->norm_sq_f32;
+  float* exchange = inf ? &exchange_->found_inf : &exchange_->norm_sq;
   if (from_host) {
-    *exchange = static_cast<float>(kind == 1 ? host_found_inf_ : host_norm_sq_);
+    *exchange = static_cast<float>(inf ? host_found_inf_ : host_norm_sq_);
     SS_CUDA_CHECK(cudaMemcpyAsync(value, exchange, sizeof(float), cudaMemcpyHostToDevice, s));
-  } else if (kind == 2) {
+  } else if (!inf) {
     f64_to_f32(s, &scalars_->norm_sq, value);
   }
   comm_.all_reduce(op.group, value, 1, plan::DType::f32, comm::ReduceOp::sum, s);
-  if (kind == 2) f32_to_f64(s, value, &scalars_->norm_sq);
+  if (!inf) f32_to_f64(s, value, &scalars_->norm_sq);
   if (from_host)
     SS_CUDA_CHECK(cudaMemcpyAsync(exchange, value, sizeof(float), cudaMemcpyDeviceToHost, s));
 }
 
 // Host-stream ops (cpu_offload): the optimizer step's numerics and update on
 // the pinned fp32 host shards, as the CPU engine runs them.
-void CudaRankExecutor::run_host_op(int index, const plan::ScheduleOp& op,
-                                   const std::vector<void*>& ptrs) {
+void CudaRankExecutor::run_host_op(const plan::ScheduleOp& op, const std::vector<void*>& ptrs) {
   const size_t nbuf = op.buffers.size();
   auto host_f32 = [&](size_t i) {
     const plan::Buffer& b = s_.buffers[static_cast<size_t>(op.buffers[i])];
@@ -272,12 +275,14 @@ void CudaRankExecutor::run_host_op(int index, const plan::ScheduleOp& op,
     }
     case OpKind::grad_scale: {
       float factor = 1.0f;
-      if (scale_kind_[static_cast<size_t>(index)] == 1) {
+      if (op.purpose == plan::OpPurpose::unscale) {
         factor = static_cast<float>(1.0 / scaler_.scale);
-      } else {
+      } else if (op.purpose == plan::OpPurpose::clip) {
         grad_norm_ = std::sqrt(host_norm_sq_);
         const double coef = *p_.grad_clip_norm / (grad_norm_ + 1e-6);
         factor = static_cast<float>(std::min(coef, 1.0));
+      } else {
+        throw ExecError("grad_scale without an unscale or clip purpose");
       }
       if (factor == 1.0f) return;
       for (size_t i = 0; i < nbuf; ++i) cpu::scale_inplace(host_f32(i), elems(i), factor);
@@ -304,7 +309,19 @@ void CudaRankExecutor::run_host_op(int index, const plan::ScheduleOp& op,
       }
       return;
     }
-    default:
+    case OpKind::forward:  // the host runs only the offloaded optimizer step
+    case OpKind::backward:
+    case OpKind::recompute:
+    case OpKind::cast_params:
+    case OpKind::copy_out:
+    case OpKind::reshard_copy:
+    case OpKind::all_gather:
+    case OpKind::reduce_scatter:
+    case OpKind::all_reduce:
+    case OpKind::grad_cast:
+    case OpKind::grad_accumulate:
+    case OpKind::h2d:
+    case OpKind::d2h:
       break;
   }
   throw ExecError(std::string("the CUDA engine cannot run op kind ") + plan::op_kind_name(op.kind) +
@@ -320,7 +337,7 @@ void CudaRankExecutor::finish_d2h(int index) {
   const int64_t n = std::min(elems_of(src), elems_of(dst));
   std::vector<float> values(static_cast<size_t>(n));
   exec::load_f32(d2h_staging_[static_cast<size_t>(index)], dtype_of(src), values.data(), n);
-  auto* out = static_cast<float*>(host_bufs_[static_cast<size_t>(dst)]);
+  auto* out = static_cast<float*>(runner_->address(dst));
   for (int64_t j = 0; j < n; ++j) out[j] += values[static_cast<size_t>(j)];
 }
 

@@ -32,7 +32,7 @@ size_t align_up(size_t bytes) {
 
 size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
                                   const std::vector<void*>* ptrs, cudaStream_t s) {
-  const exec::GraphOperands o(g_, p_, up_, layouts_, s_, sop);
+  const exec::GraphOperands o(g_, up_, layouts_, s_, sop);
   const plan::Op& op = o.op();
   const bool backward = o.backward();
   const bool sizing = ptrs == nullptr;

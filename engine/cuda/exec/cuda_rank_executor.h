@@ -1,5 +1,8 @@
 // Executes one rank's plan::Schedule on one GPU, as engine/exec's
-// RankExecutor does on the CPU (docs/schedule.md's execution rules 1-5):
+// RankExecutor does on the CPU (docs/schedule.md's execution rules 1-5). The
+// host side (actions in order, allocator accounting, first-use rules,
+// recording) is the shared exec::ScheduleRunner; this class is its CUDA
+// backend:
 //
 //  - streams: one CUDA stream per schedule stream but the host
 //    (cudaStreamNonBlocking; communication roles at the greatest priority);
@@ -53,6 +56,8 @@
 #include "engine/exec/exec_error.h"
 #include "engine/exec/layout.h"
 #include "engine/exec/rank_executor.h"
+#include "engine/exec/schedule_info.h"
+#include "engine/exec/schedule_runner.h"
 #include "plan/schedule.h"
 #include "profiler/cupti/cupti_recorder.h"
 #include "traces/trace.h"
@@ -75,7 +80,7 @@ struct CudaExecOptions {
   AttentionKernel attention_kernel = AttentionKernel::simt;
 };
 
-class CudaRankExecutor {
+class CudaRankExecutor : private exec::RunnerBackend {
  public:
   // The device must be current (cudaSetDevice(options.device)). The schedule
   // must be this rank's; the communicator's groups are the schedule's.
@@ -83,7 +88,7 @@ class CudaRankExecutor {
                    const plan::UnitPlan& units, const plan::Schedule& schedule,
                    DeviceCommunicator& comm, const exec::DataSource& data,
                    const CudaExecOptions& options);
-  ~CudaRankExecutor();
+  ~CudaRankExecutor() override;
   CudaRankExecutor(const CudaRankExecutor&) = delete;
   CudaRankExecutor& operator=(const CudaRankExecutor&) = delete;
 
@@ -99,12 +104,12 @@ class CudaRankExecutor {
   // Runs training step `step` (0-based: global batch `step`).
   exec::StepOutcome run_step(int64_t step);
 
-  traces::Trace& trace() { return trace_; }
+  traces::Trace& trace() { return runner_->trace(); }
   int64_t optimizer_steps() const { return optimizer_steps_; }
   exec::LossScaler& loss_scaler() { return scaler_; }
-  int64_t peak_allocated_bytes() const { return peak_allocated_; }
+  int64_t peak_allocated_bytes() const { return runner_->peak_allocated_bytes(); }
   int64_t peak_reserved_bytes() const;
-  int64_t persistent_allocated_bytes() const { return persistent_allocated_; }
+  int64_t persistent_allocated_bytes() const { return runner_->persistent_allocated_bytes(); }
   const alloc::CachingAllocator& allocator() const { return *allocator_; }
   const CudaBacking& backing() const { return *backing_; }
   // Device bytes the executor holds outside the allocator (workspaces,
@@ -130,7 +135,6 @@ class CudaRankExecutor {
   profiler::TraceMapping trace_mapping(const profiler::CuptiRecorder& recorder) const;
 
  private:
-  enum class Init : uint8_t { none, zero, data };
   // Device scalars of one step (one cudaMalloc; zeroed at the step's start).
   static constexpr int kMaxStreams = 16;
   struct StepScalars {
@@ -155,20 +159,23 @@ class CudaRankExecutor {
   void create_streams_and_events();
   void size_workspaces();
   void upload_layouts();
-  void allocate_persistent();
   void prepare_staging();
   void classify_ops();
 
-  // host side
-  void host_launch(int op);
-  void host_alloc(int buffer, int64_t now);
-  void host_free(int buffer, const plan::SmallVector<int, 4>& pending, int64_t now);
-  void host_wait(int op);
-  void first_use(int op, const std::vector<void*>& ptrs, const std::vector<Init>& init,
+  // RunnerBackend (the host side)
+  void poll_completions() override { events_->poll(); }
+  std::vector<alloc::EventId> free_events(int buffer,
+                                          const plan::SmallVector<int, 4>& pending) override;
+  void launch(int op, exec::LaunchBuffers&& buffers) override;
+  void host_wait(int op) override;
+  void* host_memory(int buffer, size_t bytes) override;
+  void zero_persistent(void* address, size_t bytes) override;
+  void allocated(int buffer, const alloc::Allocation& a) override;
+
+  void first_use(int op, const std::vector<void*>& ptrs, const std::vector<exec::FirstUse>& init,
                  cudaStream_t stream);
   void finish_d2h(int op);
   void check_error_flags() const;
-  void record_step_trace(int64_t step, int64_t t0, int64_t t_end);
 
   // Op bodies (on the op's stream). graph_op with ptrs == nullptr launches
   // nothing and returns the stream workspace bytes the op needs.
@@ -177,17 +184,17 @@ class CudaRankExecutor {
   void run_fsdp_op(int index, const plan::ScheduleOp& op, const std::vector<void*>& ptrs,
                    cudaStream_t s);
   void run_scalar_all_reduce(int index, const plan::ScheduleOp& op, cudaStream_t s);
-  void run_host_op(int index, const plan::ScheduleOp& op, const std::vector<void*>& ptrs);
+  void run_host_op(const plan::ScheduleOp& op, const std::vector<void*>& ptrs);
 
   bool on_host_stream(int op) const {
     return s_.stream_roles[static_cast<size_t>(s_.ops[static_cast<size_t>(op)].stream)] ==
            plan::StreamRole::host;
   }
-  plan::DType dtype_of(int buffer) const;
+  plan::DType dtype_of(int buffer) const { return s_.buffers[static_cast<size_t>(buffer)].dtype; }
   int64_t elems_of(int buffer) const;
-  std::string op_label(int op) const;  // "op N (kind name, stream S)"
-  void* device_alloc(size_t bytes);    // cudaMalloc outside the allocator (other memory)
-  void* pinned_alloc(size_t bytes);    // cudaHostAlloc, zeroed
+  std::string op_label(int op) const { return exec::op_label(g_, up_, s_, op); }
+  void* device_alloc(size_t bytes);  // cudaMalloc outside the allocator (other memory)
+  void* pinned_alloc(size_t bytes);  // cudaHostAlloc, zeroed
 
   const plan::Graph& g_;
   const plan::Policy& p_;
@@ -227,24 +234,16 @@ class CudaRankExecutor {
   std::unique_ptr<alloc::CachingAllocator> allocator_;
   std::unique_ptr<CudaEventSource> events_;
   std::map<uint64_t, std::pair<uint64_t, traces::MemoryCategory>> segments_;  // base -> end, cat
+  size_t segments_seen_ = 0;  // entries of backing_->segment_history() in segments_
+  std::unique_ptr<exec::ScheduleRunner> runner_;  // after allocator_ (it holds a reference)
 
-  std::vector<std::optional<alloc::Allocation>> live_;  // per buffer (device)
-  std::vector<void*> host_bufs_;                        // per buffer (on_host: pinned)
-  std::vector<void*> input_staging_;                    // per buffer: pinned data of graph inputs
+  std::vector<void*> input_staging_;       // per buffer: pinned data of graph inputs
   std::vector<void*> d2h_staging_;         // per op: pinned landing of non-fp32 d2h copies
-  std::vector<Init> pending_init_;         // per buffer, until its first user
   std::vector<uint8_t> d2h_pending_;       // per op: staged copy not yet added on the host
-  std::vector<uint8_t> scalar_kind_;       // per op: scalar all-reduce of 1 found_inf, 2 norm^2
-  std::vector<uint8_t> scalar_from_host_;  // per op: its producer ran on the host
-  std::vector<uint8_t> scale_kind_;        // per op: grad_scale 1 unscale, 2 clip (at launch)
-  // Per buffer: an all-gather output under emulated peers, zeroed by its first
-  // user at each allocation (the other members' slots are never written).
-  std::vector<uint8_t> zero_at_alloc_;
-  int64_t allocated_ = 0, peak_allocated_ = 0, persistent_allocated_ = 0;
+  std::vector<uint8_t> scalar_from_host_;  // per op: its producer (inf check, norm) ran on the host
 
   // step state
   float dloss_ = 1.0f;
-  bool unscaled_ = false;
   bool inf_on_host_ = false, norm_on_host_ = false;
   double host_found_inf_ = 0, host_norm_sq_ = 0, grad_norm_ = -1;
   bool clipped_ = false;
@@ -252,9 +251,6 @@ class CudaRankExecutor {
   exec::LossScaler scaler_;
   int host_syncs_ = 0;
   std::vector<int64_t> host_op_start_, host_op_end_;  // host-stream ops (host clock)
-
-  traces::Trace trace_;
-  std::vector<uint32_t> lanes_;
 };
 
 }  // namespace shardscope::engine::cuda

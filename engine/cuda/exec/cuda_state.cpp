@@ -48,18 +48,11 @@ void CudaRankExecutor::init_weights(uint64_t seed) {
     const exec::UnitLayout& lay = layouts_[u];
     const int64_t s = lay.shard_numel();
     if (s == 0) continue;
-    int shard_buffer = -1;
-    for (size_t b = 0; b < s_.buffers.size(); ++b) {
-      const plan::Buffer& buf = s_.buffers[b];
-      if (buf.persistent && buf.unit == static_cast<int>(u) &&
-          buf.category == plan::BufferCategory::parameters)
-        shard_buffer = static_cast<int>(b);
-    }
+    const int shard_buffer =
+        runner_->persistent_buffer(plan::BufferRole::param_shard, static_cast<int>(u));
     if (shard_buffer < 0) throw ExecError("unit " + up_.units[u].name + " has no parameter shard");
     const bool host_shard = s_.buffers[static_cast<size_t>(shard_buffer)].on_host;
-    void* dst = host_shard
-                    ? host_bufs_[static_cast<size_t>(shard_buffer)]
-                    : reinterpret_cast<void*>(live_[static_cast<size_t>(shard_buffer)]->address);
+    void* dst = runner_->address(shard_buffer);
 
     if (emulated(comm_) || comm_.world_size() == 1) {
       // Nothing to receive: this rank's shard straight from the seed (the
@@ -111,17 +104,11 @@ std::vector<std::vector<float>> CudaRankExecutor::gather_full_params() {
     const exec::UnitLayout& lay = layouts_[u];
     const int64_t s = lay.shard_numel();
     if (s == 0) continue;
-    const void* shard = nullptr;
-    bool host_shard = false;
-    for (size_t b = 0; b < s_.buffers.size(); ++b) {
-      const plan::Buffer& buf = s_.buffers[b];
-      if (buf.persistent && buf.unit == static_cast<int>(u) &&
-          buf.category == plan::BufferCategory::parameters) {
-        host_shard = buf.on_host;
-        shard = host_shard ? host_bufs_[b] : reinterpret_cast<void*>(live_[b]->address);
-      }
-    }
-    if (!shard) throw ExecError("unit " + up_.units[u].name + " has no parameter shard");
+    const int shard_buffer =
+        runner_->persistent_buffer(plan::BufferRole::param_shard, static_cast<int>(u));
+    if (shard_buffer < 0) throw ExecError("unit " + up_.units[u].name + " has no parameter shard");
+    const bool host_shard = s_.buffers[static_cast<size_t>(shard_buffer)].on_host;
+    const void* shard = runner_->address(shard_buffer);
     DeviceScratch gathered_dev(static_cast<size_t>(lay.full_numel()) * sizeof(float));
     // Emulated peers fill only this rank's slot: the others read as zeros.
     if (emulated(comm_))

@@ -20,7 +20,6 @@
 namespace shardscope::engine::cuda {
 
 using exec::ExecError;
-using plan::ActionKind;
 using plan::OpKind;
 
 namespace {
@@ -72,52 +71,24 @@ void CudaRankExecutor::wait_device(cudaEvent_t event, const std::string& what) {
   }
 }
 
-// ---- memory ---------------------------------------------------------------------
+// ---- memory (RunnerBackend) --------------------------------------------------------
 
-void CudaRankExecutor::host_alloc(int buffer, int64_t now) {
-  const plan::Buffer& b = s_.buffers[static_cast<size_t>(buffer)];
-  if (b.on_host)
-    throw ExecError("buffer '" + plan::buffer_name(g_, b) +
-                    "' is a transient host buffer; the CUDA engine only has persistent ones");
-  if (live_[static_cast<size_t>(buffer)])
-    throw ExecError("buffer '" + plan::buffer_name(g_, b) + "' allocated twice");
-  events_->poll();  // blocks whose pending events completed become reusable
-  allocator_->set_time(now);
-  const size_t segments_before = backing_->segment_history().size();
-  alloc::Allocation a;
-  try {
-    a = allocator_->allocate(static_cast<uint64_t>(b.bytes), static_cast<alloc::StreamId>(b.stream),
-                             static_cast<uint32_t>(b.category));
-  } catch (const alloc::OutOfMemory& e) {
-    throw ExecError("rank " + std::to_string(s_.rank) + ": out of memory allocating '" +
-                    plan::buffer_name(g_, b) + "': " + e.what());
-  }
-  const traces::MemoryCategory category = plan::trace_memory_category(b.category);
+// The segments the allocation made the allocator reserve take its category
+// (category_at: CUPTI's memory records are mapped through them).
+void CudaRankExecutor::allocated(int buffer, const alloc::Allocation& /*a*/) {
+  const traces::MemoryCategory category =
+      plan::trace_memory_category(s_.buffers[static_cast<size_t>(buffer)].category);
   const auto& history = backing_->segment_history();
-  for (size_t i = segments_before; i < history.size(); ++i)
-    segments_[history[i].base] = {history[i].base + history[i].bytes, category};
-  live_[static_cast<size_t>(buffer)] = a;
-  allocated_ += static_cast<int64_t>(a.bytes);
-  peak_allocated_ = std::max(peak_allocated_, allocated_);
-  // Zeroed: accumulated gradients, and all-gather outputs under emulated
-  // peers (only this rank's slot is ever written there).
-  const bool zero = exec::accumulates(b) || zero_at_alloc_[static_cast<size_t>(buffer)] != 0;
-  pending_init_[static_cast<size_t>(buffer)] =
-      zero ? Init::zero : (exec::is_data_input(b) ? Init::data : Init::none);
-  traces::add_allocation(trace_.ranks[0], now, static_cast<int64_t>(a.bytes), a.address,
-                         lanes_[static_cast<size_t>(b.stream)], category,
-                         static_cast<int64_t>(allocator_->counters().reserved.current));
+  for (; segments_seen_ < history.size(); ++segments_seen_)
+    segments_[history[segments_seen_].base] = {
+        history[segments_seen_].base + history[segments_seen_].bytes, category};
 }
 
-void CudaRankExecutor::host_free(int buffer, const plan::SmallVector<int, 4>& pending,
-                                 int64_t now) {
+// record_stream: an event on every other stream that used the buffer,
+// recorded now (after all its work issued so far, the users included).
+std::vector<alloc::EventId> CudaRankExecutor::free_events(
+    int buffer, const plan::SmallVector<int, 4>& pending) {
   const plan::Buffer& b = s_.buffers[static_cast<size_t>(buffer)];
-  if (b.on_host) return;
-  auto& slot = live_[static_cast<size_t>(buffer)];
-  if (!slot) throw ExecError("buffer '" + plan::buffer_name(g_, b) + "' freed but not allocated");
-  events_->poll();
-  // record_stream: an event on every other stream that used the buffer,
-  // recorded now (after all its work issued so far, the users included).
   std::vector<alloc::EventId> events;
   std::vector<int> streams_seen;
   for (int op : pending) {
@@ -129,14 +100,15 @@ void CudaRankExecutor::host_free(int buffer, const plan::SmallVector<int, 4>& pe
     streams_seen.push_back(st);
     events.push_back(events_->record(streams_[static_cast<size_t>(st)]));
   }
-  allocator_->set_time(now);
-  allocator_->free(slot->handle, events);
-  allocated_ -= static_cast<int64_t>(slot->bytes);
-  traces::add_allocation(trace_.ranks[0], now, -static_cast<int64_t>(slot->bytes), slot->address,
-                         lanes_[static_cast<size_t>(b.stream)],
-                         plan::trace_memory_category(b.category),
-                         static_cast<int64_t>(allocator_->counters().reserved.current));
-  slot.reset();
+  return events;
+}
+
+void* CudaRankExecutor::host_memory(int /*buffer*/, size_t bytes) {
+  return pinned_alloc(bytes);  // zeroed
+}
+
+void CudaRankExecutor::zero_persistent(void* address, size_t bytes) {
+  SS_CUDA_CHECK(cudaMemset(address, 0, bytes));
 }
 
 // ---- ops --------------------------------------------------------------------------
@@ -144,55 +116,25 @@ void CudaRankExecutor::host_free(int buffer, const plan::SmallVector<int, 4>& pe
 // First users initialise buffers on their own stream, before the op: zero for
 // accumulated gradients, the micro-batch's data for graph inputs.
 void CudaRankExecutor::first_use(int index, const std::vector<void*>& ptrs,
-                                 const std::vector<Init>& init, cudaStream_t stream) {
+                                 const std::vector<exec::FirstUse>& init, cudaStream_t stream) {
   const plan::ScheduleOp& op = s_.ops[static_cast<size_t>(index)];
   for (size_t i = 0; i < op.buffers.size(); ++i) {
     const plan::Buffer& b = s_.buffers[static_cast<size_t>(op.buffers[i])];
-    if (init[i] == Init::zero)
+    if (init[i] == exec::FirstUse::zero)
       SS_CUDA_CHECK(cudaMemsetAsync(ptrs[i], 0, static_cast<size_t>(b.bytes), stream));
-    if (init[i] != Init::data) continue;
+    if (init[i] != exec::FirstUse::data) continue;
     void* staging = input_staging_[static_cast<size_t>(op.buffers[i])];
     if (!staging) throw ExecError("input buffer '" + plan::buffer_name(g_, b) + "' has no staging");
-    const int64_t W = s_.world.world_size, B = s_.workload.batch;
-    const int64_t first = (op.micro_step * W + s_.rank) * B;
-    const plan::DType dt = dtype_of(op.buffers[i]);
-    const plan::Tensor& t = g_.tensors[static_cast<size_t>(b.tensor)];
-    if (!plan::is_floating(t.dtype) || dt == plan::DType::f32) {
-      data_.fill(b.tensor, first, B, s_.workload.seq, staging);  // i64 ids or f32 features
-    } else {  // f32 features into a 16-bit buffer: rounded as the casts would
-      const int64_t n = elems_of(op.buffers[i]);
-      std::vector<float> values(static_cast<size_t>(n));
-      data_.fill(b.tensor, first, B, s_.workload.seq, values.data());
-      exec::store_f32(values.data(), staging, dt, n);
-    }
+    exec::fill_input(data_, s_, b, op.micro_step, staging);
     SS_CUDA_CHECK(cudaMemcpyAsync(ptrs[i], staging, static_cast<size_t>(b.bytes),
                                   cudaMemcpyHostToDevice, stream));
   }
 }
 
-void CudaRankExecutor::host_launch(int index) {
+void CudaRankExecutor::launch(int index, exec::LaunchBuffers&& buffers) {
   const plan::ScheduleOp& op = s_.ops[static_cast<size_t>(index)];
-  std::vector<void*> ptrs;
-  std::vector<Init> init;
-  for (int b : op.buffers) {
-    const plan::Buffer& buf = s_.buffers[static_cast<size_t>(b)];
-    if (buf.on_host) {
-      ptrs.push_back(host_bufs_[static_cast<size_t>(b)]);
-      init.push_back(Init::none);
-      continue;
-    }
-    if (!live_[static_cast<size_t>(b)])
-      throw ExecError("uses buffer '" + plan::buffer_name(g_, buf) + "' that is not allocated");
-    ptrs.push_back(reinterpret_cast<void*>(live_[static_cast<size_t>(b)]->address));
-    init.push_back(pending_init_[static_cast<size_t>(b)]);
-    pending_init_[static_cast<size_t>(b)] = Init::none;
-  }
-  if (op.kind == OpKind::grad_scale) {  // unscale first (loss scaling), then clip
-    const uint8_t kind = (scaler_.enabled && !unscaled_) ? 1 : 2;
-    if (kind == 1) unscaled_ = true;
-    if (kind == 2) clipped_ = true;
-    scale_kind_[static_cast<size_t>(index)] = kind;
-  }
+  const std::vector<void*>& ptrs = buffers.ptrs;
+  if (op.purpose == plan::OpPurpose::clip) clipped_ = true;
   if (on_host_stream(index)) {  // the host's own work (offloaded optimizer)
     for (int w : op.waits) {
       if (on_host_stream(w)) continue;
@@ -201,7 +143,7 @@ void CudaRankExecutor::host_launch(int index) {
       finish_d2h(w);
     }
     host_op_start_[static_cast<size_t>(index)] = profiler::host_now_ns();
-    run_host_op(index, op, ptrs);
+    run_host_op(op, ptrs);
     host_op_end_[static_cast<size_t>(index)] = profiler::host_now_ns();
     return;
   }
@@ -211,7 +153,7 @@ void CudaRankExecutor::host_launch(int index) {
     SS_CUDA_CHECK(cudaStreamWaitEvent(stream, done_evt_[static_cast<size_t>(w)], 0));
   }
   const ExternalIdScope external(opts_.recorder, static_cast<uint64_t>(index) + 1);
-  first_use(index, ptrs, init, stream);
+  first_use(index, ptrs, buffers.init, stream);
   if (start_evt_[static_cast<size_t>(index)])
     SS_CUDA_CHECK(cudaEventRecord(start_evt_[static_cast<size_t>(index)], stream));
   if (op.kind == OpKind::forward || op.kind == OpKind::backward || op.kind == OpKind::recompute)
@@ -224,33 +166,28 @@ void CudaRankExecutor::host_launch(int index) {
 // host_wait: the host blocks until the op completed (the only host
 // synchronisation inside a step), then takes what the host needs from it.
 void CudaRankExecutor::host_wait(int index) {
-  const int64_t t0 = profiler::host_now_ns();
   if (!on_host_stream(index)) {
     wait_device(done_evt_[static_cast<size_t>(index)], op_label(index));
     ++host_syncs_;
   }
   finish_d2h(index);
-  const uint8_t kind = scalar_kind_[static_cast<size_t>(index)];
-  if (kind != 0 && scalar_from_host_[static_cast<size_t>(index)]) {
-    if (kind == 1) host_found_inf_ = exchange_->found_inf;
-    if (kind == 2) host_norm_sq_ = exchange_->norm_sq;
+  if (scalar_from_host_[static_cast<size_t>(index)]) {
+    const plan::OpPurpose purpose = s_.ops[static_cast<size_t>(index)].purpose;
+    if (purpose == plan::OpPurpose::inf_flag) host_found_inf_ = exchange_->found_inf;
+    if (purpose == plan::OpPurpose::norm_sq) host_norm_sq_ = exchange_->norm_sq;
   }
-  traces::add_event(trace_.ranks[0], lanes_[0], trace_.intern("host wait"), traces::Category::sync,
-                    t0, profiler::host_now_ns() - t0);
 }
 
 // ---- the step ----------------------------------------------------------------------
 
 exec::StepOutcome CudaRankExecutor::run_step(int64_t step) {
   exec::StepOutcome out;
-  unscaled_ = false;
   clipped_ = false;
   inf_on_host_ = norm_on_host_ = false;
   host_found_inf_ = host_norm_sq_ = 0;
   grad_norm_ = -1;
   host_syncs_ = 0;
   std::fill(d2h_pending_.begin(), d2h_pending_.end(), 0);
-  std::fill(scale_kind_.begin(), scale_kind_.end(), 0);
   const double scale = scaler_.enabled ? scaler_.scale : 1.0;
   dloss_ = static_cast<float>(scale / static_cast<double>(s_.grad_accum_steps));
   const std::string where = "rank " + std::to_string(s_.rank) + ", ";
@@ -264,12 +201,12 @@ exec::StepOutcome CudaRankExecutor::run_step(int64_t step) {
         cudaMemsetAsync(flags_, 0, std::max<size_t>(s_.ops.size(), 1) * sizeof(int32_t), compute));
     for (size_t b = 0; b < s_.buffers.size(); ++b) {
       const plan::Buffer& buf = s_.buffers[b];
-      if (!buf.persistent || buf.category != plan::BufferCategory::gradients) continue;
+      if (!buf.persistent || buf.role != plan::BufferRole::grad_shard) continue;
+      void* address = runner_->address(static_cast<int>(b));
       if (buf.on_host)
-        std::memset(host_bufs_[b], 0, static_cast<size_t>(buf.bytes));
+        std::memset(address, 0, static_cast<size_t>(buf.bytes));
       else
-        SS_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<void*>(live_[b]->address), 0,
-                                      static_cast<size_t>(buf.bytes), compute));
+        SS_CUDA_CHECK(cudaMemsetAsync(address, 0, static_cast<size_t>(buf.bytes), compute));
     }
     // Host-synchronised start: every device time is placed on the host clock
     // as ref_host_ns_ + cudaEventElapsedTime(reference, event). The reference
@@ -286,32 +223,8 @@ exec::StepOutcome CudaRankExecutor::run_step(int64_t step) {
     throw ExecError(where + "start of step " + std::to_string(step) + ": " + e.what());
   }
 
-  for (const plan::Action& a : s_.actions) {
-    try {
-      switch (a.kind) {
-        case ActionKind::launch:
-          host_launch(a.op);
-          break;
-        case ActionKind::alloc:
-          host_alloc(a.buffer, profiler::host_now_ns());
-          break;
-        case ActionKind::free:
-          host_free(a.buffer, a.pending_ops, profiler::host_now_ns());
-          break;
-        case ActionKind::host_wait:
-          host_wait(a.op);
-          break;
-      }
-    } catch (const std::exception& e) {
-      std::string what;
-      if (a.kind == ActionKind::launch) what = op_label(a.op);
-      if (a.kind == ActionKind::host_wait) what = "host wait for " + op_label(a.op);
-      if (a.kind == ActionKind::alloc || a.kind == ActionKind::free)
-        what = std::string(a.kind == ActionKind::alloc ? "alloc" : "free") + " of '" +
-               plan::buffer_name(g_, s_.buffers[static_cast<size_t>(a.buffer)]) + "'";
-      throw ExecError(where + what + ": " + e.what());
-    }
-  }
+  // The actions; an error names the rank and the action.
+  runner_->run_actions();
 
   // End of step (torch.cuda.synchronize()): every stream joins compute, the
   // step's scalars and error flags come back, one synchronisation.
@@ -337,7 +250,25 @@ exec::StepOutcome CudaRankExecutor::run_step(int64_t step) {
   out.end_ns = profiler::host_now_ns();
   for (size_t i = 0; i < s_.ops.size(); ++i) finish_d2h(static_cast<int>(i));
   check_error_flags();
-  record_step_trace(step, out.start_ns, out.end_ns);
+  // One event per op on its stream's lane: device ops from their timing
+  // events (with CUPTI, the device's records replace them: skipped here),
+  // host ops from the host clock.
+  auto device_time = [&](cudaEvent_t e) {
+    float ms = 0;
+    SS_CUDA_CHECK(cudaEventElapsedTime(&ms, ref_evt_, e));
+    return ref_host_ns_ + std::llround(static_cast<double>(ms) * 1e6);
+  };
+  runner_->record_step(step, out.start_ns, out.end_ns, [&](int i, int64_t* start, int64_t* end) {
+    if (on_host_stream(i)) {
+      *start = host_op_start_[static_cast<size_t>(i)];
+      *end = host_op_end_[static_cast<size_t>(i)];
+      return true;
+    }
+    if (opts_.recorder) return false;
+    *start = device_time(start_evt_[static_cast<size_t>(i)]);
+    *end = device_time(done_evt_[static_cast<size_t>(i)]);
+    return true;
+  });
 
   // Loss scaling bookkeeping (GradScaler.update()).
   const double found_inf = inf_on_host_ ? host_found_inf_ : scalars_host_->found_inf;
@@ -374,38 +305,6 @@ void CudaRankExecutor::check_error_flags() const {
                     std::to_string(row) + " of '" + g_.tensors[static_cast<size_t>(tensor)].name +
                     "' is outside [0, " + std::to_string(limit) + ")");
   }
-}
-
-// One event per op on its stream's lane (device ops from their timing events,
-// host ops from the host clock; with CUPTI the device's records replace the
-// timing events), and the step.
-void CudaRankExecutor::record_step_trace(int64_t step, int64_t t0, int64_t t_end) {
-  traces::RankTrace& r = trace_.ranks[0];
-  auto device_time = [&](cudaEvent_t e) {
-    float ms = 0;
-    SS_CUDA_CHECK(cudaEventElapsedTime(&ms, ref_evt_, e));
-    return ref_host_ns_ + std::llround(static_cast<double>(ms) * 1e6);
-  };
-  for (size_t i = 0; i < s_.ops.size(); ++i) {
-    const plan::ScheduleOp& op = s_.ops[i];
-    int64_t start = 0, end = 0;
-    if (on_host_stream(static_cast<int>(i))) {
-      start = host_op_start_[i];
-      end = host_op_end_[i];
-    } else if (opts_.recorder) {
-      continue;
-    } else {
-      start = device_time(start_evt_[i]);
-      end = device_time(done_evt_[i]);
-    }
-    traces::Event& e = traces::add_event(
-        r, lanes_[static_cast<size_t>(op.stream)], trace_.intern(exec::op_event_name(g_, up_, op)),
-        plan::trace_category(op.kind), start, std::max<int64_t>(end - start, 0));
-    if (op.unit >= 0) e.unit = trace_.intern(up_.units[static_cast<size_t>(op.unit)].name);
-    e.op = trace_.intern(exec::op_event_type(g_, op));
-    e.bytes = static_cast<uint64_t>(std::max<int64_t>(op.bytes, 0));
-  }
-  r.steps.push_back(traces::Step{step, t0, t_end});
 }
 
 }  // namespace shardscope::engine::cuda
