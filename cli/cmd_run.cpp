@@ -1,34 +1,33 @@
 // `shardscope run`: real sharded training on the CPU engine (engine/exec) or
-// the CUDA engine (engine/cuda/exec, cli/run_cuda.h). Three ways to start ranks:
+// the CUDA engine (engine/cuda/exec). This file reads the flags into an
+// engine::run::RunRequest and prints the RunResult (cli/run_output.h); the
+// run itself (launching ranks, training, gathering traces to rank 0, the
+// result) is engine/run (run.h). Three ways to start ranks:
 //  - default: this process is the launcher; it starts --nproc rank processes
 //    of itself (engine/launch), each rendezvousing through the TCP store and
 //    talking through the shared-memory communicator (CPU) or NCCL (CUDA, one
 //    process per GPU); rank 0 gathers the rank traces through the store and
-//    the launcher prints what rank 0 wrote;
+//    the launcher prints rank 0's result;
 //  - under torchrun / srun / mpirun (RANK etc. set): this process is one rank;
 //    rank 0 prints;
 //  - --ranks-as-threads (CPU): every rank is a thread of this process;
 //    --emulate-world N --rank R (CUDA): this process is rank R of a modelled
 //    world of N on one GPU.
 // Errors, usage or environment (no CUDA device or driver), exit with status 2.
-#include <chrono>
 #include <cstdio>
-#include <memory>
+#include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/plan_inputs.h"
-#include "cli/run_common.h"
-#include "cli/run_cuda.h"
-#include "engine/comm/shm_communicator.h"
+#include "cli/run_cuda_options.h"
+#include "cli/run_output.h"
 #include "engine/device_info.h"
-#include "engine/exec/train.h"
 #include "engine/launch/launch.h"
-#include "traces/merge.h"
+#include "engine/run/run.h"
 
 namespace shardscope::cli {
 
@@ -68,37 +67,33 @@ const char* kUsage =
     "this process is one rank (on GPU LOCAL_RANK with --backend cuda) and rendezvouses at\n"
     "MASTER_ADDR:MASTER_PORT.";
 
-engine::exec::TrainConfig cpu_train_config(const Args& args, const PlanInputs& in, int world) {
-  engine::exec::TrainConfig config;
-  config.graph = &in.graph;
-  config.policy = in.policy;
-  config.world_size = world;
-  config.steps = args.get_int("steps", 5, 1, 1000000);
-  config.data_file = args.get("data");
-  config.model_name = args.require("model");
-  config.save_dir = args.get("save");
-  config.load_path = args.get("load");
-  return config;
+// The request of both backends: the plan inputs, the training flags, the
+// progress line and how this process takes part (engine/run/run.h).
+engine::run::RunRequest make_request(const Args& args, const PlanInputs& in, int world) {
+  engine::run::RunRequest req;
+  req.world_size = world;
+  req.graph = &in.graph;
+  req.policy = in.policy;
+  req.world = in.world;
+  req.model_name = args.require("model");
+  req.data_file = args.get("data");
+  req.trace_path = args.get("trace");
+  req.on_progress = print_progress;
+  return req;
 }
 
-// One CPU rank of a launched world, talking through shared memory.
-int run_cpu_rank(const Args& args, const PlanInputs& in, const engine::exec::TrainConfig& config,
-                 const engine::launch::RankEnv& env) {
-  return run_launched_rank(args, env, [&](engine::launch::Rendezvous&) {
-    using namespace std::chrono_literals;
-    engine::comm::ShmOptions opt;
-    opt.name = "/shardscope-" + env.run_id;
-    opt.rank = env.rank;
-    opt.world_size = env.world_size;
-    opt.groups = engine::exec::comm_groups(in.graph, in.policy, env.world_size);
-    opt.timeout = 60s;
-    std::unique_ptr<engine::comm::Communicator> comm = engine::comm::open_shm_communicator(opt);
-    RankOutcome out;
-    out.tokens_per_step = tokens_per_step(in, env.world_size);
-    out.run =
-        engine::exec::train_rank(config, *comm, progress_hooks(config.steps, out.tokens_per_step));
-    return out;
-  });
+// This process's part: a rank of a launched world (env), or the launcher of
+// `world` rank processes of this executable with the same arguments.
+void set_launch_role(engine::run::RunRequest& req, const Args& args, int argc, char** argv,
+                     const std::optional<engine::launch::RankEnv>& env) {
+  if (env) {
+    req.role = engine::run::Role::rank;
+    req.env = env;
+    req.handoff_dir = args.get("run-dir");
+    return;
+  }
+  req.role = engine::run::Role::launcher;
+  req.rank_args.assign(argv, argv + argc);  // argv[0] is "run"
 }
 
 int run_cpu(const Args& args, int argc, char** argv) {
@@ -110,22 +105,60 @@ int run_cpu(const Args& args, int argc, char** argv) {
   const std::optional<engine::launch::RankEnv> env = engine::launch::detect_rank_env();
   const int world = env ? env->world_size : static_cast<int>(args.get_int("nproc", 2, 1, 64));
   PlanInputs in = load_plan_inputs(args, world);
-  const engine::exec::TrainConfig config = cpu_train_config(args, in, world);
-  const int64_t tokens = tokens_per_step(in, world);
+  engine::run::RunRequest req = make_request(args, in, world);
+  req.backend = engine::run::Backend::cpu;
+  req.steps = args.get_int("steps", 5, 1, 1000000);
+  req.save_dir = args.get("save");
+  req.load_path = args.get("load");
+  set_launch_role(req, args, argc, argv, env);
+  if (!env && args.has("ranks-as-threads")) req.role = engine::run::Role::threads;
+  return print_result(engine::run::run(req), args.has("json"));
+}
 
-  if (env) return run_cpu_rank(args, in, config, *env);
-
-  if (args.has("ranks-as-threads")) {
-    std::vector<engine::exec::RankRun> runs =
-        engine::exec::train_threads(config, progress_hooks(config.steps, tokens));
-    traces::Trace merged;
-    merged.meta = runs[0].trace.meta;
-    merged.meta.clock_alignment = "one process (ranks as threads)";
-    for (const engine::exec::RankRun& r : runs) traces::merge_ranks(merged, r.trace);
-    std::fputs(finish_run(args, merged, runs[0], tokens, RunReport{}).c_str(), stdout);
-    return 0;
+// --backend cuda: flags first, then the model and policy when the world is
+// known, in every build (their errors do not depend on a device); then the
+// devices.
+int run_cuda(const Args& args, int argc, char** argv) {
+  const CudaRunOptions options = cuda_run_options(args);
+  const std::optional<engine::launch::RankEnv> env = engine::launch::detect_rank_env();
+  std::optional<PlanInputs> in;
+  if (const std::optional<int> world = cuda_world_without_device(args, options, env)) {
+    in = load_plan_inputs(args, *world);
+    require_attention_kernel_fits(*in, options);
   }
-  return launch_ranks(argc, argv, world);
+  const engine::CudaAvailability cuda = engine::query_cuda();
+  if (!cuda.built) throw UsageError("--backend cuda: " + cuda.message);
+  if (!cuda.usable) throw std::runtime_error("--backend cuda: " + cuda.message);
+
+  if (!env && options.emulate_world == 0) {
+    // The launcher: one process per GPU (default: every visible GPU).
+    const int world = in ? static_cast<int>(in->world.world_size) : cuda.device_count;
+    if (world > cuda.device_count)
+      throw UsageError("--nproc " + std::to_string(world) + ": one process per GPU, and " +
+                       std::to_string(cuda.device_count) + " are visible (" + cuda.message +
+                       "); on one GPU, --emulate-world N --rank R models larger worlds");
+    if (!in) in = load_plan_inputs(args, world);
+    require_attention_kernel_fits(*in, options);
+  }
+  engine::run::RunRequest req = make_request(args, *in, static_cast<int>(in->world.world_size));
+  req.backend = engine::run::Backend::cuda;
+  req.cuda = options;
+  if (options.emulate_world > 0) {
+    req.role = engine::run::Role::emulated;
+    req.steps = args.get_int("steps", 5, 1, 1000000);
+  } else {
+    set_launch_role(req, args, argc, argv, env);
+    // A rank takes a bad --steps as its training error, after the rendezvous,
+    // so that the launcher names it (the launcher itself does not read it).
+    if (env) {
+      try {
+        req.steps = args.get_int("steps", 5, 1, 1000000);
+      } catch (const UsageError&) {
+        req.rank_error = std::current_exception();
+      }
+    }
+  }
+  return print_result(engine::run::run(req), args.has("json"));
 }
 
 }  // namespace
@@ -156,20 +189,7 @@ int cmd_run(int argc, char** argv) {
   const std::string backend = args.get("backend", "cpu");
   if (backend == "cpu") return run_cpu(args, argc, argv);
   if (backend != "cuda") throw UsageError("--backend: expected cpu or cuda, got '" + backend + "'");
-  // Flags first, then the model and policy when the world is known, in every
-  // build: their errors do not depend on a device.
-  const CudaRunOptions options = cuda_run_options(args);
-  const std::optional<engine::launch::RankEnv> env = engine::launch::detect_rank_env();
-  std::optional<PlanInputs> in;
-  if (const std::optional<int> world = cuda_world_without_device(args, options, env)) {
-    in = load_plan_inputs(args, *world);
-    require_attention_kernel_fits(*in, options);
-  }
-#ifdef SHARDSCOPE_HAVE_CUDA
-  return run_cuda(args, argc, argv, options, env, std::move(in));
-#else
-  throw UsageError("--backend cuda: " + engine::query_cuda().message);
-#endif
+  return run_cuda(args, argc, argv);
 }
 
 }  // namespace shardscope::cli

@@ -1,4 +1,4 @@
-#include "cli/run_cuda.h"
+#include "cli/run_cuda_options.h"
 
 #include <cstdint>
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 
 #include "engine/comm/shm_communicator.h"
@@ -15,11 +16,14 @@
 
 namespace shardscope::engine::exec {
 
-RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks) {
+RankRun train_rank(const TrainConfig& config, const RankPlan& rank_plan, comm::Communicator& comm,
+                   const TrainHooks& hooks) {
+  if (rank_plan.graph != config.graph || rank_plan.rank() != comm.rank() ||
+      rank_plan.world_size() != config.world_size)
+    throw std::invalid_argument("train_rank: the plan is not this rank's (graph, rank, world)");
   const plan::Graph& graph = *config.graph;
-  const plan::World world = plan::validate_policy(config.policy, graph, config.world_size);
-  const plan::UnitPlan units = plan::build_units(graph, config.policy, world);
-  const plan::Schedule schedule = plan::build_schedule(graph, config.policy, units, comm.rank());
+  const plan::UnitPlan& units = rank_plan.units;
+  const plan::Schedule& schedule = rank_plan.schedule;
   const auto seed = static_cast<uint64_t>(config.policy.seed);
   const DataSource data = config.data_file.empty()
                               ? DataSource(graph, seed)
@@ -64,6 +68,12 @@ RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const Tr
   return run;
 }
 
+RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks) {
+  const RankPlan rank_plan =
+      build_rank_plan(*config.graph, config.policy, config.world_size, comm.rank());
+  return train_rank(config, rank_plan, comm, hooks);
+}
+
 std::vector<comm::Group> comm_groups(const plan::Graph& graph, const plan::Policy& policy,
                                      int world_size) {
   const plan::World world = plan::validate_policy(policy, graph, world_size);
@@ -74,16 +84,18 @@ std::vector<comm::Group> comm_groups(const plan::Graph& graph, const plan::Polic
   return groups;
 }
 
-std::vector<RankRun> train_threads(const TrainConfig& config, const TrainHooks& hooks) {
-  auto comms = comm::make_thread_communicators(
-      config.world_size, comm_groups(*config.graph, config.policy, config.world_size));
+std::vector<RankRun> train_threads(const TrainConfig& config, const std::vector<RankPlan>& plans,
+                                   const TrainHooks& hooks) {
+  if (plans.size() != static_cast<size_t>(config.world_size))
+    throw std::invalid_argument("train_threads: one plan per rank expected");
+  auto comms = comm::make_thread_communicators(config.world_size, plans[0].groups);
   std::vector<RankRun> runs(static_cast<size_t>(config.world_size));
   std::vector<std::exception_ptr> errors(runs.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < runs.size(); ++r)
     threads.emplace_back([&, r] {
       try {
-        runs[r] = train_rank(config, *comms[r], hooks);
+        runs[r] = train_rank(config, plans[r], *comms[r], hooks);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -92,6 +104,15 @@ std::vector<RankRun> train_threads(const TrainConfig& config, const TrainHooks& 
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
   return runs;
+}
+
+std::vector<RankRun> train_threads(const TrainConfig& config, const TrainHooks& hooks) {
+  const plan::World world = plan::validate_policy(config.policy, *config.graph, config.world_size);
+  std::vector<RankPlan> plans;
+  plans.reserve(static_cast<size_t>(config.world_size));
+  for (int r = 0; r < config.world_size; ++r)
+    plans.push_back(build_rank_plan(*config.graph, config.policy, world, r));
+  return train_threads(config, plans, hooks);
 }
 
 }  // namespace shardscope::engine::exec

@@ -1,7 +1,8 @@
-// Training driver of the CPU engine: runs S steps of one rank (its executor,
-// its communicator) and gathers what `shardscope run` reports. Ranks run as
-// processes (launcher + shared-memory communicator) or, for tests and the
-// demo, as threads of one process sharing nothing but the communicator.
+// Training driver of the CPU engine: runs S steps of one rank (its plan, its
+// executor, its communicator) and returns what the rank recorded. Ranks run
+// as processes (engine/run: launcher + shared-memory communicator) or, for
+// tests and the demo, as threads of one process sharing nothing but the
+// communicator (train_threads).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/exec/rank_plan.h"
 #include "plan/graph.h"
 #include "plan/policy.h"
 #include "traces/trace.h"
@@ -52,16 +54,25 @@ struct TrainHooks {
   bool gather_final_params = false;  // rank 0 receives every parameter in full (tests)
 };
 
-// Runs the steps on this rank. Throws on any error (after aborting the
-// communicator so that peers fail fast).
+// Runs the steps on this rank with its plan (built once by the caller:
+// build_rank_plan for config.graph, config.policy, config.world_size and
+// comm.rank(); rank_plan.groups are the communicator's). Throws on any error
+// (after aborting the communicator so that peers fail fast).
+RankRun train_rank(const TrainConfig& config, const RankPlan& rank_plan, comm::Communicator& comm,
+                   const TrainHooks& hooks);
+// The same, building this rank's plan first.
 RankRun train_rank(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks);
 
-// The communicator groups of a run: the schedule's process groups (identical
-// on every rank), in the schedule's order.
+// The communicator groups of a run, for callers without a RankPlan: the
+// schedule's process groups (identical on every rank), in the schedule's order.
 std::vector<comm::Group> comm_groups(const plan::Graph& graph, const plan::Policy& policy,
                                      int world_size);
 
-// All ranks as threads of this process; returns them by rank.
+// All ranks as threads of this process, rank r with plans[r] (build_rank_plan,
+// one per rank of config.world_size); returns them by rank.
+std::vector<RankRun> train_threads(const TrainConfig& config, const std::vector<RankPlan>& plans,
+                                   const TrainHooks& hooks);
+// The same, building every rank's plan first (once each).
 std::vector<RankRun> train_threads(const TrainConfig& config, const TrainHooks& hooks);
 
 }  // namespace shardscope::engine::exec

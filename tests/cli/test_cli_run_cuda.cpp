@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/emulated_timing.h"
+#include "engine/run/emulated_timing.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
 #include "tests/cli/run_cli.h"
@@ -121,8 +121,8 @@ TEST_CASE("run --backend cuda checks model and policy before the device when the
 
 TEST_CASE("emulated collective times are the simulator's ring formula on the engine's byte counts",
           "[cli][run][cuda]") {
-  using shardscope::cli::emulated_collective_ns;
-  using shardscope::cli::EmulatedCollective;
+  using shardscope::engine::run::emulated_collective_ns;
+  using shardscope::engine::run::EmulatedCollective;
   const shardscope::sim::HardwareModel hw = shardscope::sim::hardware_preset("h100-sxm");
   REQUIRE(hw.gpus_per_node == 8);
   const std::vector<int> node0 = {0, 1, 2, 3, 4, 5, 6, 7};

@@ -6,6 +6,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "engine/cuda/device_query.h"
 #include "engine/cuda/exec/cuda_rank_executor.h"
 #include "engine/exec/data.h"
+#include "engine/exec/rank_plan.h"
 #include "plan/schedule.h"
 #include "plan/units.h"
 
@@ -60,10 +62,10 @@ std::string device_name(int device) {
   return prop.name;
 }
 
-}  // namespace
-
-CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& comm,
-                            const exec::TrainHooks& hooks) {
+// `prebuilt`: this rank's plan, or null to build it once the device is
+// known to exist.
+CudaRankRun train(const CudaTrainConfig& config, const exec::RankPlan* prebuilt,
+                  DeviceCommunicator& comm, const exec::TrainHooks& hooks) {
   CudaRankRun out;
   exec::RankRun& run = out.run;
   run.rank = comm.rank();
@@ -82,11 +84,15 @@ CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& c
     out.device_name = device_name(config.device);
 
     const plan::Graph& graph = *config.base.graph;
-    const plan::World world =
-        plan::validate_policy(config.base.policy, graph, config.base.world_size);
-    const plan::UnitPlan units = plan::build_units(graph, config.base.policy, world);
-    const plan::Schedule schedule =
-        plan::build_schedule(graph, config.base.policy, units, comm.rank());
+    std::optional<exec::RankPlan> built;
+    if (!prebuilt)
+      built = exec::build_rank_plan(graph, config.base.policy, config.base.world_size, comm.rank());
+    const exec::RankPlan& rank_plan = prebuilt ? *prebuilt : *built;
+    if (rank_plan.graph != &graph || rank_plan.rank() != comm.rank() ||
+        rank_plan.world_size() != config.base.world_size)
+      throw ExecError("train_cuda_rank: the plan is not this rank's (graph, rank, world)");
+    const plan::UnitPlan& units = rank_plan.units;
+    const plan::Schedule& schedule = rank_plan.schedule;
     const auto seed = static_cast<uint64_t>(config.base.policy.seed);
     const exec::DataSource data =
         config.base.data_file.empty()
@@ -160,6 +166,18 @@ CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& c
     throw;
   }
   return out;
+}
+
+}  // namespace
+
+CudaRankRun train_cuda_rank(const CudaTrainConfig& config, const exec::RankPlan& rank_plan,
+                            DeviceCommunicator& comm, const exec::TrainHooks& hooks) {
+  return train(config, &rank_plan, comm, hooks);
+}
+
+CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& comm,
+                            const exec::TrainHooks& hooks) {
+  return train(config, nullptr, comm, hooks);
 }
 
 }  // namespace shardscope::engine::cuda

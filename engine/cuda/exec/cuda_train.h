@@ -15,6 +15,7 @@
 #include "engine/cuda/comm/device_communicator.h"
 #include "engine/cuda/memory/cuda_backing.h"
 #include "engine/cuda/ops/ops.h"
+#include "engine/exec/rank_plan.h"
 #include "engine/exec/train.h"
 #include "plan/graph.h"
 #include "plan/policy.h"
@@ -60,10 +61,15 @@ struct CudaRankRun {
 int64_t peak_other_device_bytes(const std::vector<profiler::MemoryRecord>& records,
                                 const std::vector<CudaBacking::SegmentRecord>& segments);
 
-// Runs the steps on this rank. Throws (after comm.abort) on any error; first
-// of all when the CUDA runtime finds no device (query_devices()'s message),
-// for save/load (not supported on the CUDA backend yet) and for cuda_graph
-// (not implemented).
+// Runs the steps on this rank with its plan (built once by the caller:
+// exec::build_rank_plan for config.base's graph, policy and world size and
+// comm.rank(); rank_plan.groups are the communicator's). Throws (after
+// comm.abort) on any error; first of all when the CUDA runtime finds no device
+// (query_devices()'s message), for save/load (not supported on the CUDA
+// backend yet) and for cuda_graph (not implemented).
+CudaRankRun train_cuda_rank(const CudaTrainConfig& config, const exec::RankPlan& rank_plan,
+                            DeviceCommunicator& comm, const exec::TrainHooks& hooks);
+// The same, building this rank's plan once the device is known to exist.
 CudaRankRun train_cuda_rank(const CudaTrainConfig& config, DeviceCommunicator& comm,
                             const exec::TrainHooks& hooks);
 

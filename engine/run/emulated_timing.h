@@ -2,7 +2,7 @@
 // N --rank R`): the simulator's closed-form collective time (sim/cost_model.h
 // collective_time) for the collective the engine issues, so that an emulated
 // rank's communication takes what `shardscope simulate` predicts for the same
-// hardware. CUDA-free: the CLI wraps it into the engine's CollectiveDuration.
+// hardware. CUDA-free: engine/run/run_cuda.cpp wraps it into the engine's CollectiveDuration.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 #include "sim/hardware.h"
 
-namespace shardscope::cli {
+namespace shardscope::engine::run {
 
 enum class EmulatedCollective : uint8_t { all_gather, reduce_scatter, all_reduce, broadcast };
 
@@ -27,4 +27,4 @@ enum class EmulatedCollective : uint8_t { all_gather, reduce_scatter, all_reduce
 int64_t emulated_collective_ns(const sim::HardwareModel& hw, EmulatedCollective kind,
                                uint64_t bytes, const std::vector<int>& group_ranks);
 
-}  // namespace shardscope::cli
+}  // namespace shardscope::engine::run

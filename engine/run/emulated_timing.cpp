@@ -1,9 +1,9 @@
-#include "cli/emulated_timing.h"
+#include "engine/run/emulated_timing.h"
 
 #include "plan/schedule.h"
 #include "sim/cost_model.h"
 
-namespace shardscope::cli {
+namespace shardscope::engine::run {
 
 int64_t emulated_collective_ns(const sim::HardwareModel& hw, EmulatedCollective kind,
                                uint64_t bytes, const std::vector<int>& group_ranks) {
@@ -26,4 +26,4 @@ int64_t emulated_collective_ns(const sim::HardwareModel& hw, EmulatedCollective 
   return 0;
 }
 
-}  // namespace shardscope::cli
+}  // namespace shardscope::engine::run

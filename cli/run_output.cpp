@@ -1,0 +1,75 @@
+#include "cli/run_output.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "cli/plan_inputs.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+// A number of the metrics JSON; NaN for null (a NaN handed from rank 0 to the
+// launcher comes back as null).
+double num(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end()) return 0.0;
+  if (it->is_null()) return std::numeric_limits<double>::quiet_NaN();
+  return it->get<double>();
+}
+
+std::string summary_text(const nlohmann::json& j, int64_t persistent, int64_t peak) {
+  char buf[1024];
+  std::snprintf(buf, sizeof(buf),
+                "step time %.2f ms (median after the first step), %.0f tokens/s\n"
+                "peak allocated %s per rank (persistent %s), peak reserved %s\n"
+                "compute %.2f ms, communication %.2f ms, exposed %.2f ms, overlap %.1f%%\n",
+                num(j, "step_time_ms"), num(j, "tokens_per_s"),
+                human_bytes(static_cast<double>(peak)).c_str(),
+                human_bytes(static_cast<double>(persistent)).c_str(),
+                human_bytes(num(j, "peak_reserved_bytes")).c_str(), num(j, "compute_ms"),
+                num(j, "comm_ms"), num(j, "exposed_comm_ms"), 100 * num(j, "overlap"));
+  return buf;
+}
+
+}  // namespace
+
+void print_progress(const engine::run::StepProgress& p) {
+  const engine::exec::StepReport& r = p.step;
+  const int64_t steps = p.steps;
+  const double tps = r.seconds > 0 ? static_cast<double>(p.tokens_per_step) / r.seconds : 0.0;
+  if (isatty(STDERR_FILENO)) {
+    const int width = 24;
+    const auto filled = static_cast<int>(width * (r.index + 1) / std::max<int64_t>(steps, 1));
+    std::string bar(static_cast<size_t>(std::min(filled, width)), '#');
+    bar.resize(width, '.');
+    std::fprintf(stderr, "\r[%s] step %" PRId64 "/%" PRId64 "  loss %.5f  %.0f tokens/s%s",
+                 bar.c_str(), r.index + 1, steps, r.loss, tps, r.skipped ? " (skipped)" : "");
+    if (r.index + 1 >= steps) std::fputc('\n', stderr);
+    return;
+  }
+  std::fprintf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.5f  %.1f ms  %.0f tokens/s%s\n",
+               r.index + 1, steps, r.loss, r.seconds * 1e3, tps,
+               r.skipped ? "  (overflow: step skipped)" : "");
+}
+
+std::string format_result(const engine::run::RunResult& r, bool json) {
+  if (json) return r.metrics.dump(2) + "\n";
+  return r.notes + summary_text(r.metrics, r.persistent_bytes, r.peak_allocated_bytes);
+}
+
+int print_result(const engine::run::RunResult& r, bool json) {
+  if (r.exit_code != 0) {
+    std::fprintf(stderr, "error: %s\n", r.error.c_str());
+    return r.exit_code;
+  }
+  if (r.has_report) std::fputs(format_result(r, json).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace shardscope::cli

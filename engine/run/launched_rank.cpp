@@ -1,0 +1,77 @@
+// One rank of a launched world (Role::rank): the rendezvous, the training,
+// every rank's trace gathered to rank 0 through the TCP store with its clock
+// offset, and rank 0's result.
+#include <chrono>
+#include <exception>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include "engine/run/run_internal.h"
+#include "traces/binary_format.h"
+#include "traces/merge.h"
+
+namespace shardscope::engine::run::detail {
+
+namespace {
+
+constexpr size_t kChunk = size_t{3} << 20;  // store values stay under its 4 MiB message limit
+
+// Sends this rank's trace and clock offset to rank 0 through the store.
+void publish_trace(launch::TcpStore& store, int rank, const traces::Trace& trace) {
+  const std::string bytes = traces::trace_to_binary(trace);
+  const std::string me = std::to_string(rank);
+  const size_t chunks = (bytes.size() + kChunk - 1) / kChunk;
+  for (size_t i = 0; i < chunks; ++i)
+    store.set("trace/" + me + "/" + std::to_string(i), bytes.substr(i * kChunk, kChunk));
+  store.set("trace/" + me + "/chunks", std::to_string(chunks));
+  store.set("offset/" + me, std::to_string(store.clock_offset_ns()));
+}
+
+// Rank 0: every rank's trace from the store, on rank 0's store clock.
+traces::Trace gather_traces(launch::TcpStore& store, int world, const traces::Metadata& meta) {
+  traces::Trace merged;
+  merged.meta = meta;
+  merged.meta.clock_alignment = "tcp store (min-RTT offset to rank 0's store clock)";
+  for (int r = 0; r < world; ++r) {
+    const std::string k = std::to_string(r);
+    const size_t n = std::stoul(store.get("trace/" + k + "/chunks"));
+    std::string data;
+    for (size_t i = 0; i < n; ++i) data += store.get("trace/" + k + "/" + std::to_string(i));
+    const traces::Trace t = traces::read_trace_binary(data.data(), data.size(), "rank " + k);
+    traces::merge_ranks(merged, t, std::stoll(store.get("offset/" + k)));
+  }
+  return merged;
+}
+
+}  // namespace
+
+RunResult run_launched_rank(const RunRequest& request, const RankTrainer& train) {
+  using namespace std::chrono_literals;
+  if (!request.env) throw std::invalid_argument("engine::run: Role::rank needs request.env");
+  const launch::RankEnv& env = *request.env;
+  launch::Rendezvous rv = launch::rendezvous(env, 60s);
+  RankOutcome out;
+  try {
+    if (request.rank_error) std::rethrow_exception(request.rank_error);
+    out = train(rv);
+  } catch (const std::exception& e) {
+    rv.store->set("error/" + std::to_string(env.rank), e.what());
+    throw;
+  }
+  publish_trace(*rv.store, env.rank, out.run.trace);
+  RunResult result;
+  if (env.rank == 0) {
+    traces::Trace merged = gather_traces(*rv.store, env.world_size, out.run.trace.meta);
+    result = make_result(request, merged, out.run, out.tokens_per_step, out.report);
+    if (!request.handoff_dir.empty()) {
+      // The launcher reports (run.h: why a file).
+      std::ofstream(request.handoff_dir + "/result.json") << to_json(result).dump();
+      result = RunResult{};
+    }
+  }
+  rv.store->barrier("done");  // rank 0's server stays up until every rank has read
+  return result;
+}
+
+}  // namespace shardscope::engine::run::detail

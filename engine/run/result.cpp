@@ -1,0 +1,88 @@
+// Rank 0's result (RunResult) from the merged trace, and its JSON form for
+// the hand-off to the launcher.
+#include <algorithm>
+#include <vector>
+
+#include "engine/run/run_internal.h"
+#include "plan/policy.h"
+#include "traces/metrics.h"
+#include "traces/trace_io.h"
+
+namespace shardscope::engine::run {
+
+int64_t tokens_per_step(const plan::Graph& graph, const plan::Policy& policy, int world) {
+  const int64_t t = graph.vocab_size > 0 ? plan::resolve_seq_len(policy, graph) : 1;
+  return policy.batch_size * t * world * policy.grad_accum_steps;
+}
+
+nlohmann::json to_json(const RunResult& r) {
+  return {{"exit_code", r.exit_code},
+          {"error", r.error},
+          {"has_report", r.has_report},
+          {"metrics", r.metrics},
+          {"losses", r.losses},
+          {"tokens_per_step", r.tokens_per_step},
+          {"tokens_per_s", r.tokens_per_s},
+          {"persistent_bytes", r.persistent_bytes},
+          {"peak_allocated_bytes", r.peak_allocated_bytes},
+          {"notes", r.notes}};
+}
+
+RunResult result_from_json(const nlohmann::json& j) {
+  RunResult r;
+  r.exit_code = j.at("exit_code").get<int>();
+  r.error = j.at("error").get<std::string>();
+  r.has_report = j.at("has_report").get<bool>();
+  r.metrics = j.at("metrics");
+  r.losses = j.at("losses").get<std::vector<double>>();
+  r.tokens_per_step = j.at("tokens_per_step").get<int64_t>();
+  r.tokens_per_s = j.at("tokens_per_s").get<double>();
+  r.persistent_bytes = j.at("persistent_bytes").get<int64_t>();
+  r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<int64_t>();
+  r.notes = j.at("notes").get<std::string>();
+  return r;
+}
+
+namespace detail {
+
+exec::TrainHooks progress_hooks(const RunRequest& request, int64_t tokens) {
+  exec::TrainHooks hooks;
+  if (request.on_progress)
+    hooks.on_step = [cb = request.on_progress, steps = request.steps,
+                     tokens](const exec::StepReport& r) {
+      cb(StepProgress{r, steps, tokens});
+    };
+  return hooks;
+}
+
+RunResult make_result(const RunRequest& request, traces::Trace& merged, const exec::RankRun& r0,
+                      int64_t tokens, const BackendReport& report) {
+  merged.meta.source = report.source;
+  if (!report.hardware.empty()) merged.meta.hardware = report.hardware;
+  if (!request.trace_path.empty()) traces::save_trace(merged, request.trace_path);
+
+  RunResult r;
+  r.has_report = true;
+  r.losses = r0.losses;
+  // Throughput: the median step after the first (ARCHITECTURE.md).
+  std::vector<double> s(r0.step_seconds.begin() + (r0.step_seconds.size() > 1 ? 1 : 0),
+                        r0.step_seconds.end());
+  std::sort(s.begin(), s.end());
+  const double median = s.empty() ? 0 : s[s.size() / 2];
+  r.tokens_per_s = median > 0 ? static_cast<double>(tokens) / median : 0.0;
+  r.tokens_per_step = tokens;
+  r.persistent_bytes = r0.persistent_bytes;
+  r.peak_allocated_bytes = r0.peak_allocated_bytes;
+  r.notes = report.notes;
+
+  r.metrics = traces::metrics_to_json(traces::compute_metrics(merged));
+  r.metrics["losses"] = r.losses;
+  r.metrics["tokens_per_s"] = r.tokens_per_s;
+  r.metrics["tokens_per_step"] = tokens;
+  for (const auto& [key, value] : report.extra.items()) r.metrics[key] = value;
+  return r;
+}
+
+}  // namespace detail
+
+}  // namespace shardscope::engine::run

@@ -1,0 +1,56 @@
+// Parts of engine/run shared by the CPU backend (run_cpu.cpp), the CUDA
+// backend (run_cuda.cpp, CUDA builds only) and the dispatcher (run.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/exec/train.h"
+#include "engine/launch/launch.h"
+#include "engine/run/run.h"
+#include "traces/trace.h"
+
+namespace shardscope::engine::run::detail {
+
+// The training hooks of a request: rank 0's progress (on_progress), with
+// `tokens` global tokens per step.
+exec::TrainHooks progress_hooks(const RunRequest& request, int64_t tokens);
+
+// What a backend adds to the result besides the trace's metrics.
+struct BackendReport {
+  traces::Source source = traces::Source::engine_cpu;  // set on the merged trace
+  std::string hardware;  // trace metadata "hardware" (device name); "" = as recorded
+  nlohmann::json extra = nlohmann::json::object();  // merged into the metrics JSON
+  std::string notes;                                // RunResult::notes
+};
+
+// Rank 0's result from the merged trace: writes request.trace_path (the
+// merged trace, its source and hardware set from `report`), computes the
+// metrics and the run's figures (has_report set).
+RunResult make_result(const RunRequest& request, traces::Trace& merged, const exec::RankRun& r0,
+                      int64_t tokens, const BackendReport& report);
+
+// What one rank's training produced.
+struct RankOutcome {
+  exec::RankRun run;
+  BackendReport report;
+  int64_t tokens_per_step = 0;
+};
+// Trains this rank once the rendezvous is done (makes the communicator from
+// rv.store, runs the steps). Throws on failure.
+using RankTrainer = std::function<RankOutcome(launch::Rendezvous& rv)>;
+
+// Role::rank: rendezvous, train (an exception is left in the store under
+// "error/<rank>" for the launcher, then rethrown), every rank's trace to
+// rank 0 through the store with its clock offset; rank 0 merges them and
+// makes the result (handed off to the launcher when request.handoff_dir is
+// set). Every rank waits for the others before returning.
+RunResult run_launched_rank(const RunRequest& request, const RankTrainer& train);
+
+RunResult run_cpu(const RunRequest& request);
+RunResult run_cuda(const RunRequest& request);  // run_cuda.cpp; throws in builds without CUDA
+
+}  // namespace shardscope::engine::run::detail
