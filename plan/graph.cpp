@@ -1,7 +1,7 @@
 #include "plan/graph.h"
 
-#include <set>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_set>
 
 #include "plan/error.h"
@@ -105,12 +105,48 @@ int Graph::find_param(const std::string& name) const {
 
 namespace {
 
-const std::set<std::string>& known_op_types() {
-  static const std::set<std::string> kTypes = {
-      "embedding", "linear",   "layernorm", "rmsnorm",       "attention", "gelu",
-      "swiglu",    "residual", "relu",      "cross_entropy", "rope"};
-  return kTypes;
+constexpr std::pair<const char*, OpType> kOpTypeNames[] = {
+    {"embedding", OpType::embedding},
+    {"linear", OpType::linear},
+    {"layernorm", OpType::layernorm},
+    {"rmsnorm", OpType::rmsnorm},
+    {"attention", OpType::attention},
+    {"gelu", OpType::gelu},
+    {"swiglu", OpType::swiglu},
+    {"residual", OpType::residual},
+    {"cross_entropy", OpType::cross_entropy},
+    {"rope", OpType::rope},
+    {"relu", OpType::relu},
+};
+
+auto attr_tuple(const OpAttrs& a) {
+  return std::tie(a.num_embeddings, a.embedding_dim, a.positions, a.in_features, a.out_features,
+                  a.bias, a.weight_layout, a.tied, a.eps, a.dim, a.n_head, a.n_kv_head, a.head_dim,
+                  a.scale, a.rope, a.rope_theta, a.rope_scaling, a.sliding_window, a.causal,
+                  a.qkv_packed, a.approximate, a.activation, a.broadcast, a.classes, a.reduction);
 }
+
+}  // namespace
+
+const char* op_type_name(OpType type) {
+  for (const auto& [n, t] : kOpTypeNames)
+    if (t == type) return n;
+  return "?";
+}
+
+OpType parse_op_type(const std::string& name, const std::string& field) {
+  for (const auto& [n, t] : kOpTypeNames)
+    if (name == n) return t;
+  std::string known;
+  for (const auto& [n, t] : kOpTypeNames) known += (known.empty() ? "" : ", ") + std::string(n);
+  throw Error(field + ": unknown op type '" + name + "' (expected one of: " + known + ")");
+}
+
+bool OpAttrs::operator==(const OpAttrs& other) const {
+  return attr_tuple(*this) == attr_tuple(other);
+}
+
+namespace {
 
 bool has_negative_coefficient(const Poly& p) {
   for (const auto& [key, c] : p.terms())
@@ -216,10 +252,8 @@ void Graph::validate() const {
     const std::string label = "op '" + op.name + "'";
     if (op.name.empty()) fail("op " + std::to_string(i) + " has an empty name");
     if (!op_names.insert(op.name).second) fail(label + ": duplicate op name");
-    if (!known_op_types().count(op.type)) fail(label + ": unknown op type '" + op.type + "'");
     if (!in_range(op.module, modules.size()))
       fail(label + ": module index " + std::to_string(op.module) + " out of range");
-    if (!op.attrs.is_object()) fail(label + ": attrs must be a JSON object");
     for (int t : op.inputs) {
       if (!in_range(t, tensors.size()))
         fail(label + ": input tensor index " + std::to_string(t) + " out of range");

@@ -14,10 +14,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "plan/expr.h"
 
@@ -50,11 +49,72 @@ struct Tensor {
   int64_t numel_at(const Workload& w) const;
 };
 
+// What an op computes. Graph JSON and trace events name it by op_type_name.
+enum class OpType : uint8_t {
+  embedding,      // token (ids input) or position (no input) embedding lookup
+  linear,         // x W^T (+ b), or x W for the Conv1D layout
+  layernorm,      // LayerNorm over the last dim, with weight and bias
+  rmsnorm,        // RMSNorm over the last dim, with weight
+  attention,      // causal scaled-dot-product attention (RoPE inside it for Llama)
+  gelu,           // elementwise GELU
+  swiglu,         // silu(gate) * up
+  residual,       // a + b (b may broadcast)
+  cross_entropy,  // mean cross entropy of logits against labels -> scalar loss
+  rope,           // standalone RoPE: accepted in a graph, built by no model, run by no engine
+  relu,           // elementwise ReLU
+};
+
+const char* op_type_name(OpType type);
+// Throws plan::Error naming `field` on an unknown name.
+OpType parse_op_type(const std::string& name, const std::string& field);
+
+// Op-specific attributes. Every one is optional: a graph lists exactly those
+// that are set (graph JSON "attrs" holds the set ones, under these names), and
+// each reader states the default it assumes for an absent one. The comment
+// over each group names the op types that may carry it (the graph JSON reader
+// rejects an attribute on any other type).
+struct OpAttrs {
+  // embedding
+  std::optional<int64_t> num_embeddings;  // rows of the table
+  std::optional<int64_t> embedding_dim;   // columns of the table
+  std::optional<bool> positions;          // ids are arange(T): no input tensor (set only if true)
+  // linear
+  std::optional<int64_t> in_features;
+  std::optional<int64_t> out_features;
+  std::optional<bool> bias;                  // reads a bias parameter (absent: false)
+  std::optional<std::string> weight_layout;  // "out_in" (nn.Linear; absent) | "in_out" (Conv1D)
+  std::optional<bool> tied;                  // weight is another module's (set only if true)
+  // layernorm, rmsnorm
+  std::optional<double> eps;   // added to the variance (absent: 1e-5)
+  std::optional<int64_t> dim;  // normalized (last) dim
+  // attention
+  std::optional<int64_t> n_head;
+  std::optional<int64_t> n_kv_head;  // < n_head: grouped-query attention
+  std::optional<int64_t> head_dim;
+  std::optional<double> scale;              // on q.k (absent: 1/sqrt(head_dim))
+  std::optional<bool> rope;                 // rotate q and k (absent: false)
+  std::optional<double> rope_theta;         // RoPE base (absent: 10000)
+  std::optional<std::string> rope_scaling;  // Hugging Face rope_scaling, as compact JSON text
+  std::optional<int64_t> sliding_window;    // Mistral window, tokens
+  std::optional<bool> causal;
+  std::optional<bool> qkv_packed;  // one [.., 3*H*D] input instead of q, k, v
+  // gelu
+  std::optional<std::string> approximate;  // "none" (erf) | "tanh" (absent)
+  // swiglu
+  std::optional<std::string> activation;  // "silu"
+  // residual
+  std::optional<bool> broadcast;  // b has fewer dims than a (set only if true)
+  // cross_entropy
+  std::optional<int64_t> classes;        // size of the logits' last dim
+  std::optional<std::string> reduction;  // "mean"
+
+  bool operator==(const OpAttrs& other) const;
+  bool operator!=(const OpAttrs& other) const { return !(*this == other); }
+};
+
 struct Op {
   std::string name;  // unique; usually the module path plus a suffix
-  // One of: embedding, linear, layernorm, rmsnorm, attention, gelu, swiglu,
-  // residual, cross_entropy, rope (applied inside attention for Llama), relu.
-  std::string type;
+  OpType type = OpType::linear;
   int module = -1;            // leaf module the op belongs to
   std::vector<int> inputs;    // tensor indices
   std::vector<int> outputs;   // tensor indices (produced here)
@@ -63,7 +123,7 @@ struct Op {
   Poly fwd_flops, bwd_flops;  // floating point operations (multiply-add = 2)
   Poly fwd_bytes, bwd_bytes;  // bytes read + written in fp32 (scaled by dtype at cost time)
   Poly workspace_bytes;       // transient scratch during the op, fp32 bytes
-  nlohmann::json attrs = nlohmann::json::object();  // op-specific: eps, n_head, n_kv_head, ...
+  OpAttrs attrs;              // op-specific: eps, n_head, n_kv_head, ...
 };
 
 struct Module {

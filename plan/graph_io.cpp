@@ -11,6 +11,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 #include "plan/error.h"
 
@@ -24,6 +25,87 @@ namespace {
 
 json index_list(const std::vector<int>& v) {
   return json(v);
+}
+
+}  // namespace
+
+// ---- op attributes ----------------------------------------------------------
+
+namespace {
+
+// How an attribute is stored in graph JSON.
+enum class AttrForm {
+  value,      // the JSON value of the member (integer, number, bool, string)
+  json_text,  // a std::string member holding compact JSON text: stored as that JSON
+};
+
+// Calls f(name, member, form) for every attribute an op of `type` may carry
+// (OpAttrs in plan/graph.h); `A` is OpAttrs or const OpAttrs.
+template <class A, class F>
+void for_each_attr(OpType type, A& a, F&& f) {
+  const AttrForm v = AttrForm::value;
+  switch (type) {
+    case OpType::embedding:
+      f("num_embeddings", a.num_embeddings, v);
+      f("embedding_dim", a.embedding_dim, v);
+      f("positions", a.positions, v);
+      return;
+    case OpType::linear:
+      f("in_features", a.in_features, v);
+      f("out_features", a.out_features, v);
+      f("bias", a.bias, v);
+      f("weight_layout", a.weight_layout, v);
+      f("tied", a.tied, v);
+      return;
+    case OpType::layernorm:
+    case OpType::rmsnorm:
+      f("eps", a.eps, v);
+      f("dim", a.dim, v);
+      return;
+    case OpType::attention:
+      f("n_head", a.n_head, v);
+      f("n_kv_head", a.n_kv_head, v);
+      f("head_dim", a.head_dim, v);
+      f("scale", a.scale, v);
+      f("rope", a.rope, v);
+      f("rope_theta", a.rope_theta, v);
+      f("rope_scaling", a.rope_scaling, AttrForm::json_text);
+      f("sliding_window", a.sliding_window, v);
+      f("causal", a.causal, v);
+      f("qkv_packed", a.qkv_packed, v);
+      return;
+    case OpType::gelu:
+      f("approximate", a.approximate, v);
+      return;
+    case OpType::swiglu:
+      f("activation", a.activation, v);
+      return;
+    case OpType::residual:
+      f("broadcast", a.broadcast, v);
+      return;
+    case OpType::cross_entropy:
+      f("classes", a.classes, v);
+      f("reduction", a.reduction, v);
+      return;
+    case OpType::rope:
+    case OpType::relu:
+      return;
+  }
+}
+
+json attrs_to_json(const Op& op) {
+  json j = json::object();
+  for_each_attr(op.type, op.attrs, [&](const char* name, const auto& member, AttrForm form) {
+    if (!member) return;
+    if constexpr (std::is_same_v<std::decay_t<decltype(*member)>, std::string>) {
+      if (form == AttrForm::json_text) {
+        j[name] = json::parse(*member);
+        return;
+      }
+    }
+    j[name] = *member;
+  });
+  return j;
 }
 
 }  // namespace
@@ -67,7 +149,7 @@ json graph_to_json(const Graph& graph) {
   json ops = json::array();
   for (const Op& op : graph.ops) {
     ops.push_back({{"name", op.name},
-                   {"type", op.type},
+                   {"type", op_type_name(op.type)},
                    {"module", op.module},
                    {"inputs", index_list(op.inputs)},
                    {"outputs", index_list(op.outputs)},
@@ -78,7 +160,7 @@ json graph_to_json(const Graph& graph) {
                    {"fwd_bytes", op.fwd_bytes.to_string()},
                    {"bwd_bytes", op.bwd_bytes.to_string()},
                    {"workspace_bytes", op.workspace_bytes.to_string()},
-                   {"attrs", op.attrs}});
+                   {"attrs", attrs_to_json(op)}});
   }
   j["ops"] = std::move(ops);
   j["inputs"] = index_list(graph.inputs);
@@ -247,6 +329,48 @@ DType read_dtype(const json& j, const std::string& path) {
 
 constexpr int64_t kMaxIndexCount = std::numeric_limits<int>::max();
 
+// The "attrs" object of an op of `type` at `path`: only the attributes that
+// type may carry (see for_each_attr), each of its member's JSON type.
+OpAttrs read_attrs(const json& j, const std::string& path, OpType type) {
+  if (!j.is_object()) fail(path, std::string("expected an object, got ") + type_name(j));
+  OpAttrs a;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string key_path = child(path, it.key());
+    const json& value = *it;
+    bool known = false;
+    for_each_attr(type, a, [&](const char* name, auto& member, AttrForm form) {
+      if (known || it.key() != name) return;
+      known = true;
+      using T = std::decay_t<decltype(*member)>;
+      if constexpr (std::is_same_v<T, int64_t>) {
+        member = read_int(value, key_path, std::numeric_limits<int64_t>::min(),
+                          std::numeric_limits<int64_t>::max());
+      } else if constexpr (std::is_same_v<T, double>) {
+        if (!value.is_number())
+          fail(key_path, std::string("expected a number, got ") + type_name(value));
+        member = value.get<double>();
+      } else if constexpr (std::is_same_v<T, bool>) {
+        member = read_bool(value, key_path);
+      } else {
+        static_assert(std::is_same_v<T, std::string>);
+        member = form == AttrForm::json_text
+                     ? value.dump(-1, ' ', false, json::error_handler_t::replace)
+                     : read_string(value, key_path);
+      }
+    });
+    if (!known) {
+      std::string keys;
+      for_each_attr(type, a, [&](const char* name, auto&, AttrForm) {
+        keys += (keys.empty() ? "" : ", ") + std::string(name);
+      });
+      fail(key_path,
+           std::string("unknown key for a ") + op_type_name(type) + " op" +
+               (keys.empty() ? " (it takes no attributes)" : " (expected one of: " + keys + ")"));
+    }
+  }
+  return a;
+}
+
 }  // namespace
 
 Graph graph_from_json(const json& j) {
@@ -337,7 +461,12 @@ Graph graph_from_json(const json& j) {
                     "bwd_flops", "fwd_bytes", "bwd_bytes", "workspace_bytes", "attrs"});
     Op op;
     op.name = read_string(r.at("name"), r.path("name"));
-    op.type = read_string(r.at("type"), r.path("type"));
+    const std::string type = read_string(r.at("type"), r.path("type"));
+    try {
+      op.type = parse_op_type(type, "op '" + op.name + "'");
+    } catch (const Error& e) {
+      fail(r.path("type"), e.what());
+    }
     op.module = read_index(r.at("module"), r.path("module"), g.modules.size(), "module");
     op.inputs = read_index_list(r.at("inputs"), r.path("inputs"), n_tensors, "tensor");
     op.outputs = read_index_list(r.at("outputs"), r.path("outputs"), n_tensors, "tensor");
@@ -351,11 +480,7 @@ Graph graph_from_json(const json& j) {
     op.bwd_bytes = read_poly(r.at("bwd_bytes"), r.path("bwd_bytes"));
     if (const json* v = r.find("workspace_bytes", false))
       op.workspace_bytes = read_poly(*v, r.path("workspace_bytes"));
-    if (const json* v = r.find("attrs", false)) {
-      if (!v->is_object())
-        fail(r.path("attrs"), std::string("expected an object, got ") + type_name(*v));
-      op.attrs = *v;
-    }
+    if (const json* v = r.find("attrs", false)) op.attrs = read_attrs(*v, r.path("attrs"), op.type);
     g.ops.push_back(std::move(op));
   }
 

@@ -9,13 +9,15 @@
 //     "ops": [ {"name", "type", "module": int, "inputs": [int], "outputs": [int],
 //               "params": [int], "saved": [int],
 //               "fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes", "workspace_bytes": Poly text,
-//               "attrs": {...}} ],
+//               "attrs": {"eps": 1e-05, ...}} ],
 //     "inputs": [int], "loss": int }
 //
 // Indices refer to the arrays above. Module children are not stored: they are
 // the modules naming a module as parent, in storage (pre-)order. In an op,
 // "params", "saved", "workspace_bytes" and "attrs" may be left out (empty,
 // empty, "0", {}); every other key is required and unknown keys are errors.
+// "type" is an op_type_name; the "attrs" keys are the OpAttrs members (plan/graph.h)
+// that the op's type may carry, each present only when set.
 // Poly fields use the text form of plan/expr.h.
 #pragma once
 

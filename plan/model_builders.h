@@ -165,9 +165,10 @@ class GraphBuilder {
   int layernorm(int module, int x, int64_t dim, double eps);
   int rmsnorm(int module, int x, int64_t dim, double eps);
   // `qkv`: one packed [.., 3*H*D] tensor (GPT-2) or three tensors q, k, v.
-  // `attrs` carries n_head, n_kv_head, head_dim, rope, rope_theta, scale, ...
+  // `attrs` carries the model's scale, rope, rope_theta, rope_scaling, sliding_window;
+  // n_head, n_kv_head, head_dim, causal and qkv_packed are set here.
   int attention(int module, const std::vector<int>& qkv, int64_t n_head, int64_t n_kv_head,
-                int64_t head_dim, nlohmann::json attrs);
+                int64_t head_dim, OpAttrs attrs);
   int gelu(int module, int x, const std::string& approximate);
   int relu(int module, int x);
   int swiglu(int module, int gate, int up);

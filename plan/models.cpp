@@ -334,7 +334,7 @@ int GraphBuilder::embedding(int module, int ids, int64_t rows_count, int64_t dim
   out_shape.push_back(dim(dim_size));
   Op op;
   op.name = op_name(module, "");
-  op.type = "embedding";
+  op.type = OpType::embedding;
   op.module = module;
   op.inputs = {ids};
   op.outputs = {add_tensor(op.name + ".out", out_shape)};
@@ -343,7 +343,8 @@ int GraphBuilder::embedding(int module, int ids, int64_t rows_count, int64_t dim
   const Poly n = g_.tensors[ids].numel();
   const Poly gathered = n * dim_size;
   op.bwd_flops = gathered;
-  op.attrs = {{"num_embeddings", rows_count}, {"embedding_dim", dim_size}};
+  op.attrs.num_embeddings = rows_count;
+  op.attrs.embedding_dim = dim_size;
   return add_op(std::move(op), &gathered).outputs[0];
 }
 
@@ -351,13 +352,15 @@ int GraphBuilder::position_embedding(int module, int64_t rows_count, int64_t dim
   const int weight = add_param(module, "weight", {rows_count, dim_size});
   Op op;
   op.name = op_name(module, "");
-  op.type = "embedding";
+  op.type = OpType::embedding;
   op.module = module;
   op.outputs = {add_tensor(op.name + ".out", {dim_t(), dim(dim_size)})};
   op.params = {weight};
   const Poly gathered = dim_t() * dim_size;
   op.bwd_flops = gathered;
-  op.attrs = {{"num_embeddings", rows_count}, {"embedding_dim", dim_size}, {"positions", true}};
+  op.attrs.num_embeddings = rows_count;
+  op.attrs.embedding_dim = dim_size;
+  op.attrs.positions = true;
   return add_op(std::move(op), &gathered).outputs[0];
 }
 
@@ -365,7 +368,7 @@ int GraphBuilder::linear(int module, int x, int64_t in, int64_t out, bool bias, 
                          int tied_weight) {
   Op op;
   op.name = op_name(module, "");
-  op.type = "linear";
+  op.type = OpType::linear;
   op.module = module;
   if (tied_weight >= 0) {
     op.params = {tied_weight};
@@ -385,18 +388,18 @@ int GraphBuilder::linear(int module, int x, int64_t in, int64_t out, bool bias, 
   const Poly bias_flops = bias ? n * out : Poly();
   op.fwd_flops = n * (2 * in * out) + bias_flops;
   op.bwd_flops = n * (4 * in * out) + bias_flops;
-  op.attrs = {{"in_features", in},
-              {"out_features", out},
-              {"bias", bias},
-              {"weight_layout", layout == WeightLayout::out_in ? "out_in" : "in_out"}};
-  if (tied_weight >= 0) op.attrs["tied"] = true;
+  op.attrs.in_features = in;
+  op.attrs.out_features = out;
+  op.attrs.bias = bias;
+  op.attrs.weight_layout = layout == WeightLayout::out_in ? "out_in" : "in_out";
+  if (tied_weight >= 0) op.attrs.tied = true;
   return add_op(std::move(op)).outputs[0];
 }
 
 int GraphBuilder::layernorm(int module, int x, int64_t dim_size, double eps) {
   Op op;
   op.name = op_name(module, "");
-  op.type = "layernorm";
+  op.type = OpType::layernorm;
   op.module = module;
   op.params = {add_param(module, "weight", {dim_size}), add_param(module, "bias", {dim_size})};
   Shape stats_shape(shape(x).begin(), shape(x).end() - 1);
@@ -407,14 +410,15 @@ int GraphBuilder::layernorm(int module, int x, int64_t dim_size, double eps) {
   const Poly n = g_.tensors[x].numel();
   op.fwd_flops = n * 8;
   op.bwd_flops = n * 16;
-  op.attrs = {{"eps", eps}, {"dim", dim_size}};
+  op.attrs.eps = eps;
+  op.attrs.dim = dim_size;
   return add_op(std::move(op)).outputs[0];
 }
 
 int GraphBuilder::rmsnorm(int module, int x, int64_t dim_size, double eps) {
   Op op;
   op.name = op_name(module, "");
-  op.type = "rmsnorm";
+  op.type = OpType::rmsnorm;
   op.module = module;
   op.params = {add_param(module, "weight", {dim_size})};
   Shape stats_shape(shape(x).begin(), shape(x).end() - 1);
@@ -424,15 +428,16 @@ int GraphBuilder::rmsnorm(int module, int x, int64_t dim_size, double eps) {
   const Poly n = g_.tensors[x].numel();
   op.fwd_flops = n * 4;
   op.bwd_flops = n * 8;
-  op.attrs = {{"eps", eps}, {"dim", dim_size}};
+  op.attrs.eps = eps;
+  op.attrs.dim = dim_size;
   return add_op(std::move(op)).outputs[0];
 }
 
 int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_head,
-                            int64_t n_kv_head, int64_t head_dim, json attrs) {
+                            int64_t n_kv_head, int64_t head_dim, OpAttrs attrs) {
   Op op;
   op.name = op_name(module, "attention");
-  op.type = "attention";
+  op.type = OpType::attention;
   op.module = module;
   op.inputs = qkv;
   // q's layout fixes B and T: [B, T, H*D] (or packed [B, T, 3*H*D]).
@@ -446,16 +451,16 @@ int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_h
   const Poly square = b * t * t * (n_head * head_dim);  // B*T^2*H*D
   op.fwd_flops = square * 4;
   op.bwd_flops = square * 10;
-  if (attrs.value("rope", false)) {
+  if (attrs.rope.value_or(false)) {
     const Poly rope = b * t * (3 * (n_head + n_kv_head) * head_dim);
     op.fwd_flops = op.fwd_flops + rope;
     op.bwd_flops = op.bwd_flops + rope;
   }
-  attrs["n_head"] = n_head;
-  attrs["n_kv_head"] = n_kv_head;
-  attrs["head_dim"] = head_dim;
-  attrs["causal"] = true;
-  attrs["qkv_packed"] = qkv.size() == 1;
+  attrs.n_head = n_head;
+  attrs.n_kv_head = n_kv_head;
+  attrs.head_dim = head_dim;
+  attrs.causal = true;
+  attrs.qkv_packed = qkv.size() == 1;
   op.attrs = std::move(attrs);
   return add_op(std::move(op)).outputs[0];
 }
@@ -463,7 +468,7 @@ int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_h
 int GraphBuilder::gelu(int module, int x, const std::string& approximate) {
   Op op;
   op.name = op_name(module, "");
-  op.type = "gelu";
+  op.type = OpType::gelu;
   op.module = module;
   op.inputs = {x};
   op.outputs = {add_tensor(op.name + ".out", shape(x))};
@@ -471,14 +476,14 @@ int GraphBuilder::gelu(int module, int x, const std::string& approximate) {
   const Poly n = g_.tensors[x].numel();
   op.fwd_flops = n * 8;
   op.bwd_flops = n * 16;
-  op.attrs = {{"approximate", approximate}};
+  op.attrs.approximate = approximate;
   return add_op(std::move(op)).outputs[0];
 }
 
 int GraphBuilder::relu(int module, int x) {
   Op op;
   op.name = op_name(module, "");
-  op.type = "relu";
+  op.type = OpType::relu;
   op.module = module;
   op.inputs = {x};
   op.outputs = {add_tensor(op.name + ".out", shape(x))};
@@ -492,7 +497,7 @@ int GraphBuilder::relu(int module, int x) {
 int GraphBuilder::swiglu(int module, int gate, int up) {
   Op op;
   op.name = op_name(module, "swiglu");
-  op.type = "swiglu";
+  op.type = OpType::swiglu;
   op.module = module;
   op.inputs = {gate, up};
   op.outputs = {add_tensor(op.name + ".out", shape(gate))};
@@ -500,14 +505,14 @@ int GraphBuilder::swiglu(int module, int gate, int up) {
   const Poly n = g_.tensors[gate].numel();
   op.fwd_flops = n * 5;
   op.bwd_flops = n * 10;
-  op.attrs = {{"activation", "silu"}};
+  op.attrs.activation = "silu";
   return add_op(std::move(op)).outputs[0];
 }
 
 int GraphBuilder::residual(int module, const std::string& suffix, int a, int b) {
   Op op;
   op.name = op_name(module, suffix);
-  op.type = "residual";
+  op.type = OpType::residual;
   op.module = module;
   op.inputs = {a, b};
   // The larger operand gives the shape (GPT-2 adds wpe [T, C] to wte [B, T, C]).
@@ -516,14 +521,14 @@ int GraphBuilder::residual(int module, const std::string& suffix, int a, int b) 
   const Poly n = g_.tensors[big].numel();
   op.fwd_flops = n;
   op.bwd_flops = n;
-  if (shape(a) != shape(b)) op.attrs = {{"broadcast", true}};
+  if (shape(a) != shape(b)) op.attrs.broadcast = true;
   return add_op(std::move(op)).outputs[0];
 }
 
 int GraphBuilder::cross_entropy(int module, int logits, int labels, int64_t classes) {
   Op op;
   op.name = op_name(module, "cross_entropy");
-  op.type = "cross_entropy";
+  op.type = OpType::cross_entropy;
   op.module = module;
   op.inputs = {logits, labels};
   op.outputs = {add_tensor("loss", {}), add_tensor(op.name + ".log_probs", shape(logits))};
@@ -531,7 +536,8 @@ int GraphBuilder::cross_entropy(int module, int logits, int labels, int64_t clas
   const Poly n = g_.tensors[logits].numel();
   op.fwd_flops = n * 5;
   op.bwd_flops = n * 3;
-  op.attrs = {{"classes", classes}, {"reduction", "mean"}};
+  op.attrs.classes = classes;
+  op.attrs.reduction = "mean";
   return add_op(std::move(op)).outputs[0];
 }
 

@@ -106,8 +106,10 @@ Graph build_gpt2(const Gpt2Config& c, const std::string& name) {
                               WeightLayout::in_out);
     double scale = c.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
     if (c.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(i + 1);
-    const int y = gb.attention(attn, {qkv}, c.n_head, c.n_head, head_dim,
-                               {{"rope", false}, {"scale", scale}});
+    OpAttrs attn_attrs;
+    attn_attrs.rope = false;
+    attn_attrs.scale = scale;
+    const int y = gb.attention(attn, {qkv}, c.n_head, c.n_head, head_dim, attn_attrs);
     const int attn_out =
         gb.linear(gb.add_module(attn, "c_proj", "Conv1D"), y, C, C, true, WeightLayout::in_out);
     x = gb.residual(block, "residual_1", x, attn_out);

@@ -82,11 +82,12 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
   const double eps = c.rms_norm_eps;
 
-  nlohmann::json attn_attrs = {{"rope", true},
-                               {"rope_theta", c.rope_theta},
-                               {"scale", 1.0 / std::sqrt(static_cast<double>(head_dim))}};
-  if (!c.rope_scaling.is_null()) attn_attrs["rope_scaling"] = c.rope_scaling;
-  if (c.sliding_window > 0) attn_attrs["sliding_window"] = c.sliding_window;
+  OpAttrs attn_attrs;
+  attn_attrs.rope = true;
+  attn_attrs.rope_theta = c.rope_theta;
+  attn_attrs.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  if (!c.rope_scaling.is_null()) attn_attrs.rope_scaling = c.rope_scaling.dump();
+  if (c.sliding_window > 0) attn_attrs.sliding_window = c.sliding_window;
 
   GraphBuilder gb(name, "llama", c.max_position_embeddings, V);
   const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);

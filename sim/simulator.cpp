@@ -344,7 +344,7 @@ void Executor::start(int op, TimeNs now) {
     name = g.name + (o.kind == plan::OpKind::backward    ? " bwd"
                      : o.kind == plan::OpKind::recompute ? " recompute"
                                                          : " fwd");
-    op_type = intern(g.type);
+    op_type = intern(plan::op_type_name(g.type));
   } else {
     name = std::string(plan::op_kind_name(o.kind));
     if (o.unit >= 0) name += " " + unit_name(o.unit);

@@ -47,9 +47,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 float initial_value(const plan::Graph& g, int param, int64_t index, uint64_t seed) {
   const plan::Param& p = g.params[static_cast<size_t>(param)];
   const plan::Op* op = first_user(g, param);
-  const std::string type = op ? op->type : "";
   if (ends_with(p.name, ".bias")) return 0.0f;
-  if (type == "layernorm" || type == "rmsnorm") return 1.0f;
+  if (op && (op->type == plan::OpType::layernorm || op->type == plan::OpType::rmsnorm)) return 1.0f;
   double std = 0.02;
   if (g.family == "gpt2" && ends_with(p.name, ".c_proj.weight")) {
     int64_t layers = 0;
@@ -103,7 +102,7 @@ void DataSource::fill(int tensor, int64_t first, int64_t batch, int64_t seq, voi
     }
     int64_t classes = 0;  // labels [B]: from the cross-entropy op
     for (const plan::Op& op : g_->ops)
-      if (op.type == "cross_entropy") classes = op.attrs.value("classes", int64_t{0});
+      if (op.type == plan::OpType::cross_entropy) classes = op.attrs.classes.value_or(0);
     auto* y = static_cast<int64_t*>(out);
     for (int64_t b = 0; b < batch; ++b)
       y[b] = static_cast<int64_t>(uniform01(seed_, 0x1abe1ull, static_cast<uint64_t>(first + b)) *

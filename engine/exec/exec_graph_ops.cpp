@@ -39,207 +39,216 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
   auto numel = [&](int t) { return o.numel(t); };
   auto missing = [&](const std::string& what) { return o.missing(what); };
 
-  const std::string& type = op.type;
-  if (type == "embedding") {
-    const int64_t rows = o.attr_i("num_embeddings"), dim = o.attr_i("embedding_dim");
-    const int out = op.outputs[0];
-    const int64_t n = numel(out) / dim;
-    const int64_t* id = op.inputs.empty() ? nullptr : ids(op.inputs[0]);
-    if (!backward) {
-      F32View table = param_view(op.params[0], false);
-      F32View y = value(out, true);
-      cpu::embedding_forward(id, table.data(), y.data(), n, rows, dim);
-    } else {
-      auto dy = grad(out);
-      if (!dy) throw missing("the gradient of " + o.tensor_name(out));
-      F32View dtable = param_view(op.params[0], true);
-      cpu::embedding_backward(id, dy->data(), dtable.data(), n, rows, dim);
-    }
-    return;
-  }
-  if (type == "linear") {
-    const int64_t in = o.attr_i("in_features"), out_f = o.attr_i("out_features");
-    const bool has_bias = op.attrs.value("bias", false);
-    const auto layout = op.attrs.value("weight_layout", std::string("out_in")) == "in_out"
-                            ? cpu::WeightLayout::in_out
-                            : cpu::WeightLayout::out_in;
-    const int x_t = op.inputs[0], y_t = op.outputs[0];
-    const int64_t n = numel(x_t) / in;
-    F32View x = value(x_t, false);
-    F32View wv = param_view(op.params[0], false);
-    if (!backward) {
-      std::optional<F32View> bv;
-      if (has_bias) bv.emplace(param_view(op.params[1], false));
-      F32View y = value(y_t, true);
-      cpu::linear_forward(x.data(), wv.data(), bv ? bv->data() : nullptr, y.data(), n, in, out_f,
-                          layout);
-    } else {
-      auto dy = grad(y_t);
-      if (!dy) throw missing("the gradient of " + o.tensor_name(y_t));
-      auto dx = grad(x_t);
-      F32View dw = param_view(op.params[0], true);
-      std::optional<F32View> db;
-      if (has_bias) db.emplace(param_view(op.params[1], true));
-      cpu::linear_backward(x.data(), wv.data(), dy->data(), dx ? dx->data() : nullptr, dw.data(),
-                           db ? db->data() : nullptr, n, in, out_f, layout);
-    }
-    return;
-  }
-  if (type == "layernorm" || type == "rmsnorm") {
-    const bool ln = type == "layernorm";
-    const int x_t = op.inputs[0];
-    const int64_t c = o.last_dim(x_t), n = numel(x_t) / c;
-    const double eps = o.attr_d("eps", 1e-5);
-    F32View x = value(x_t, false);
-    F32View wv = param_view(op.params[0], false);
-    if (!backward) {
-      F32View y = value(op.outputs[0], true);
-      if (ln) {
-        F32View bv = param_view(op.params[1], false);
-        F32View mean = value(op.outputs[1], true);
-        F32View rstd = value(op.outputs[2], true);
-        cpu::layernorm_forward(x.data(), wv.data(), bv.data(), y.data(), mean.data(), rstd.data(),
-                               n, c, eps);
+  switch (op.type) {
+    case plan::OpType::embedding: {
+      const int64_t rows = o.attr_i(op.attrs.num_embeddings, "num_embeddings"),
+                    dim = o.attr_i(op.attrs.embedding_dim, "embedding_dim");
+      const int out = op.outputs[0];
+      const int64_t n = numel(out) / dim;
+      const int64_t* id = op.inputs.empty() ? nullptr : ids(op.inputs[0]);
+      if (!backward) {
+        F32View table = param_view(op.params[0], false);
+        F32View y = value(out, true);
+        cpu::embedding_forward(id, table.data(), y.data(), n, rows, dim);
       } else {
-        F32View rstd = value(op.outputs[1], true);
-        cpu::rmsnorm_forward(x.data(), wv.data(), y.data(), rstd.data(), n, c, eps);
+        auto dy = grad(out);
+        if (!dy) throw missing("the gradient of " + o.tensor_name(out));
+        F32View dtable = param_view(op.params[0], true);
+        cpu::embedding_backward(id, dy->data(), dtable.data(), n, rows, dim);
       }
-    } else {
-      auto dy = grad(op.outputs[0]);
-      if (!dy) throw missing("the gradient of the output");
-      auto dx = grad(x_t);
-      if (!dx) throw missing("the gradient of the input");
-      F32View dw = param_view(op.params[0], true);
-      if (ln) {
-        F32View db = param_view(op.params[1], true);
-        F32View mean = value(op.outputs[1], false);
-        F32View rstd = value(op.outputs[2], false);
-        cpu::layernorm_backward(x.data(), wv.data(), mean.data(), rstd.data(), dy->data(),
-                                dx->data(), dw.data(), db.data(), n, c);
-      } else {
-        F32View rstd = value(op.outputs[1], false);
-        cpu::rmsnorm_backward(x.data(), wv.data(), rstd.data(), dy->data(), dx->data(), dw.data(),
-                              n, c);
-      }
+      return;
     }
-    return;
-  }
-  if (type == "attention") {
-    const cpu::AttentionShape s = attention_shape(o, w_, "CPU");
-    const int64_t hd = s.n_head * s.head_dim, kvd = s.n_kv_head * s.head_dim;
-    const bool packed = op.inputs.size() == 1;
-    std::vector<F32View> in;
-    for (int t : op.inputs) in.push_back(value(t, false));
-    cpu::QkvView qkv{};
-    if (packed) {
-      qkv = {in[0].data(), in[0].data() + hd, in[0].data() + 2 * hd, 3 * hd, 3 * hd};
-    } else {
-      qkv = {in[0].data(), in[1].data(), in[2].data(), hd, kvd};
-    }
-    if (!backward) {
-      F32View out = value(op.outputs[0], true);
-      F32View lse = value(op.outputs[1], true);
-      cpu::attention_forward(s, qkv, out.data(), lse.data());
-    } else {
-      F32View out = value(op.outputs[0], false);
-      F32View lse = value(op.outputs[1], false);
-      auto dout = grad(op.outputs[0]);
-      if (!dout) throw missing("the gradient of the output");
-      std::vector<F32View> gin;
-      for (int t : op.inputs) {
-        auto gv = grad(t);
-        if (!gv) throw missing("the gradient of " + o.tensor_name(t));
-        gin.push_back(std::move(*gv));
-      }
-      cpu::QkvGrad gq{};
-      if (packed)
-        gq = {gin[0].data(), gin[0].data() + hd, gin[0].data() + 2 * hd, 3 * hd, 3 * hd};
-      else
-        gq = {gin[0].data(), gin[1].data(), gin[2].data(), hd, kvd};
-      cpu::attention_backward(s, qkv, out.data(), lse.data(), dout->data(), gq);
-    }
-    return;
-  }
-  if (type == "gelu" || type == "relu") {
-    const int x_t = op.inputs[0], y_t = op.outputs[0];
-    const int64_t n = numel(x_t);
-    const bool tanh_form = op.attrs.value("approximate", std::string("tanh")) != "none";
-    if (!backward) {
+    case plan::OpType::linear: {
+      const int64_t in = o.attr_i(op.attrs.in_features, "in_features"),
+                    out_f = o.attr_i(op.attrs.out_features, "out_features");
+      const bool has_bias = op.attrs.bias.value_or(false);
+      const auto layout = op.attrs.weight_layout.value_or("out_in") == "in_out"
+                              ? cpu::WeightLayout::in_out
+                              : cpu::WeightLayout::out_in;
+      const int x_t = op.inputs[0], y_t = op.outputs[0];
+      const int64_t n = numel(x_t) / in;
       F32View x = value(x_t, false);
-      F32View y = value(y_t, true);
-      if (type == "gelu")
-        cpu::gelu_forward(x.data(), y.data(), n, tanh_form);
-      else
-        cpu::relu_forward(x.data(), y.data(), n);
-    } else {
-      auto dy = grad(y_t);
-      auto dx = grad(x_t);
-      if (!dy || !dx) throw missing("a gradient");
-      if (type == "gelu") {
-        F32View x = value(x_t, false);
-        cpu::gelu_backward(x.data(), dy->data(), dx->data(), n, tanh_form);
+      F32View wv = param_view(op.params[0], false);
+      if (!backward) {
+        std::optional<F32View> bv;
+        if (has_bias) bv.emplace(param_view(op.params[1], false));
+        F32View y = value(y_t, true);
+        cpu::linear_forward(x.data(), wv.data(), bv ? bv->data() : nullptr, y.data(), n, in, out_f,
+                            layout);
       } else {
-        F32View y = value(y_t, false);
-        cpu::relu_backward(y.data(), dy->data(), dx->data(), n);
+        auto dy = grad(y_t);
+        if (!dy) throw missing("the gradient of " + o.tensor_name(y_t));
+        auto dx = grad(x_t);
+        F32View dw = param_view(op.params[0], true);
+        std::optional<F32View> db;
+        if (has_bias) db.emplace(param_view(op.params[1], true));
+        cpu::linear_backward(x.data(), wv.data(), dy->data(), dx ? dx->data() : nullptr, dw.data(),
+                             db ? db->data() : nullptr, n, in, out_f, layout);
       }
+      return;
     }
-    return;
-  }
-  if (type == "swiglu") {
-    const int64_t n = numel(op.outputs[0]);
-    F32View gate = value(op.inputs[0], false);
-    F32View up = value(op.inputs[1], false);
-    if (!backward) {
-      F32View y = value(op.outputs[0], true);
-      cpu::swiglu_forward(gate.data(), up.data(), y.data(), n);
-    } else {
-      auto dy = grad(op.outputs[0]);
-      auto dg = grad(op.inputs[0]);
-      auto du = grad(op.inputs[1]);
-      if (!dy || !dg || !du) throw missing("a gradient");
-      cpu::swiglu_backward(gate.data(), up.data(), dy->data(), dg->data(), du->data(), n);
+    case plan::OpType::layernorm:
+    case plan::OpType::rmsnorm: {
+      const bool ln = op.type == plan::OpType::layernorm;
+      const int x_t = op.inputs[0];
+      const int64_t c = o.last_dim(x_t), n = numel(x_t) / c;
+      const double eps = op.attrs.eps.value_or(1e-5);
+      F32View x = value(x_t, false);
+      F32View wv = param_view(op.params[0], false);
+      if (!backward) {
+        F32View y = value(op.outputs[0], true);
+        if (ln) {
+          F32View bv = param_view(op.params[1], false);
+          F32View mean = value(op.outputs[1], true);
+          F32View rstd = value(op.outputs[2], true);
+          cpu::layernorm_forward(x.data(), wv.data(), bv.data(), y.data(), mean.data(), rstd.data(),
+                                 n, c, eps);
+        } else {
+          F32View rstd = value(op.outputs[1], true);
+          cpu::rmsnorm_forward(x.data(), wv.data(), y.data(), rstd.data(), n, c, eps);
+        }
+      } else {
+        auto dy = grad(op.outputs[0]);
+        if (!dy) throw missing("the gradient of the output");
+        auto dx = grad(x_t);
+        if (!dx) throw missing("the gradient of the input");
+        F32View dw = param_view(op.params[0], true);
+        if (ln) {
+          F32View db = param_view(op.params[1], true);
+          F32View mean = value(op.outputs[1], false);
+          F32View rstd = value(op.outputs[2], false);
+          cpu::layernorm_backward(x.data(), wv.data(), mean.data(), rstd.data(), dy->data(),
+                                  dx->data(), dw.data(), db.data(), n, c);
+        } else {
+          F32View rstd = value(op.outputs[1], false);
+          cpu::rmsnorm_backward(x.data(), wv.data(), rstd.data(), dy->data(), dx->data(), dw.data(),
+                                n, c);
+        }
+      }
+      return;
     }
-    return;
-  }
-  if (type == "residual") {
-    const int a_t = op.inputs[0], b_t = op.inputs[1];
-    const int64_t n = numel(op.outputs[0]), nb = numel(b_t);
-    if (numel(a_t) != n)
-      throw ExecError("op '" + op.name + "': the first operand must be the full-size one");
-    if (!backward) {
-      F32View a = value(a_t, false);
-      F32View b = value(b_t, false);
-      F32View y = value(op.outputs[0], true);
-      cpu::residual_forward(a.data(), b.data(), y.data(), n, nb);
-    } else {
-      auto dy = grad(op.outputs[0]);
-      auto da = grad(a_t);
-      auto db = grad(b_t);
-      if (!dy || !da || !db) throw missing("a gradient");
-      cpu::residual_backward(dy->data(), da->data(), db->data(), n, nb);
+    case plan::OpType::attention: {
+      const cpu::AttentionShape s = attention_shape(o, w_, "CPU");
+      const int64_t hd = s.n_head * s.head_dim, kvd = s.n_kv_head * s.head_dim;
+      const bool packed = op.inputs.size() == 1;
+      std::vector<F32View> in;
+      for (int t : op.inputs) in.push_back(value(t, false));
+      cpu::QkvView qkv{};
+      if (packed) {
+        qkv = {in[0].data(), in[0].data() + hd, in[0].data() + 2 * hd, 3 * hd, 3 * hd};
+      } else {
+        qkv = {in[0].data(), in[1].data(), in[2].data(), hd, kvd};
+      }
+      if (!backward) {
+        F32View out = value(op.outputs[0], true);
+        F32View lse = value(op.outputs[1], true);
+        cpu::attention_forward(s, qkv, out.data(), lse.data());
+      } else {
+        F32View out = value(op.outputs[0], false);
+        F32View lse = value(op.outputs[1], false);
+        auto dout = grad(op.outputs[0]);
+        if (!dout) throw missing("the gradient of the output");
+        std::vector<F32View> gin;
+        for (int t : op.inputs) {
+          auto gv = grad(t);
+          if (!gv) throw missing("the gradient of " + o.tensor_name(t));
+          gin.push_back(std::move(*gv));
+        }
+        cpu::QkvGrad gq{};
+        if (packed)
+          gq = {gin[0].data(), gin[0].data() + hd, gin[0].data() + 2 * hd, 3 * hd, 3 * hd};
+        else
+          gq = {gin[0].data(), gin[1].data(), gin[2].data(), hd, kvd};
+        cpu::attention_backward(s, qkv, out.data(), lse.data(), dout->data(), gq);
+      }
+      return;
     }
-    return;
-  }
-  if (type == "cross_entropy") {
-    const int logits_t = op.inputs[0], labels_t = op.inputs[1];
-    const int64_t v = o.attr_i("classes"), n = numel(logits_t) / v;
-    const int64_t* labels = ids(labels_t);
-    if (!backward) {
-      F32View logits = value(logits_t, false);
-      F32View logp = value(op.outputs[1], true);
-      const double loss = cpu::cross_entropy_forward(logits.data(), labels, logp.data(), n, v);
-      F32View out = value(op.outputs[0], true);
-      out.data()[0] = static_cast<float>(loss);
-      if (sop.kind == plan::OpKind::forward) micro_loss_sum_ += loss;
-    } else {
-      F32View logp = value(op.outputs[1], false);
-      auto dl = grad(logits_t);
-      if (!dl) throw missing("the gradient of the logits");
-      cpu::cross_entropy_backward(logp.data(), labels, dloss_, dl->data(), n, v);
+    case plan::OpType::gelu:
+    case plan::OpType::relu: {
+      const bool gelu = op.type == plan::OpType::gelu;
+      const int x_t = op.inputs[0], y_t = op.outputs[0];
+      const int64_t n = numel(x_t);
+      const bool tanh_form = op.attrs.approximate.value_or("tanh") != "none";
+      if (!backward) {
+        F32View x = value(x_t, false);
+        F32View y = value(y_t, true);
+        if (gelu)
+          cpu::gelu_forward(x.data(), y.data(), n, tanh_form);
+        else
+          cpu::relu_forward(x.data(), y.data(), n);
+      } else {
+        auto dy = grad(y_t);
+        auto dx = grad(x_t);
+        if (!dy || !dx) throw missing("a gradient");
+        if (gelu) {
+          F32View x = value(x_t, false);
+          cpu::gelu_backward(x.data(), dy->data(), dx->data(), n, tanh_form);
+        } else {
+          F32View y = value(y_t, false);
+          cpu::relu_backward(y.data(), dy->data(), dx->data(), n);
+        }
+      }
+      return;
     }
-    return;
+    case plan::OpType::swiglu: {
+      const int64_t n = numel(op.outputs[0]);
+      F32View gate = value(op.inputs[0], false);
+      F32View up = value(op.inputs[1], false);
+      if (!backward) {
+        F32View y = value(op.outputs[0], true);
+        cpu::swiglu_forward(gate.data(), up.data(), y.data(), n);
+      } else {
+        auto dy = grad(op.outputs[0]);
+        auto dg = grad(op.inputs[0]);
+        auto du = grad(op.inputs[1]);
+        if (!dy || !dg || !du) throw missing("a gradient");
+        cpu::swiglu_backward(gate.data(), up.data(), dy->data(), dg->data(), du->data(), n);
+      }
+      return;
+    }
+    case plan::OpType::residual: {
+      const int a_t = op.inputs[0], b_t = op.inputs[1];
+      const int64_t n = numel(op.outputs[0]), nb = numel(b_t);
+      if (numel(a_t) != n)
+        throw ExecError("op '" + op.name + "': the first operand must be the full-size one");
+      if (!backward) {
+        F32View a = value(a_t, false);
+        F32View b = value(b_t, false);
+        F32View y = value(op.outputs[0], true);
+        cpu::residual_forward(a.data(), b.data(), y.data(), n, nb);
+      } else {
+        auto dy = grad(op.outputs[0]);
+        auto da = grad(a_t);
+        auto db = grad(b_t);
+        if (!dy || !da || !db) throw missing("a gradient");
+        cpu::residual_backward(dy->data(), da->data(), db->data(), n, nb);
+      }
+      return;
+    }
+    case plan::OpType::cross_entropy: {
+      const int logits_t = op.inputs[0], labels_t = op.inputs[1];
+      const int64_t v = o.attr_i(op.attrs.classes, "classes"), n = numel(logits_t) / v;
+      const int64_t* labels = ids(labels_t);
+      if (!backward) {
+        F32View logits = value(logits_t, false);
+        F32View logp = value(op.outputs[1], true);
+        const double loss = cpu::cross_entropy_forward(logits.data(), labels, logp.data(), n, v);
+        F32View out = value(op.outputs[0], true);
+        out.data()[0] = static_cast<float>(loss);
+        if (sop.kind == plan::OpKind::forward) micro_loss_sum_ += loss;
+      } else {
+        F32View logp = value(op.outputs[1], false);
+        auto dl = grad(logits_t);
+        if (!dl) throw missing("the gradient of the logits");
+        cpu::cross_entropy_backward(logp.data(), labels, dloss_, dl->data(), n, v);
+      }
+      return;
+    }
+    case plan::OpType::rope:
+      break;
   }
-  throw ExecError("op '" + op.name + "': the CPU engine has no op type '" + type + "'");
+  throw ExecError("op '" + op.name + "': the CPU engine has no op type '" +
+                  plan::op_type_name(op.type) + "'");
 }
 
 }  // namespace shardscope::engine::exec

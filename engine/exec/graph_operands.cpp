@@ -97,30 +97,26 @@ Operand GraphOperands::param(int p, bool gradient) const {
   return operand(i, pp->unsharded, pp->numel);
 }
 
-double GraphOperands::attr_d(const char* key, double fallback) const {
-  return op_.attrs.value(key, fallback);
-}
-
-int64_t GraphOperands::attr_i(const char* key) const {
-  if (!op_.attrs.contains(key)) throw missing(std::string("attribute ") + key);
-  return op_.attrs.at(key).get<int64_t>();
+int64_t GraphOperands::attr_i(const std::optional<int64_t>& value, const char* key) const {
+  if (!value) throw missing(std::string("attribute ") + key);
+  return *value;
 }
 
 cpu::AttentionShape attention_shape(const GraphOperands& o, const plan::Workload& w,
                                     const char* engine) {
   const plan::Op& op = o.op();
-  if (op.attrs.contains("sliding_window") || op.attrs.contains("rope_scaling"))
+  if (op.attrs.sliding_window || op.attrs.rope_scaling)
     throw ExecError("op '" + op.name + "': the " + engine +
                     " engine has no sliding-window attention or RoPE scaling");
   cpu::AttentionShape s;
   s.batch = w.batch;
   s.seq = w.seq;
-  s.n_head = o.attr_i("n_head");
-  s.n_kv_head = o.attr_i("n_kv_head");
-  s.head_dim = o.attr_i("head_dim");
-  s.scale = o.attr_d("scale", 1.0 / std::sqrt(static_cast<double>(s.head_dim)));
-  s.rope = op.attrs.value("rope", false);
-  s.rope_theta = o.attr_d("rope_theta", 10000.0);
+  s.n_head = o.attr_i(op.attrs.n_head, "n_head");
+  s.n_kv_head = o.attr_i(op.attrs.n_kv_head, "n_kv_head");
+  s.head_dim = o.attr_i(op.attrs.head_dim, "head_dim");
+  s.scale = op.attrs.scale.value_or(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  s.rope = op.attrs.rope.value_or(false);
+  s.rope_theta = op.attrs.rope_theta.value_or(10000.0);
   return s;
 }
 

@@ -55,8 +55,9 @@ class GraphOperands {
   // Parameter p (or its gradient) inside its unit's unsharded buffer.
   Operand param(int param, bool gradient) const;
 
-  double attr_d(const char* key, double fallback) const;
-  int64_t attr_i(const char* key) const;  // missing("attribute KEY") when absent
+  // A required integer attribute of the op, e.g. attr_i(op().attrs.classes, "classes");
+  // missing("attribute KEY") when absent.
+  int64_t attr_i(const std::optional<int64_t>& value, const char* key) const;
 
  private:
   template <typename Pred>

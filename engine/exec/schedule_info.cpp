@@ -16,7 +16,7 @@ std::string op_event_name(const plan::Graph& g, const plan::UnitPlan& up,
 }
 
 std::string op_event_type(const plan::Graph& g, const plan::ScheduleOp& op) {
-  return op.graph_op >= 0 ? g.ops[static_cast<size_t>(op.graph_op)].type
+  return op.graph_op >= 0 ? plan::op_type_name(g.ops[static_cast<size_t>(op.graph_op)].type)
                           : plan::op_kind_name(op.kind);
 }
 

@@ -211,3 +211,37 @@ TEST_CASE("graph JSON reader survives random mutations with plan::Error only", "
   // Most mutations break the graph; some (e.g. an attrs value) are harmless.
   CHECK(accepted < 3000);
 }
+
+TEST_CASE("op types and attributes are typed: names round-trip, strangers are errors",
+          "[plan][graph_io]") {
+  for (OpType t : {OpType::embedding, OpType::linear, OpType::layernorm, OpType::rmsnorm,
+                   OpType::attention, OpType::gelu, OpType::swiglu, OpType::residual,
+                   OpType::cross_entropy, OpType::rope, OpType::relu})
+    CHECK(parse_op_type(op_type_name(t), "type") == t);
+  CHECK_THAT(
+      [] {
+        try {
+          parse_op_type("conv2d", "ops[0].type");
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string("<no error>");
+      }(),
+      Catch::Contains("ops[0].type: unknown op type 'conv2d'"));
+  // gpt2-tiny: op 3 is transformer.h.0.ln_1 (layernorm), op 4 its c_attn (linear).
+  CHECK_THAT(mutated_error([](json& j) { j["ops"][3]["attrs"]["epsilon"] = 1e-5; }),
+             Catch::Contains("/ops/3/attrs/epsilon: unknown key for a layernorm op"));
+  CHECK_THAT(mutated_error([](json& j) { j["ops"][4]["attrs"]["eps"] = 1e-5; }),
+             Catch::Contains("/ops/4/attrs/eps: unknown key for a linear op"));
+  CHECK_THAT(mutated_error([](json& j) { j["ops"][3]["attrs"]["eps"] = "small"; }),
+             Catch::Contains("/ops/3/attrs/eps: expected a number, got string"));
+  CHECK_THAT(mutated_error([](json& j) { j["ops"][4]["attrs"]["in_features"] = 64.5; }),
+             Catch::Contains("/ops/4/attrs/in_features: expected an integer"));
+  CHECK_THAT(mutated_error([](json& j) { j["ops"][4]["attrs"]["bias"] = 1; }),
+             Catch::Contains("/ops/4/attrs/bias: expected true or false"));
+  // Absent attributes stay absent; a JSON-valued one (rope_scaling) keeps its value.
+  json j = graph_to_json(load_model("gpt2-tiny"));
+  j["ops"][4]["attrs"].erase("bias");
+  j["ops"][5]["attrs"]["rope_scaling"] = {{"factor", 8.0}, {"rope_type", "llama3"}};
+  CHECK(graph_to_json(graph_from_json(j)) == j);
+}

@@ -79,7 +79,7 @@ inline plan::Graph toy_graph() {
                 std::vector<int> out, std::vector<int> params, std::vector<int> saved) {
     plan::Op o;
     o.name = name;
-    o.type = type;
+    o.type = plan::parse_op_type(type, "toy op type");
     o.module = m;
     o.inputs = std::move(in);
     o.outputs = std::move(out);

@@ -194,7 +194,8 @@ void CudaRankExecutor::create_streams_and_events() {
   // One GEMM handle per stream that runs linear layers.
   blas_.resize(ns);
   for (const plan::ScheduleOp& op : s_.ops) {
-    if (op.graph_op < 0 || g_.ops[static_cast<size_t>(op.graph_op)].type != "linear") continue;
+    if (op.graph_op < 0 || g_.ops[static_cast<size_t>(op.graph_op)].type != plan::OpType::linear)
+      continue;
     auto& b = blas_[static_cast<size_t>(op.stream)];
     if (!b) b = std::make_unique<Blas>();
   }

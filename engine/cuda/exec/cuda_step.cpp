@@ -292,9 +292,10 @@ void CudaRankExecutor::check_error_flags() const {
     std::string message = "rank " + std::to_string(s_.rank) + ", " + op_label(static_cast<int>(i));
     if (op.graph_op < 0) throw ExecError(message + ": error flag " + std::to_string(flag));
     const plan::Op& gop = g_.ops[static_cast<size_t>(op.graph_op)];
-    const bool labels = gop.type == "cross_entropy";
+    const bool labels = gop.type == plan::OpType::cross_entropy;
     const int tensor = labels ? gop.inputs.at(1) : gop.inputs.at(0);
-    const int64_t limit = gop.attrs.value(labels ? "classes" : "num_embeddings", int64_t{0});
+    const int64_t limit =
+        (labels ? gop.attrs.classes : gop.attrs.num_embeddings).value_or(int64_t{0});
     std::string value;
     for (int b : op.buffers) {
       const void* staging = input_staging_[static_cast<size_t>(b)];
