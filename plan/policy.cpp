@@ -41,8 +41,18 @@ const char* backward_prefetch_name(BackwardPrefetch b) {
   return "?";
 }
 
+const char* optimizer_type_name(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::adamw:
+      return "adamw";
+    case OptimizerType::sgd:
+      return "sgd";
+  }
+  return "?";
+}
+
 int OptimizerConfig::state_tensors() const {
-  if (type == "adamw") return 2;
+  if (type == OptimizerType::adamw) return 2;
   return momentum != 0.0 ? 1 : 0;
 }
 
@@ -187,8 +197,8 @@ void read_optimizer(const json& v, OptimizerConfig& o) {
     std::string t = v.get<std::string>();
     if (t != "adamw" && t != "sgd") fail("optimizer", "unknown optimizer '" + t + "' (adamw, sgd)");
     o = OptimizerConfig{};
-    o.type = t;
-    if (t == "sgd") o.weight_decay = 0.0;
+    o.type = t == "sgd" ? OptimizerType::sgd : OptimizerType::adamw;
+    if (o.type == OptimizerType::sgd) o.weight_decay = 0.0;
     return;
   }
   if (!v.is_object()) fail("optimizer", "expected \"adamw\", \"sgd\" or an object");
@@ -219,7 +229,7 @@ void read_optimizer(const json& v, OptimizerConfig& o) {
       fail(key, "unknown key (optimizer takes type, lr, betas, eps, weight_decay, momentum)");
     }
   }
-  if (o.type == "adamw" && o.momentum != 0.0)
+  if (o.type == OptimizerType::adamw && o.momentum != 0.0)
     fail("optimizer.momentum", "applies to sgd only (adamw uses betas)");
 }
 
@@ -392,7 +402,7 @@ json policy_to_json(const Policy& p) {
       break;
   }
   json o;
-  o["type"] = p.optimizer.type;
+  o["type"] = optimizer_type_name(p.optimizer.type);
   o["lr"] = p.optimizer.lr;
   o["betas"] = {p.optimizer.beta1, p.optimizer.beta2};
   o["eps"] = p.optimizer.eps;

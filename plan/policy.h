@@ -46,8 +46,11 @@ struct MixedPrecision {
   bool enabled() const { return param_dtype != DType::f32 || reduce_dtype != DType::f32; }
 };
 
+enum class OptimizerType : uint8_t { adamw, sgd };
+const char* optimizer_type_name(OptimizerType type);  // "adamw", "sgd"
+
 struct OptimizerConfig {
-  std::string type = "adamw";  // "adamw" | "sgd"
+  OptimizerType type = OptimizerType::adamw;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;

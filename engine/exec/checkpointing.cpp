@@ -16,8 +16,13 @@ namespace {
 
 std::vector<std::string> state_names(const plan::Policy& policy) {
   const plan::OptimizerConfig& o = policy.optimizer;
-  if (o.type == "adamw") return {"exp_avg", "exp_avg_sq"};
-  if (o.type == "sgd" && o.momentum > 0) return {"momentum_buffer"};
+  switch (o.type) {
+    case plan::OptimizerType::adamw:
+      return {"exp_avg", "exp_avg_sq"};
+    case plan::OptimizerType::sgd:
+      if (o.momentum > 0) return {"momentum_buffer"};
+      return {};
+  }
   return {};
 }
 

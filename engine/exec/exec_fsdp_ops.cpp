@@ -183,14 +183,17 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
       float* state = nbuf > 2 ? static_cast<float*>(task.ptrs[2]) : nullptr;
       const plan::OptimizerConfig& o = p_.optimizer;
       const int64_t step = optimizer_steps_ + 1;
-      if (o.type == "adamw") {
-        cpu::AdamWParams h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
-        cpu::adamw_step(p, grad, state, state + s, s, h, step);
-      } else if (o.type == "sgd") {
-        cpu::SgdParams h{o.lr, o.momentum, o.weight_decay};
-        cpu::sgd_step(p, grad, o.momentum > 0 ? state : nullptr, s, h, step);
-      } else {
-        throw ExecError("optimizer '" + o.type + "' is not implemented by the CPU engine");
+      switch (o.type) {
+        case plan::OptimizerType::adamw: {
+          const cpu::AdamWParams h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+          cpu::adamw_step(p, grad, state, state + s, s, h, step);
+          return;
+        }
+        case plan::OptimizerType::sgd: {
+          const cpu::SgdParams h{o.lr, o.momentum, o.weight_decay};
+          cpu::sgd_step(p, grad, o.momentum > 0 ? state : nullptr, s, h, step);
+          return;
+        }
       }
       return;
     }

@@ -27,7 +27,7 @@ TEST_CASE("flavor defaults follow PyTorch", "[policy]") {
   CHECK(p2.flavor == plan::Flavor::fsdp2);
   CHECK_FALSE(p2.limit_all_gathers);
   CHECK(p2.mixed_precision.param_dtype == plan::DType::f32);
-  CHECK(p2.optimizer.type == "adamw");
+  CHECK(p2.optimizer.type == plan::OptimizerType::adamw);
   CHECK(p2.batch_size == 1);
   CHECK(p2.grad_accum_steps == 1);
 }

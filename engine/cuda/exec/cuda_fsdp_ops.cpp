@@ -202,15 +202,18 @@ void CudaRankExecutor::run_fsdp_op(int index, const plan::ScheduleOp& op,
       const float* skip = scaler_.enabled ? &scalars_->found_inf : nullptr;
       const plan::OptimizerConfig& o = p_.optimizer;
       const int64_t step = optimizer_steps_ + 1;
-      if (o.type == "adamw") {
-        if (!state) throw ExecError("adamw optimizer op without its state buffer");
-        const AdamWParams h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
-        adamw_step(s, p, grad, state, state + n, n, h, step, nullptr, skip);
-      } else if (o.type == "sgd") {
-        const SgdParams h{o.lr, o.momentum, o.weight_decay};
-        sgd_step(s, p, grad, o.momentum > 0 ? state : nullptr, n, h, step, nullptr, skip);
-      } else {
-        throw ExecError("optimizer '" + o.type + "' is not implemented by the CUDA engine");
+      switch (o.type) {
+        case plan::OptimizerType::adamw: {
+          if (!state) throw ExecError("adamw optimizer op without its state buffer");
+          const AdamWParams h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+          adamw_step(s, p, grad, state, state + n, n, h, step, nullptr, skip);
+          return;
+        }
+        case plan::OptimizerType::sgd: {
+          const SgdParams h{o.lr, o.momentum, o.weight_decay};
+          sgd_step(s, p, grad, o.momentum > 0 ? state : nullptr, n, h, step, nullptr, skip);
+          return;
+        }
       }
       return;
     }
@@ -297,15 +300,18 @@ void CudaRankExecutor::run_host_op(const plan::ScheduleOp& op, const std::vector
       float* state = nbuf > 2 ? host_f32(2) : nullptr;
       const plan::OptimizerConfig& o = p_.optimizer;
       const int64_t step = optimizer_steps_ + 1;
-      if (o.type == "adamw") {
-        if (!state) throw ExecError("adamw optimizer op without its state buffer");
-        const cpu::AdamWParams h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
-        cpu::adamw_step(p, grad, state, state + n, n, h, step);
-      } else if (o.type == "sgd") {
-        const cpu::SgdParams h{o.lr, o.momentum, o.weight_decay};
-        cpu::sgd_step(p, grad, o.momentum > 0 ? state : nullptr, n, h, step);
-      } else {
-        throw ExecError("optimizer '" + o.type + "' is not implemented by the CUDA engine");
+      switch (o.type) {
+        case plan::OptimizerType::adamw: {
+          if (!state) throw ExecError("adamw optimizer op without its state buffer");
+          const cpu::AdamWParams h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+          cpu::adamw_step(p, grad, state, state + n, n, h, step);
+          return;
+        }
+        case plan::OptimizerType::sgd: {
+          const cpu::SgdParams h{o.lr, o.momentum, o.weight_decay};
+          cpu::sgd_step(p, grad, o.momentum > 0 ? state : nullptr, n, h, step);
+          return;
+        }
       }
       return;
     }
