@@ -66,7 +66,11 @@ RunResult run_launched_rank(const RunRequest& request, const RankTrainer& train)
     result = make_result(request, merged, out.run, out.tokens_per_step, out.report);
     if (!request.handoff_dir.empty()) {
       // The launcher reports (run.h: why a file).
-      std::ofstream(request.handoff_dir + "/result.json") << to_json(result).dump();
+      const std::string path = request.handoff_dir + "/result.json";
+      std::ofstream file(path);
+      file << to_json(result).dump();
+      file.close();
+      if (!file) throw std::runtime_error("rank 0: cannot write its result to " + path);
       result = RunResult{};
     }
   }

@@ -42,7 +42,11 @@ RunResult launch_ranks(const RunRequest& request) {
   if (res.exit_code != 0) {
     result.exit_code = res.exit_code;
     result.error = res.message;
-  } else if (!handed_off.empty()) {
+  } else if (handed_off.empty()) {
+    result.exit_code = 1;
+    result.error = "every rank exited 0 but rank 0 handed no result to the launcher (" +
+                   result_file + " missing or empty)";
+  } else {
     result = result_from_json(nlohmann::json::parse(handed_off));
   }
   return result;
