@@ -10,6 +10,7 @@
 
 #include "engine/cpu/optim.h"
 #include "engine/exec/f32_view.h"
+#include "engine/exec/host_optimizer.h"
 #include "engine/exec/rank_executor.h"
 
 namespace shardscope::engine::exec {
@@ -181,20 +182,7 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
       auto* p = static_cast<float*>(task.ptrs[0]);
       const auto* grad = static_cast<const float*>(task.ptrs[1]);
       float* state = nbuf > 2 ? static_cast<float*>(task.ptrs[2]) : nullptr;
-      const plan::OptimizerConfig& o = p_.optimizer;
-      const int64_t step = optimizer_steps_ + 1;
-      switch (o.type) {
-        case plan::OptimizerType::adamw: {
-          const cpu::AdamWParams h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
-          cpu::adamw_step(p, grad, state, state + s, s, h, step);
-          return;
-        }
-        case plan::OptimizerType::sgd: {
-          const cpu::SgdParams h{o.lr, o.momentum, o.weight_decay};
-          cpu::sgd_step(p, grad, o.momentum > 0 ? state : nullptr, s, h, step);
-          return;
-        }
-      }
+      host_optimizer_step(p_.optimizer, p, grad, state, s, optimizer_steps_ + 1);
       return;
     }
     case OpKind::forward:  // graph ops: run_graph_op

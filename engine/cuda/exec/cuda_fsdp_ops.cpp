@@ -16,6 +16,7 @@
 #include "engine/cuda/check.h"
 #include "engine/cuda/exec/cuda_rank_executor.h"
 #include "engine/exec/f32_view.h"
+#include "engine/exec/host_optimizer.h"
 
 namespace shardscope::engine::cuda {
 
@@ -298,21 +299,7 @@ void CudaRankExecutor::run_host_op(const plan::ScheduleOp& op, const std::vector
       float* p = host_f32(0);
       const float* grad = host_f32(1);
       float* state = nbuf > 2 ? host_f32(2) : nullptr;
-      const plan::OptimizerConfig& o = p_.optimizer;
-      const int64_t step = optimizer_steps_ + 1;
-      switch (o.type) {
-        case plan::OptimizerType::adamw: {
-          if (!state) throw ExecError("adamw optimizer op without its state buffer");
-          const cpu::AdamWParams h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
-          cpu::adamw_step(p, grad, state, state + n, n, h, step);
-          return;
-        }
-        case plan::OptimizerType::sgd: {
-          const cpu::SgdParams h{o.lr, o.momentum, o.weight_decay};
-          cpu::sgd_step(p, grad, o.momentum > 0 ? state : nullptr, n, h, step);
-          return;
-        }
-      }
+      exec::host_optimizer_step(p_.optimizer, p, grad, state, n, optimizer_steps_ + 1);
       return;
     }
     case OpKind::forward:  // the host runs only the offloaded optimizer step
