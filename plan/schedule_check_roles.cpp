@@ -12,9 +12,12 @@ namespace shardscope::plan::detail {
 
 namespace {
 
+// Persistent roles are those of the persistent categories (parameters,
+// gradients, optimizer state: buffer_role_category).
 bool is_persistent_role(BufferRole r) {
-  return r == BufferRole::param_shard || r == BufferRole::grad_shard ||
-         r == BufferRole::optimizer_state;
+  const BufferCategory c = buffer_role_category(r);
+  return c == BufferCategory::parameters || c == BufferCategory::gradients ||
+         c == BufferCategory::optimizer_state;
 }
 bool is_tensor_role(BufferRole r) {
   return r == BufferRole::input || r == BufferRole::activation || r == BufferRole::recomputed ||

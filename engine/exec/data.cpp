@@ -5,6 +5,8 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "engine/exec/f32_view.h"
+
 namespace shardscope::engine::exec {
 
 uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
@@ -114,6 +116,21 @@ void DataSource::fill(int tensor, int64_t first, int64_t batch, int64_t seq, voi
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t i = 0; i < seq; ++i)
       ids[b * seq + i] = static_cast<int64_t>(token_at(first + b, i + (labels ? 1 : 0), seq));
+}
+
+void fill_input(const DataSource& data, const plan::Schedule& s, const plan::Buffer& b,
+                int micro_step, void* dst) {
+  const int64_t W = s.world.world_size, B = s.workload.batch;
+  const int64_t first = (micro_step * W + s.rank) * B;
+  if (plan::is_floating(b.dtype) && b.dtype != plan::DType::f32) {
+    // A float input (MLP features) stored 16-bit: the data is made in fp32
+    // and rounded into the buffer (fill() writes 4-byte floats).
+    std::vector<float> staging(static_cast<size_t>(b.bytes / plan::dtype_bytes(b.dtype)));
+    data.fill(b.tensor, first, B, s.workload.seq, staging.data());
+    store_f32(staging.data(), dst, b.dtype, static_cast<int64_t>(staging.size()));
+  } else {
+    data.fill(b.tensor, first, B, s.workload.seq, dst);
+  }
 }
 
 }  // namespace shardscope::engine::exec

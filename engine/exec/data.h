@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "plan/graph.h"
+#include "plan/schedule.h"
 
 namespace shardscope::engine::exec {
 
@@ -44,5 +45,12 @@ double normal01(uint64_t seed, uint64_t stream, uint64_t index);   // Box-Muller
 // conventions: normal(0, 0.02) weights, GPT-2's residual projections scaled by
 // 1/sqrt(2 n_layer), norm weights 1, biases 0).
 float initial_value(const plan::Graph& graph, int param, int64_t index, uint64_t seed);
+
+// Writes this rank's micro-batch `micro_step` of graph input buffer `b` (role
+// input) into `dst` in the buffer's dtype: integer ids as they are, float
+// features made in fp32 and rounded as the casts would. Samples
+// [(micro_step * W + rank) * B, +B) of the global batch stream.
+void fill_input(const DataSource& data, const plan::Schedule& schedule, const plan::Buffer& b,
+                int micro_step, void* dst);
 
 }  // namespace shardscope::engine::exec

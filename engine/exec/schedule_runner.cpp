@@ -4,7 +4,6 @@
 
 #include "alloc/errors.h"
 #include "engine/exec/exec_error.h"
-#include "engine/exec/f32_view.h"
 #include "engine/exec/schedule_info.h"
 #include "plan/trace_vocabulary.h"
 #include "profiler/host_clock.h"
@@ -212,23 +211,6 @@ void ScheduleRunner::record_step(
     e.bytes = static_cast<uint64_t>(std::max<int64_t>(op.bytes, 0));
   }
   r.steps.push_back(traces::Step{step, start_ns, end_ns});
-}
-
-// ---- data --------------------------------------------------------------------------
-
-void fill_input(const DataSource& data, const plan::Schedule& s, const plan::Buffer& b,
-                int micro_step, void* dst) {
-  const int64_t W = s.world.world_size, B = s.workload.batch;
-  const int64_t first = (micro_step * W + s.rank) * B;
-  if (plan::is_floating(b.dtype) && b.dtype != plan::DType::f32) {
-    // A float input (MLP features) stored 16-bit: the data is made in fp32
-    // and rounded into the buffer (fill() writes 4-byte floats).
-    std::vector<float> staging(static_cast<size_t>(b.bytes / plan::dtype_bytes(b.dtype)));
-    data.fill(b.tensor, first, B, s.workload.seq, staging.data());
-    store_f32(staging.data(), dst, b.dtype, static_cast<int64_t>(staging.size()));
-  } else {
-    data.fill(b.tensor, first, B, s.workload.seq, dst);
-  }
 }
 
 }  // namespace shardscope::engine::exec

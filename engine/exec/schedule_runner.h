@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "alloc/caching_allocator.h"
-#include "engine/exec/data.h"
 #include "plan/graph.h"
 #include "plan/schedule.h"
 #include "plan/units.h"
@@ -37,7 +36,7 @@ namespace shardscope::engine::exec {
 enum class FirstUse : uint8_t {
   none,
   zero,  // ops add into it (plan::accumulates), or the backend asked (zero_at_alloc)
-  data,  // a graph input: this micro-batch's data (fill_input)
+  data,  // a graph input: this micro-batch's data (exec::fill_input, data.h)
 };
 
 // An op's operands at its launch, parallel to ScheduleOp::buffers.
@@ -134,12 +133,5 @@ class ScheduleRunner {
   traces::Trace trace_;
   std::vector<uint32_t> lanes_;  // per schedule stream
 };
-
-// Writes this rank's micro-batch `micro_step` of graph input buffer `b` (role
-// input) into `dst` in the buffer's dtype: integer ids as they are, float
-// features made in fp32 and rounded as the casts would. Samples
-// [(micro_step * W + rank) * B, +B) of the global batch stream.
-void fill_input(const DataSource& data, const plan::Schedule& schedule, const plan::Buffer& b,
-                int micro_step, void* dst);
 
 }  // namespace shardscope::engine::exec
