@@ -52,6 +52,7 @@ class Builder {
   int add_stream(StreamRole role) {
     s_.streams.push_back(stream_role_name(role));
     s_.stream_roles.push_back(role);
+    stream_waits_.emplace_back();
     return static_cast<int>(s_.streams.size()) - 1;
   }
 
@@ -117,14 +118,31 @@ class Builder {
     return bytes <= 0 ? -1 : new_buffer(role, -1, -1, -1, bytes, compute_, unit, true);
   }
 
+  // Frees a transient buffer. Its block goes back to the pool of the stream
+  // that allocated it (FSDP_SEMANTICS.md section 10); uses of it on other
+  // streams must not race with the block's next owner:
+  //   fsdp1 (record_stream): the free names those uses (`pending_ops`) and the
+  //     block is reusable only once they have completed;
+  //   fsdp2 (no record_stream): the allocating stream waits for those uses
+  //     (cudaStreamWaitEvent on the consumer's event) before its next op, so
+  //     the block is reusable at once; an all-gather output also makes the
+  //     all-gather stream wait (_wait_all_gather_streams_on_event).
   void free_buf(int buffer) {
     if (buffer < 0) return;
     Action a;
     a.kind = ActionKind::free;
     a.buffer = buffer;
-    const int stream = s_.buffers[buffer].stream;
-    for (int op : users_[buffer])
-      if (s_.ops[op].stream != stream) a.pending_ops.push_back(op);
+    const Buffer& b = s_.buffers[buffer];
+    for (int op : users_[buffer]) {
+      if (s_.ops[op].stream == b.stream) continue;
+      if (!fsdp2_) {
+        a.pending_ops.push_back(op);
+        continue;
+      }
+      stream_waits_[b.stream].push_back(op);
+      if (b.role == BufferRole::ag_out && ag_ >= 0 && s_.ops[op].stream != ag_)
+        stream_waits_[ag_].push_back(op);
+    }
     s_.actions.push_back(std::move(a));
   }
 
@@ -135,6 +153,9 @@ class Builder {
       op.waits.insert(op.waits.end(), compute_waits_.begin(), compute_waits_.end());
       compute_waits_.clear();
     }
+    std::vector<int>& stream_waits = stream_waits_[op.stream];
+    op.waits.insert(op.waits.end(), stream_waits.begin(), stream_waits.end());
+    stream_waits.clear();
     std::sort(op.waits.begin(), op.waits.end());
     op.waits.erase(std::unique(op.waits.begin(), op.waits.end()), op.waits.end());
     op.waits.erase(std::remove(op.waits.begin(), op.waits.end(), -1), op.waits.end());
@@ -253,6 +274,8 @@ class Builder {
   std::vector<bool> checkpointed_;                         // per unit
   std::vector<bool> backward_started_;                     // per unit, this micro-step
   std::vector<int> compute_waits_;                         // attached to the next compute-stream op
+  // Per stream: ops its next op waits on (fsdp2 frees: see free_buf).
+  std::vector<std::vector<int>> stream_waits_;
   int last_compute_ = -1;
   int micro_ = 0;
   Phase phase_ = Phase::forward;

@@ -34,6 +34,15 @@ std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, cons
   // Per buffer and stream: the last op on that stream that used the buffer.
   std::vector<std::vector<int>> last_use(s.buffers.size(), std::vector<int>(ns, -1));
   for (size_t b = 0; b < s.buffers.size(); ++b) alive[b] = s.buffers[b].persistent ? 1 : 0;
+  // Block reuse (FSDP_SEMANTICS.md section 10): a freed block may back any
+  // later allocation from the pool of the stream that allocated it. Per
+  // pool: the clock every use of such a later buffer must cover: after every
+  // use of every buffer freed to the pool so far, except uses named as the
+  // free's pending_ops (record_stream: the allocator itself waits for them).
+  std::vector<std::vector<int>> reuse_frontier(ns, std::vector<int>(ns, -1));
+  std::vector<std::vector<int>> reuse_required(s.buffers.size());  // per buffer, at its alloc
+  // Per buffer: every op that used it (for the frontier).
+  std::vector<std::vector<int>> users(s.buffers.size());
 
   auto after = [&](int op) {
     std::vector<int> c = clock[op];
@@ -61,6 +70,8 @@ std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, cons
         if (alive[a.buffer]) err("buffer " + buffer_name(g, b) + " allocated twice");
         if (freed[a.buffer]) err("buffer " + buffer_name(g, b) + " allocated again after its free");
         alive[a.buffer] = 1;
+        if (b.stream >= 0 && b.stream < static_cast<int>(ns))
+          reuse_required[a.buffer] = reuse_frontier[b.stream];
         break;
       }
       case ActionKind::free: {
@@ -72,6 +83,13 @@ std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, cons
         for (int p : a.pending_ops)
           if (p < 0 || p >= static_cast<int>(nops) || !launched[p])
             err("free of " + buffer_name(g, b) + " names a pending op not launched yet");
+        if (b.stream >= 0 && b.stream < static_cast<int>(ns)) {
+          for (int u : users[a.buffer]) {
+            if (std::find(a.pending_ops.begin(), a.pending_ops.end(), u) != a.pending_ops.end())
+              continue;
+            merge(reuse_frontier[b.stream], after(u));
+          }
+        }
         break;
       }
       case ActionKind::host_wait: {
@@ -104,6 +122,19 @@ std::vector<std::string> check_schedule(const Graph& g, const UnitPlan& up, cons
             err(op_name(o) + " uses buffer " + buffer_name(g, s.buffers[b]) +
                 " outside [alloc, free]");
           if (first_user[b] < 0) first_user[b] = o;
+          users[b].push_back(o);
+          // Reuse hazard: the block may have belonged to a buffer freed to
+          // this pool earlier; every use of that buffer must be ordered
+          // before this op (its own stream's earlier ops are, by stream order).
+          const std::vector<int>& need = reuse_required[b];
+          for (size_t st = 0; st < need.size(); ++st) {
+            if (static_cast<int>(st) == op.stream || need[st] <= c[st]) continue;
+            err(op_name(o) + " uses buffer " + buffer_name(g, s.buffers[b]) + ", allocated on " +
+                s.streams[s.buffers[b].stream] +
+                " after a free to that pool, without waiting for stream " + s.streams[st] +
+                "'s use of the freed block (position " + std::to_string(need[st]) + ")");
+            break;
+          }
           // Cross-stream hazard: every earlier use of the buffer on another
           // stream must happen before this op (streams run concurrently on a
           // GPU; buffers do not say read or write, so two unordered uses are

@@ -67,11 +67,6 @@ void Builder::unshard(int u) {
     int copy = launch_simple(OpKind::cast_params, copy_in_, u, {src, out}, copy_waits,
                              in_elems * (src_bytes + b_p_), pdt);
     free_buf(h2d_buf);
-    if (backward_slice) {
-      free_buf(st.post_fwd_buf);
-      st.post_fwd_buf = -1;
-      st.post_fwd_op = -1;
-    }
     st.ag_op = collective(OpKind::all_gather, ag_, u, group, full_bytes, pdt, {out}, {copy});
     st.ag_out_buf = out;
     st.ready_op = -1;
@@ -104,13 +99,26 @@ void Builder::wait_for_unshard(int u) {
   if (!has_params(u)) return;
   if (fsdp2_ && st.ag_out_buf >= 0) {
     const int64_t full_bytes = n_ * shard(u) * b_p_;
+    // FSDPParamGroup.wait_for_unshard: the output kept from the previous
+    // forward unit is released first (its copy-out is the last use), then
+    // this unit's is copied out into the unsharded parameters.
+    free_buf(prev_fwd_ag_out_);
+    prev_fwd_ag_out_ = -1;
     int full = alloc(BufferRole::unsharded, full_bytes, compute_, u);
     int copy = launch_simple(OpKind::copy_out, compute_, u, {st.ag_out_buf, full}, {st.ag_op},
                              2 * full_bytes, p_.mixed_precision.param_dtype);
+    // reshard_after_forward=k: the kept slice is dropped once the parameters
+    // are whole again (FSDPParam.to_unsharded), after compute has waited for
+    // the all-gather that read it.
+    if (st.post_fwd_buf >= 0) {
+      free_buf(st.post_fwd_buf);
+      st.post_fwd_buf = -1;
+      st.post_fwd_op = -1;
+    }
     if (phase_ == Phase::forward) {
-      // Keep this output until the next unit's copy-out, so the next
-      // all-gather's copy-in writes elsewhere while this one is copied out.
-      free_buf(prev_fwd_ag_out_);
+      // Keep this output until the next unit's wait_for_unshard (the
+      // all-gather state of the forward), so the next all-gather's copy-in
+      // writes elsewhere while this one is copied out.
       prev_fwd_ag_out_ = st.ag_out_buf;
     } else {
       free_buf(st.ag_out_buf);
@@ -156,11 +164,15 @@ void Builder::post_forward(int u) {
 void Builder::pre_backward(int u) {
   backward_started_[u] = true;
   unshard(u);
-  if (p_.backward_prefetch == BackwardPrefetch::pre) {
-    int next = next_unit(Phase::backward, u);
-    if (next >= 0) unshard(next);
-  }
+  const int next =
+      p_.backward_prefetch == BackwardPrefetch::pre ? next_unit(Phase::backward, u) : -1;
+  // fsdp1 (_pre_backward_hook): prefetch, then wait. fsdp2
+  // (FSDPParamGroup.pre_backward): wait_for_unshard, which releases this
+  // unit's all-gather output, then _backward_prefetch, whose copy-in may
+  // reuse that block.
+  if (!fsdp2_ && next >= 0) unshard(next);
   wait_for_unshard(u);
+  if (fsdp2_ && next >= 0) unshard(next);
 }
 
 void Builder::post_backward(int u) {

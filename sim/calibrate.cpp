@@ -318,7 +318,10 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
           continue;
         }
         td.uncontended.push_back(s);
-        if (s.mem >= options.memory_bound_fraction * s.d)
+        // Durations are whole nanoseconds: a roof within half a nanosecond of
+        // the fraction is the roof (a 40 ns memory-bound op rounded from
+        // 39.5 ns is not 1.25% compute-bound).
+        if (s.mem + 0.5 >= options.memory_bound_fraction * s.d)
           ++td.memory_bound;
         else
           td.compute_bound.push_back(s);

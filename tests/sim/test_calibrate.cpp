@@ -268,7 +268,10 @@ TEST_CASE(
                                  [&](const sim::EfficiencyReport& e) { return e.op_type == type; });
     REQUIRE(it != rep.efficiency.end());
     CHECK(it->fitted);
-    CHECK(it->events > 50);
+    // Enough uncontended compute-bound events to fit from (46 attention,
+    // 293 linear, on these scenarios since fsdp2's copy-in waits for
+    // the copy-out: more compute overlaps all-gathers).
+    CHECK(it->events > 40);
     CHECK(std::fabs(it->efficiency - eff) / eff < 1e-5);
     CHECK(r.hw.efficiency_of(type) == it->efficiency);
     CHECK(it->max_rel_residual < 1e-3);  // one ns on the shortest used event

@@ -102,15 +102,24 @@ sim::SimOptions fast_options() {
   return o;
 }
 
+// h100-sxm whose host may run at most 2 launches ahead of the device.
+sim::HardwareModel shallow_queue(sim::HardwareModel hw) {
+  hw.name += "-queue-2";
+  hw.launch_queue_depth = 2;
+  return hw;
+}
+
 // The hardware models every configuration is simulated on.
-enum Hw { kH100, kH100Fast, kEager, kEagerFast, kHwCount };
+enum Hw { kH100, kH100Fast, kEager, kEagerFast, kShallowQueue, kHwCount };
 
 struct Outcome {
   json policy;
   int64_t world = 0;
   bool fits[kHwCount] = {};
   sim::TimeNs step[kHwCount];
-  int64_t peak_allocated = 0;  // on h100-sxm
+  int64_t allocated_on[kHwCount] = {};  // peak allocated per hardware model
+  int64_t reserved_on[kHwCount] = {};   // peak reserved per hardware model
+  int64_t peak_allocated = 0;           // on h100-sxm
   // Host-order replay of the schedule's allocs and frees (docs/schedule.md
   // rule 4) at the allocator's rounded request sizes: the peak of what the
   // schedule asks for, independent of which cached block serves a request;
@@ -181,12 +190,14 @@ Outcome run_point(const plan::Graph& graph, const test::GridPoint& point) {
       account(p.schedule.buffers[static_cast<size_t>(a.buffer)], -1);
   }
   const sim::HardwareModel hws[kHwCount] = {h100(), doubled_links(h100()), h100_eager(),
-                                            doubled_links(h100_eager())};
+                                            doubled_links(h100_eager()), shallow_queue(h100())};
   const sim::SimOptions options = fast_options();
   for (int h = 0; h < kHwCount; ++h) {
     sim::SimResult r = sim::simulate(graph, p.units, p.schedule, hws[h], options);
     o.fits[h] = r.fits;
     o.step[h] = r.step_time;
+    o.allocated_on[h] = r.peak_allocated_bytes;
+    o.reserved_on[h] = r.peak_reserved_bytes;
     if (h != kH100) continue;
     o.peak_allocated = r.peak_allocated_bytes;
     o.peak_reserved = r.peak_reserved_bytes;
@@ -391,6 +402,90 @@ TEST_CASE("doubling link bandwidth never slows a step on the policy grid", "[sim
       CHECK(o.step[kEagerFast] <= o.step[kEager]);
     }
   }
+}
+
+TEST_CASE("fsdp2 peak memory is the same on every hardware model", "[sim][properties]") {
+  // FSDP2 frees without record_stream and never blocks the host for memory
+  // (FSDP_SEMANTICS.md section 10): blocks are reused in host order, so
+  // bandwidth, launch overhead, contention and launch-queue depth, which move
+  // only times, move neither peak.
+  for (const test::GridModel& m : grid_models()) {
+    int checked = 0;
+    for (const Outcome& o : model_runs(m.name).outcomes) {
+      if (is_fsdp1(o)) continue;
+      INFO(m.name << " " << describe(o));
+      for (int h = 0; h < kHwCount; ++h) {
+        CAPTURE(h);
+        CHECK(o.allocated_on[h] == o.allocated_on[kH100]);
+        CHECK(o.reserved_on[h] == o.reserved_on[kH100]);
+      }
+      ++checked;
+    }
+    CHECK(checked > 10);
+  }
+}
+
+TEST_CASE("fsdp2 reserved memory stays within the caching bound of allocated on llama3-8b",
+          "[sim][properties]") {
+  // Without delayed reuse, reserved exceeds allocated only by what the
+  // caching allocator cannot hand from one request to another: each
+  // stream's pool keeps its own segments (compute, ag_copy_in,
+  // reduce_scatter), a large-pool request under 10 MiB takes a 20 MiB
+  // segment, larger ones are rounded to 2 MiB, and a block freed in one size
+  // serves a later request of another only where it fits (the rest is split
+  // off or, under 1 MiB, wasted). Units of one shape (class wrapping of
+  // identical decoder layers) reuse blocks exactly; unequal units (size
+  // wrapping: 525M-parameter embedding and lm_head units next to 176M MLPs),
+  // fp32 logits of 1 GiB and recomputed activations fragment. Measured over
+  // this grid (issue 15): at most 1.47 x allocated (fp32, cpu_offload, size
+  // or class wrapping), 1.18 x for bf16 class-wrapped on the device, the
+  // configuration of published Llama runs. The bounds sit just above; under
+  // record_stream semantics (delayed reuse, the defect this guards) the
+  // ratio reached 4.5 (51.9 GiB reserved for 11.7 GiB allocated).
+  const ModelRuns& runs = model_runs("llama3-8b");
+  int checked = 0, bf16_class = 0;
+  for (const Outcome& o : runs.outcomes) {
+    if (is_fsdp1(o)) continue;
+    INFO(describe(o));
+    const double ratio =
+        static_cast<double>(o.peak_reserved) / static_cast<double>(o.peak_allocated);
+    CHECK(ratio >= 1.0);
+    CHECK(ratio <= 1.5);
+    if (o.policy.at("mixed_precision").at("param_dtype") == "bf16" &&
+        o.policy.at("wrap").at("type") == "class" && o.policy.at("cpu_offload") == false) {
+      CHECK(ratio <= 1.2);
+      ++bf16_class;
+    }
+    ++checked;
+  }
+  CHECK(checked > 50);
+  CHECK(bf16_class > 5);
+}
+
+TEST_CASE("fsdp2 peak memory is the same for every memory limit above its peak",
+          "[sim][properties]") {
+  // The allocator only frees cached segments and retries when a request
+  // does not fit; above the unconstrained reserved peak no request fails,
+  // so the limit changes nothing.
+  const ModelRuns& runs = model_runs("llama3-8b");
+  int checked = 0;
+  for (const Outcome& o : runs.outcomes) {
+    if (is_fsdp1(o) || checked >= 6) continue;
+    INFO(describe(o));
+    const Planned p = plan_for(runs.graph, o.policy, o.world);
+    for (const int64_t limit :
+         {o.peak_reserved, o.peak_reserved + o.peak_reserved / 2, 4 * o.peak_reserved}) {
+      CAPTURE(limit);
+      sim::SimOptions options = fast_options();
+      options.memory_limit_bytes = limit;
+      const sim::SimResult r = sim::simulate(runs.graph, p.units, p.schedule, h100(), options);
+      CHECK(r.fits);
+      CHECK(r.peak_allocated_bytes == o.peak_allocated);
+      CHECK(r.peak_reserved_bytes == o.peak_reserved);
+    }
+    ++checked;
+  }
+  CHECK(checked == 6);
 }
 
 TEST_CASE("persistent bytes are 16 Psi/N with AdamW on gpt2-small and llama3-8b",
