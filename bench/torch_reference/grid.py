@@ -1,0 +1,160 @@
+"""The reference grid: which models and FSDP setups run_grid.py measures.
+
+Plain data, no torch import. A configuration ("spec") is a dict:
+
+  family      "gpt2" | "llama" | "mistral"  (the Hugging Face model_type)
+  model       keyword arguments of GPT2Config / LlamaConfig / MistralConfig
+              (dropout probabilities are forced to 0 by the harness)
+  model_name  short label of the model, used in the file name
+  flavor      "fsdp2" (fully_shard) | "fsdp1" (FullyShardedDataParallel)
+  world       W, the fake process group's size (the run is rank 0 of W)
+  batch, seq  micro-batch size B and sequence length T
+  param_dtype, reduce_dtype   "fp32" | "bf16"
+  reshard     True | False | int k (fsdp2 only: reshard to k ranks after forward)
+  ac          "none" | "full" (non-reentrant checkpoint of every decoder layer)
+  steps       training steps; the last one is measured
+
+The models are small (hidden 128-256, 2-4 layers, vocab 1000-2051) with the
+ratios of the real families: GPT-2 MLP 4x, Llama/Mistral SwiGLU ~8/3 x
+rounded, GQA 4:1 / 2:1, vocabularies that do not always divide by the world
+size (so shards are padded).
+"""
+
+MODELS = {
+    # GPT-2 family: Conv1D layers, learned positions, tied lm_head by default.
+    "gpt2-h128-l2": ("gpt2", dict(n_layer=2, n_embd=128, n_head=4, vocab_size=1000,
+                                  n_positions=256, activation_function="gelu_new")),
+    "gpt2-h256-l4-untied": ("gpt2", dict(n_layer=4, n_embd=256, n_head=8, vocab_size=2051,
+                                         n_positions=512, activation_function="gelu_new",
+                                         tie_word_embeddings=False)),
+    "gpt2-h128-l2-geluptanh": ("gpt2", dict(n_layer=2, n_embd=128, n_head=4, vocab_size=1000,
+                                            n_positions=256,
+                                            activation_function="gelu_pytorch_tanh")),
+    "gpt2-h128-l2-gelu": ("gpt2", dict(n_layer=2, n_embd=128, n_head=4, vocab_size=1000,
+                                       n_positions=256, activation_function="gelu")),
+    # Llama family: RMSNorm, RoPE, SwiGLU, untied by default.
+    "llama-h128-l2-gqa2": ("llama", dict(hidden_size=128, intermediate_size=352,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, vocab_size=1024,
+                                         max_position_embeddings=512, hidden_act="silu")),
+    "llama-h128-l2-mha-tied": ("llama", dict(hidden_size=128, intermediate_size=352,
+                                             num_hidden_layers=2, num_attention_heads=4,
+                                             num_key_value_heads=4, vocab_size=1024,
+                                             max_position_embeddings=512, hidden_act="silu",
+                                             tie_word_embeddings=True)),
+    "llama-h256-l4-gqa4": ("llama", dict(hidden_size=256, intermediate_size=688,
+                                         num_hidden_layers=4, num_attention_heads=8,
+                                         num_key_value_heads=2, vocab_size=2048,
+                                         max_position_embeddings=512, hidden_act="silu")),
+    "llama-h192-l3-gqa3-tied": ("llama", dict(hidden_size=192, intermediate_size=512,
+                                              num_hidden_layers=3, num_attention_heads=6,
+                                              num_key_value_heads=2, vocab_size=2000,
+                                              max_position_embeddings=512, hidden_act="silu",
+                                              tie_word_embeddings=True)),
+    # Activations HF's Llama accepts (a GeGLU MLP); shardscope may reject them.
+    "llama-h128-l2-gqa2-geluptanh": ("llama", dict(hidden_size=128, intermediate_size=352,
+                                                   num_hidden_layers=2, num_attention_heads=4,
+                                                   num_key_value_heads=2, vocab_size=1024,
+                                                   max_position_embeddings=512,
+                                                   hidden_act="gelu_pytorch_tanh")),
+    "llama-h128-l2-gqa2-gelu": ("llama", dict(hidden_size=128, intermediate_size=352,
+                                              num_hidden_layers=2, num_attention_heads=4,
+                                              num_key_value_heads=2, vocab_size=1024,
+                                              max_position_embeddings=512, hidden_act="gelu")),
+    # Mistral: Llama with a sliding window (here larger than T: no effect, no mask),
+    # and one with a window smaller than T (HF then materializes a mask).
+    "mistral-h128-l2-gqa4": ("mistral", dict(hidden_size=128, intermediate_size=448,
+                                             num_hidden_layers=2, num_attention_heads=4,
+                                             num_key_value_heads=1, vocab_size=1000,
+                                             max_position_embeddings=512, hidden_act="silu",
+                                             sliding_window=4096)),
+    "mistral-h128-l2-gqa4-sw64": ("mistral", dict(hidden_size=128, intermediate_size=448,
+                                                  num_hidden_layers=2, num_attention_heads=4,
+                                                  num_key_value_heads=1, vocab_size=1000,
+                                                  max_position_embeddings=512,
+                                                  hidden_act="silu", sliding_window=64)),
+}
+
+# (model, flavor, param_dtype, reduce_dtype, world, batch, seq, reshard, ac)
+_RUNS = [
+    # GPT-2, tied, gelu_new
+    ("gpt2-h128-l2", "fsdp2", "fp32", "fp32", 2, 2, 128, True, "none"),
+    ("gpt2-h128-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("gpt2-h128-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, False, "none"),
+    ("gpt2-h128-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, 2, "none"),
+    ("gpt2-h128-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "full"),
+    ("gpt2-h128-l2", "fsdp2", "fp32", "fp32", 4, 4, 64, False, "full"),
+    ("gpt2-h128-l2", "fsdp2", "bf16", "fp32", 16, 1, 256, True, "none"),
+    # GPT-2, untied, 4 layers
+    ("gpt2-h256-l4-untied", "fsdp2", "bf16", "fp32", 8, 2, 256, True, "none"),
+    ("gpt2-h256-l4-untied", "fsdp2", "bf16", "fp32", 8, 2, 256, 4, "full"),
+    ("gpt2-h256-l4-untied", "fsdp2", "fp32", "fp32", 2, 4, 128, True, "full"),
+    # GPT-2 activations
+    ("gpt2-h128-l2-geluptanh", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("gpt2-h128-l2-gelu", "fsdp2", "fp32", "fp32", 4, 2, 128, True, "none"),
+    # Llama GQA, untied, silu
+    ("llama-h128-l2-gqa2", "fsdp2", "fp32", "fp32", 2, 2, 128, True, "none"),
+    ("llama-h128-l2-gqa2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("llama-h128-l2-gqa2", "fsdp2", "bf16", "fp32", 8, 2, 128, False, "none"),
+    ("llama-h128-l2-gqa2", "fsdp2", "bf16", "fp32", 8, 2, 128, 2, "none"),
+    ("llama-h128-l2-gqa2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "full"),
+    ("llama-h128-l2-gqa2", "fsdp2", "bf16", "fp32", 4, 4, 256, 2, "full"),
+    ("llama-h128-l2-gqa2", "fsdp2", "bf16", "fp32", 16, 1, 512, True, "none"),
+    ("llama-h128-l2-gqa2", "fsdp2", "bf16", "bf16", 8, 2, 128, True, "none"),
+    # Llama MHA, tied
+    ("llama-h128-l2-mha-tied", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("llama-h128-l2-mha-tied", "fsdp2", "fp32", "fp32", 4, 2, 128, False, "full"),
+    # Llama, wider and deeper
+    ("llama-h256-l4-gqa4", "fsdp2", "bf16", "fp32", 8, 2, 256, True, "none"),
+    ("llama-h256-l4-gqa4", "fsdp2", "bf16", "fp32", 8, 2, 256, 4, "full"),
+    ("llama-h256-l4-gqa4", "fsdp2", "fp32", "fp32", 16, 1, 128, True, "none"),
+    ("llama-h192-l3-gqa3-tied", "fsdp2", "bf16", "fp32", 4, 3, 192, True, "none"),
+    # Llama with GeGLU activations
+    ("llama-h128-l2-gqa2-geluptanh", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("llama-h128-l2-gqa2-gelu", "fsdp2", "fp32", "fp32", 8, 2, 128, True, "none"),
+    # Mistral
+    ("mistral-h128-l2-gqa4", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("mistral-h128-l2-gqa4", "fsdp2", "fp32", "fp32", 2, 2, 256, False, "full"),
+    ("mistral-h128-l2-gqa4-sw64", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    # FSDP1 (FullyShardedDataParallel, use_orig_params=True)
+    ("gpt2-h128-l2", "fsdp1", "fp32", "fp32", 8, 2, 128, True, "none"),
+    ("gpt2-h128-l2", "fsdp1", "bf16", "fp32", 8, 2, 128, False, "none"),
+    ("llama-h128-l2-gqa2", "fsdp1", "bf16", "fp32", 8, 2, 128, True, "full"),
+    ("llama-h128-l2-gqa2", "fsdp1", "fp32", "fp32", 4, 2, 128, True, "none"),
+]
+
+
+def _raf_label(reshard):
+    if reshard is True:
+        return "rafT"
+    if reshard is False:
+        return "rafF"
+    return "raf%d" % reshard
+
+
+def spec_name(spec):
+    """gpt2-h128-l2-fsdp2-bf16-w8-b2-t128-rafT-ac0 (reduce dtype only when it differs
+    from fp32)."""
+    dt = spec["param_dtype"]
+    if spec["reduce_dtype"] != "fp32":
+        dt += "-r" + spec["reduce_dtype"]
+    return "%s-%s-%s-w%d-b%d-t%d-%s-ac%d" % (
+        spec["model_name"], spec["flavor"], dt, spec["world"], spec["batch"], spec["seq"],
+        _raf_label(spec["reshard"]), 0 if spec["ac"] == "none" else 1)
+
+
+def make_spec(model_name, flavor, param_dtype, reduce_dtype, world, batch, seq, reshard, ac,
+              steps=3):
+    family, model = MODELS[model_name]
+    spec = dict(family=family, model=dict(model), model_name=model_name, flavor=flavor,
+                world=world, batch=batch, seq=seq, param_dtype=param_dtype,
+                reduce_dtype=reduce_dtype, reshard=reshard, ac=ac, steps=steps)
+    spec["name"] = spec_name(spec)
+    return spec
+
+
+def grid():
+    specs = [make_spec(*r) for r in _RUNS]
+    names = [s["name"] for s in specs]
+    assert len(set(names)) == len(names), "duplicate configuration names in the grid"
+    return specs

@@ -1,0 +1,758 @@
+#!/usr/bin/env python3
+"""Runs ONE reference configuration with real PyTorch FSDP on CPU and writes what
+it measures as JSON (format "shardscope.torch_reference", version 1).
+
+The run is rank 0 of a fake process group of W ranks (FakeStore +
+init_process_group("fake")): every collective is issued with its real sizes,
+group and dtype, but nothing is communicated (all-gather outputs hold whatever
+torch.empty gave). Memory does not depend on the data, so rank 0's memory is
+that of any rank of a real W-rank job on CPU.
+
+Usage:
+  harness.py --name NAME --out FILE.json     a configuration of grid.py
+  harness.py --spec SPEC.json --out FILE.json   a configuration given as JSON
+                                               (the grid.py spec format)
+
+Exit status: 0 written; 2 bad configuration (unknown family, bad key...);
+3 PyTorch refused the configuration or failed while running it.
+See README.md for what is measured and how.
+"""
+import argparse
+import gc
+import inspect
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+import warnings
+
+FORMAT = "shardscope.torch_reference"
+VERSION = 1
+
+# family -> (config class, causal-LM class, decoder layer class, dropout keys set to 0)
+FAMILIES = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", "GPT2Block",
+             {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+              "summary_first_dropout": 0.0}),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", "LlamaDecoderLayer",
+              {"attention_dropout": 0.0}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", "MistralDecoderLayer",
+                {"attention_dropout": 0.0}),
+}
+FLAVORS = ("fsdp1", "fsdp2")
+DTYPE_KEYS = ("fp32", "bf16")
+SPEC_KEYS = {"name", "family", "model", "model_name", "flavor", "world", "batch", "seq",
+             "param_dtype", "reduce_dtype", "reshard", "ac", "steps"}
+
+
+class SpecError(Exception):
+    """The configuration itself is wrong (exit 2)."""
+
+
+class RefusedError(Exception):
+    """PyTorch (or transformers) refused the configuration or failed running it (exit 3)."""
+
+
+# ---- configuration checks (no torch needed) ------------------------------------------
+
+def check_spec(spec):
+    name = spec.get("name", "<unnamed>") if isinstance(spec, dict) else "<not an object>"
+    where = "configuration '%s'" % name
+
+    def bad(msg):
+        raise SpecError("%s: %s" % (where, msg))
+
+    if not isinstance(spec, dict):
+        bad("expected a JSON object")
+    unknown = sorted(set(spec) - SPEC_KEYS)
+    if unknown:
+        bad("unknown key(s) %s (known: %s)" % (unknown, sorted(SPEC_KEYS)))
+    for k in ("name", "family", "model", "flavor", "world", "batch", "seq", "param_dtype",
+              "reduce_dtype", "reshard", "ac"):
+        if k not in spec:
+            bad("missing key '%s'" % k)
+    if spec["family"] not in FAMILIES:
+        bad("unknown model family '%s' (known: %s)" % (spec["family"], ", ".join(FAMILIES)))
+    if not isinstance(spec["model"], dict):
+        bad("'model' must be an object of %s keyword arguments" % FAMILIES[spec["family"]][0])
+    if spec["flavor"] not in FLAVORS:
+        bad("unknown flavor '%s' (known: fsdp1, fsdp2)" % spec["flavor"])
+    for k in ("world", "batch", "seq"):
+        if not isinstance(spec[k], int) or isinstance(spec[k], bool) or spec[k] < 1:
+            bad("'%s' must be a positive integer, got %r" % (k, spec[k]))
+    if "steps" in spec and (not isinstance(spec["steps"], int) or spec["steps"] < 2):
+        bad("'steps' must be an integer >= 2 (the last step is measured in steady state)")
+    for k in ("param_dtype", "reduce_dtype"):
+        if spec[k] not in DTYPE_KEYS:
+            bad("'%s' must be one of %s, got %r" % (k, DTYPE_KEYS, spec[k]))
+    r = spec["reshard"]
+    if not isinstance(r, (bool, int)):
+        bad("'reshard' must be true, false or an integer, got %r" % (r,))
+    if spec["flavor"] == "fsdp1" and not isinstance(r, bool):
+        bad("fsdp1 has no integer reshard_after_forward (FULL_SHARD = true, SHARD_GRAD_OP = false)")
+    if spec["ac"] not in ("none", "full"):
+        bad("'ac' must be \"none\" or \"full\", got %r" % (spec["ac"],))
+
+
+def shardscope_args(spec, wrap_class):
+    """The flags that describe the same run to `shardscope simulate --model CONFIG.json`."""
+    r = spec["reshard"]
+    raf = "true" if r is True else "false" if r is False else str(r)
+    args = ["--world", str(spec["world"]),
+            "--set", "flavor=" + spec["flavor"],
+            "--set", "wrap.type=class",
+            "--set", 'wrap.classes=["%s"]' % wrap_class,
+            "--set", "reshard_after_forward=" + raf,
+            "--set", "mixed_precision.param_dtype=" + spec["param_dtype"],
+            "--set", "mixed_precision.reduce_dtype=" + spec["reduce_dtype"],
+            "--set", "activation_checkpointing=" + spec["ac"],
+            "--set", "optimizer=adamw",
+            "--set", "batch_size=%d" % spec["batch"],
+            "--set", "seq_len=%d" % spec["seq"]]
+    return args
+
+
+# ---- the run -------------------------------------------------------------------------
+
+def run(spec):
+    check_spec(spec)
+    t_begin = time.time()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    # MemTracker reads .grad of FSDP1's non-leaf parameter views: harmless, noisy
+    warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor that is not a leaf")
+    import torch
+    import torch.distributed as dist
+    import transformers
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    family = spec["family"]
+    cfg_cls_name, lm_cls_name, block_cls_name, zero_dropout = FAMILIES[family]
+    flavor = spec["flavor"]
+    W, B, T = spec["world"], spec["batch"], spec["seq"]
+    steps = spec.get("steps", 3)
+    name = spec["name"]
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    pdt, rdt = dtypes[spec["param_dtype"]], dtypes[spec["reduce_dtype"]]
+
+    # -- the Hugging Face config, written as config.json would be, and rebuilt from it
+    kwargs = dict(spec["model"])
+    kwargs.update(zero_dropout)
+    kwargs["use_cache"] = False  # training: no KV cache kept alive during forward
+    try:
+        cfg0 = getattr(transformers, cfg_cls_name)(**kwargs)
+    except Exception as e:  # noqa: BLE001 - reported with the configuration's name
+        raise SpecError("configuration '%s': %s(**model) failed: %s: %s"
+                        % (name, cfg_cls_name, type(e).__name__, e))
+    config = cfg0.to_diff_dict()
+    config.pop("transformers_version", None)
+    config["architectures"] = [lm_cls_name]
+    # to_diff_dict drops values equal to PretrainedConfig's defaults; this one matters
+    config["tie_word_embeddings"] = bool(cfg0.tie_word_embeddings)
+    rebuilt = dict(config)
+    cfg = transformers.AutoConfig.for_model(rebuilt.pop("model_type"), **rebuilt)
+
+    # -- fake process group: this process is rank 0 of W
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=W)
+
+    recorder = CollectiveRecorder(dist)
+    recorder.install()
+    unit_names = {}
+
+    def unit_of(obj):
+        return unit_names.get(id(obj))
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    tracker = None
+    with prof:
+        # Profiler memory accounting starts here, before the model exists, so its
+        # running total is absolute for everything this run allocates.
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+        if model.config._attn_implementation != "sdpa":
+            raise RefusedError("configuration '%s': transformers chose attention '%s', not sdpa"
+                               % (name, model.config._attn_implementation))
+        model.train()
+        params_total = sum(p.numel() for p in model.parameters())
+        block_cls = type(next(m for m in model.modules() if type(m).__name__ == block_cls_name))
+
+        try:
+            if flavor == "fsdp2":
+                units = shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder)
+            else:
+                model, units = shard_fsdp1(torch, model, block_cls, spec, pdt, rdt, unit_names,
+                                           recorder)
+        except (SpecError, RefusedError):
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise RefusedError("configuration '%s': PyTorch refused to shard it (%s): %s: %s"
+                               % (name, flavor, type(e).__name__, e))
+
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                      weight_decay=0.01, foreach=True)
+        gen = torch.Generator().manual_seed(1)
+        x = torch.randint(0, cfg.vocab_size, (B, T), generator=gen)
+        # An all-ones attention mask, as a tokenizer gives for unpadded text. Without it
+        # transformers 4.57 (use_cache=False, position_ids derived) checks for packed
+        # sequences and materializes a B x 1 x T x T mask, which also turns off SDPA's
+        # native GQA (K/V get repeated); with it, SDPA runs with is_causal=True and no
+        # mask (except where a sliding window shorter than T needs one).
+        mask = torch.ones(B, T, dtype=torch.int64)
+
+        losses = []
+        step_start_snapshot = None
+        for step in range(steps):
+            measured = step == steps - 1
+            if measured:
+                gc.collect()
+                tracker = make_tracker(torch, flavor, model, optimizer, (x, mask), recorder)
+                tracker.__enter__()
+                step_start_snapshot = tracker.snapshot_total()
+                recorder.active = True
+            try:
+                with record_function("ref::step%d" % step):
+                    recorder.phase = "forward"
+                    with record_function("ref::forward"):
+                        loss = model(input_ids=x, attention_mask=mask, labels=x).loss
+                    recorder.phase = "backward"
+                    with record_function("ref::backward"):
+                        loss.backward()
+                    recorder.phase = "optimizer"
+                    with record_function("ref::optimizer"):
+                        optimizer.step()
+                    recorder.phase = "zero_grad"
+                    with record_function("ref::zero_grad"):
+                        optimizer.zero_grad(set_to_none=True)
+                    losses.append(float(loss.detach()))
+                    del loss
+            except Exception as e:  # noqa: BLE001
+                raise RefusedError("configuration '%s': step %d failed in %s: %s: %s\n%s"
+                                   % (name, step, recorder.phase, type(e).__name__, e,
+                                      traceback.format_exc()))
+            finally:
+                if measured:
+                    recorder.active = False
+                    step_end_snapshot = tracker.snapshot_total()
+                    tracker.__exit__(None, None, None)
+            recorder.phase = None
+
+    recorder.uninstall()
+    prof_mem = profiler_memory(prof, steps - 1)
+    dist.destroy_process_group()
+
+    peak_snap = tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {})
+    breakdown = {}
+    for k, v in peak_snap.items():
+        breakdown[getattr(k, "value", k)] = int(v)
+    total = breakdown.pop("Total", 0)
+    assert total == tracker.peak_total(), (total, tracker.peak_total())
+
+    collectives = recorder.calls
+    check = recorder.check(tracker.c10d_ops)
+
+    record = {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": name,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "config": config,
+        "setup": {
+            "flavor": flavor,
+            "world": W,
+            "batch": B,
+            "seq_len": T,
+            "param_dtype": spec["param_dtype"],
+            "reduce_dtype": spec["reduce_dtype"],
+            "reshard_after_forward": spec["reshard"],
+            "root_reshard_after_forward": (
+                "default (None: the root is not resharded after forward)" if flavor == "fsdp2"
+                else "FSDP1 never reshards the root after forward"),
+            "activation_checkpointing": spec["ac"],
+            "wrap_classes": [block_cls_name],
+            "optimizer": "adamw",
+            "optimizer_args": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
+                               "weight_decay": 0.01},
+            "foreach": True,
+            "zero_grad_set_to_none": True,
+            "call": "loss = model(input_ids=x, attention_mask=ones(B, T), labels=x).loss "
+                    "(x: B x T int64 random tokens, also the labels; Hugging Face's own "
+                    "causal-LM loss)",
+            "use_cache": False,
+            "attn_implementation": "sdpa",
+            "dropout": "all dropout probabilities 0: " + ", ".join(sorted(zero_dropout)),
+            "steps": steps,
+            "measured_step": steps,
+            "device": "cpu",
+            "process_group": "fake (rank 0 of world)",
+        },
+        "shardscope_args": shardscope_args(spec, block_cls_name),
+        "model": {"params_total": params_total, "units": units},
+        "collectives": collectives,
+        "collective_totals": totals_by_op(collectives),
+        "collectives_check": check,
+        "attention_kernels": prof_mem["attention_ops"],
+        "peak": {
+            "allocated_bytes": total,
+            "profiler_allocated_bytes": prof_mem["peak"],
+            "breakdown": breakdown,
+            "at": tracker.peak_at,
+            "profiler_at": prof_mem["peak_at"],
+        },
+        "step_start_allocated_bytes": step_start_snapshot,
+        "profiler_step_start_allocated_bytes": prof_mem["start"],
+        "step_end_allocated_bytes": step_end_snapshot,
+        "phase_peaks": tracker.phase_peaks,
+        "profiler_phase_peaks": prof_mem["phase_peaks"],
+        "losses": losses,
+        "run_seconds": round(time.time() - t_begin, 2),
+    }
+    return record
+
+
+# ---- sharding ----------------------------------------------------------------------
+
+def _decoder_layers(model, block_cls):
+    """(parent ModuleList, index, path) of every decoder layer, in forward order."""
+    out = []
+    for path, mod in model.named_modules():
+        for cname, child in mod.named_children():
+            if isinstance(child, block_cls):
+                out.append((mod, cname, (path + "." if path else "") + cname))
+    return out
+
+
+def _checkpoint_wrap(layers):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl, checkpoint_wrapper)
+    for parent, cname, _ in layers:
+        setattr(parent, cname, checkpoint_wrapper(getattr(parent, cname),
+                                                  checkpoint_impl=CheckpointImpl.NO_REENTRANT))
+
+
+def shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    mesh = init_device_mesh("cpu", (spec["world"],))
+    mp = MixedPrecisionPolicy(param_dtype=None if pdt == torch.float32 else pdt, reduce_dtype=rdt)
+    layers = _decoder_layers(model, block_cls)
+    if spec["ac"] == "full":
+        _checkpoint_wrap(layers)  # before fully_shard: FSDP's hooks sit outside the checkpoint
+    unit_mods = []
+    for parent, cname, path in layers:
+        mod = getattr(parent, cname)
+        fully_shard(mod, mesh=mesh, reshard_after_forward=spec["reshard"], mp_policy=mp)
+        unit_mods.append((path, mod))
+    fully_shard(model, mesh=mesh, mp_policy=mp)  # root: PyTorch's default reshard_after_forward
+    unit_mods.append(("", model))
+
+    units = []
+    for path, mod in unit_mods:
+        group = mod._get_fsdp_state()._fsdp_param_group
+        unit_names[id(group)] = path or "<root>"
+        fps = group.fsdp_params if group else []
+        units.append({"name": path or "<root>",
+                      "params": sum(fp._orig_size.numel() for fp in fps),
+                      "local_numel": sum(fp._sharded_param_data.numel() for fp in fps)})
+
+    # Which unit issues a collective: unshard() (all-gathers, prefetch included) and
+    # post_backward() (reduce-scatter) run with the group as self.
+    recorder.wrap_method(FSDPParamGroup, "unshard", lambda g: unit_names.get(id(g)))
+    recorder.wrap_method(FSDPParamGroup, "post_backward", lambda g: unit_names.get(id(g)))
+    return units
+
+
+def shard_fsdp1(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
+    import torch.distributed.fsdp._runtime_utils as rt
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    # Patch before wrapping: FSDP1 binds _post_backward_hook with functools.partial
+    # when it registers it (lazily, in the first forward).
+    recorder.wrap_function(rt, "_unshard", lambda state, handle, *a, **k: unit_names.get(id(handle)))
+    recorder.wrap_function(rt, "_post_backward_hook",
+                           lambda state, handle, *a, **k: unit_names.get(id(handle)))
+    mp = None
+    if pdt != torch.float32 or rdt != torch.float32:
+        mp = MixedPrecision(param_dtype=pdt, reduce_dtype=rdt)
+    strategy = ShardingStrategy.FULL_SHARD if spec["reshard"] else ShardingStrategy.SHARD_GRAD_OP
+    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({block_cls}), sharding_strategy=strategy,
+                   mixed_precision=mp, use_orig_params=True, device_id=torch.device("cpu"))
+    if spec["ac"] == "full":
+        # FSDP1's documented order: wrap first, then checkpoint the blocks inside the units.
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
+        import functools
+        apply_activation_checkpointing(
+            wrapped, checkpoint_wrapper_fn=functools.partial(
+                checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            check_fn=lambda m: isinstance(m, block_cls))
+    units = []
+    for path, mod in wrapped.named_modules():
+        if isinstance(mod, FSDP):
+            handle = mod._handle
+            clean = path.replace("_fsdp_wrapped_module.", "").replace("._fsdp_wrapped_module", "")
+            clean = clean.replace("_checkpoint_wrapped_module.", "")
+            uname = clean or "<root>"
+            if handle is not None:
+                unit_names[id(handle)] = uname
+                fp = handle.flat_param
+                units.append({"name": uname, "params": int(fp._unpadded_unsharded_size.numel()),
+                              "local_numel": int(fp.numel())})
+    # forward order: the root (outermost) unit runs first in FSDP1's listing already;
+    # keep named_modules() order (root, then blocks in order).
+    return wrapped, units
+
+
+# ---- collectives -------------------------------------------------------------------
+
+# torch.distributed function -> (op, output argument, input argument)
+COLLECTIVES = {
+    "all_gather_into_tensor": ("all_gather", "output_tensor", "input_tensor"),
+    "_all_gather_base": ("all_gather", "output_tensor", "input_tensor"),
+    "all_gather": ("all_gather", "tensor_list", "tensor"),
+    "reduce_scatter_tensor": ("reduce_scatter", "output", "input"),
+    "_reduce_scatter_base": ("reduce_scatter", "output", "input"),
+    "reduce_scatter": ("reduce_scatter", "output", "input_list"),
+    "all_reduce": ("all_reduce", "tensor", "tensor"),
+    "broadcast": ("broadcast", "tensor", "tensor"),
+    "reduce": ("reduce", "tensor", "tensor"),
+    "all_to_all_single": ("all_to_all", "output", "input"),
+    "barrier": ("barrier", None, None),
+}
+# c10d dispatcher op -> op, for the cross-check
+C10D_OPS = {
+    "_allgather_base_": "all_gather", "allgather_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather",
+    "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
+    "broadcast_": "broadcast", "reduce_": "reduce", "alltoall_base_": "all_to_all",
+    "barrier": "barrier",
+}
+DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
+               "torch.int64": "i64", "torch.int32": "i32", "torch.uint8": "u8"}
+
+
+def _nbytes(t):
+    import torch
+    if t is None:
+        return 0
+    if isinstance(t, (list, tuple)):
+        return sum(_nbytes(x) for x in t)
+    if isinstance(t, torch.Tensor):
+        return t.numel() * t.element_size()
+    return 0
+
+
+def _dtype(t):
+    if isinstance(t, (list, tuple)):
+        t = t[0] if t else None
+    return DTYPE_NAMES.get(str(getattr(t, "dtype", None)), str(getattr(t, "dtype", None)))
+
+
+class CollectiveRecorder:
+    """Wraps the torch.distributed collective functions (module attributes, which is
+    what FSDP1 and FSDP2 call: dist.all_gather_into_tensor / dist.reduce_scatter_tensor
+    / dist.all_reduce) and records each call of the measured step in issue order."""
+
+    def __init__(self, dist):
+        self.dist = dist
+        self.calls = []
+        self.active = False
+        self.phase = None
+        self.unit = None
+        self._saved = []
+
+    def install(self):
+        for fname, (op, out_arg, in_arg) in COLLECTIVES.items():
+            orig = getattr(self.dist, fname, None)
+            if orig is None:
+                continue
+            self._saved.append((self.dist, fname, orig))
+            setattr(self.dist, fname, self._make(orig, op, out_arg, in_arg))
+
+    def _make(self, orig, op, out_arg, in_arg):
+        sig = inspect.signature(orig)
+        rec = self
+
+        def wrapper(*args, **kwargs):
+            if rec.active:
+                b = sig.bind(*args, **kwargs)
+                b.apply_defaults()
+                a = b.arguments
+                group = a.get("group")
+                entry = {"op": op,
+                         "group_size": rec.dist.get_world_size(group),
+                         "dtype": _dtype(a.get(in_arg)) if in_arg else None,
+                         "input_bytes": _nbytes(a.get(in_arg)) if in_arg else 0,
+                         "output_bytes": _nbytes(a.get(out_arg)) if out_arg else 0,
+                         "phase": rec.phase,
+                         "unit": rec.unit}
+                if op in ("all_reduce", "reduce_scatter", "reduce"):
+                    red = a.get("op")
+                    entry["reduce_op"] = str(red).split(".")[-1] if red is not None else None
+                rec.calls.append(entry)
+            return orig(*args, **kwargs)
+
+        wrapper.__wrapped__ = orig
+        wrapper.__signature__ = sig
+        return wrapper
+
+    def wrap_method(self, cls, mname, unit_fn):
+        orig = getattr(cls, mname)
+        rec = self
+
+        def wrapper(self_, *args, **kwargs):
+            saved = rec.unit
+            rec.unit = unit_fn(self_)
+            try:
+                return orig(self_, *args, **kwargs)
+            finally:
+                rec.unit = saved
+
+        self._saved.append((cls, mname, orig))
+        setattr(cls, mname, wrapper)
+
+    def wrap_function(self, module, fname, unit_fn):
+        orig = getattr(module, fname)
+        rec = self
+
+        def wrapper(*args, **kwargs):
+            saved = rec.unit
+            rec.unit = unit_fn(*args, **kwargs)
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                rec.unit = saved
+
+        self._saved.append((module, fname, orig))
+        setattr(module, fname, wrapper)
+
+    def uninstall(self):
+        for obj, attr, orig in reversed(self._saved):
+            setattr(obj, attr, orig)
+        self._saved.clear()
+
+    def check(self, c10d_ops):
+        """Compares the Python-level capture with the c10d ops the dispatcher saw."""
+        py = [c["op"] for c in self.calls]
+        disp = [C10D_OPS.get(o, "other:" + o) for o in c10d_ops]
+        counts = {}
+        for o in c10d_ops:
+            counts[o] = counts.get(o, 0) + 1
+        return {"capture": "wrappers of torch.distributed.<collective> (module attributes)",
+                "cross_check": "c10d ops seen by the memory tracker's TorchDispatchMode",
+                "dispatcher_ops": counts,
+                "agrees": py == disp}
+
+
+def totals_by_op(calls):
+    out = {}
+    for c in calls:
+        t = out.setdefault(c["op"], {"count": 0, "input_bytes": 0, "output_bytes": 0})
+        t["count"] += 1
+        t["input_bytes"] += c["input_bytes"]
+        t["output_bytes"] += c["output_bytes"]
+    return out
+
+
+# ---- memory: tracker ------------------------------------------------------------------
+
+def _module_path(fqn):
+    """ModTracker names 'FSDPLlamaForCausalLM.model.layers.1._checkpoint_wrapped_module';
+    return the Hugging Face path 'model.layers.1'."""
+    if fqn is None or fqn == "Global":
+        return None
+    parts = fqn.split(".")[1:]
+    parts = [p for p in parts if p not in ("_checkpoint_wrapped_module", "_fsdp_wrapped_module")]
+    return ".".join(parts) or "<root>"
+
+
+def make_tracker(torch, flavor, model, optimizer, x, recorder):
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    base = FSDPMemTracker if flavor == "fsdp2" else MemTracker
+    cpu = torch.device("cpu")
+
+    class RefTracker(base):
+        """The PyTorch tracker, plus: where the peak happens, the peak per phase, and the
+        c10d ops it sees (to cross-check the collective capture)."""
+
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.peak_at = {"module": None, "pass": "step start", "op": None}
+            self.c10d_ops = []
+            self.phase_peaks = {}
+            self._func = None
+
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            # FSDP1 with use_orig_params=True exposes the original parameters as views of
+            # the unsharded flat parameter during forward (non-leaf tensors), on which
+            # MemTracker's gradient hooks cannot be registered: track without them.
+            return super()._track_module_params_and_buffers(
+                module, install_grad_hooks=install_grad_hooks and flavor == "fsdp2")
+
+        def snapshot_total(self):
+            return int(self.get_tracker_snapshot("current").get(cpu, {}).get("Total", 0))
+
+        def peak_total(self):
+            return int(self._peak_mem.get(cpu, 0))
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self._func = func
+            if recorder.active and func.namespace == "c10d":
+                self.c10d_ops.append(func._opname)
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+        def _update_peak_stats(self, peak_state):
+            before = self._peak_mem.get(cpu, 0)
+            super()._update_peak_stats(peak_state)
+            cur = self._curr_mem_snap.get(cpu, {}).get("Total", 0)
+            ph = recorder.phase
+            if ph is not None and cur > self.phase_peaks.get(ph, 0):
+                self.phase_peaks[ph] = int(cur)
+            if self._peak_mem.get(cpu, 0) > before:
+                mods = [m for m in self._mod_tracker.parents if m != "Global"]
+                inner = max(mods, key=lambda m: m.count("."), default=None)
+                if self._in_opt or recorder.phase == "optimizer":
+                    pss = "optimizer"
+                elif self._mod_tracker.is_bw:
+                    pss = "backward (recompute)" if self._in_ac else "backward"
+                else:
+                    pss = recorder.phase or "forward"
+                self.peak_at = {"module": _module_path(inner), "pass": pss,
+                                "op": str(self._func) if self._func is not None else None}
+
+    if flavor == "fsdp2":
+        t = RefTracker(model, optimizer)
+        t.track_inputs(x)
+    else:
+        from torch.distributed._tools.mem_tracker import _MemRefType
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        t = RefTracker()
+        t.track_external(model, optimizer, x)
+        # FSDP1's flat parameters are not module parameters with use_orig_params=True,
+        # and the sharded flat gradient survives zero_grad(set_to_none=True) (the views
+        # of the original parameters are set to None; FSDP1 drops flat_param.grad in the
+        # next pre-forward): register both so the step start is complete.
+        for m in model.modules():
+            if isinstance(m, FSDP) and m._handle is not None:
+                fp = m._handle.flat_param
+                t._update_and_maybe_create_winfos(fp, _MemRefType.PARAM)
+                if fp.grad is not None:
+                    t._update_and_maybe_create_winfos(fp.grad, _MemRefType.GRAD)
+    return t
+
+
+# ---- memory: profiler ---------------------------------------------------------------
+
+def profiler_memory(prof, measured_index):
+    """Allocator events of torch.profiler (profile_memory=True): the running total of
+    CPU bytes allocated since the profiler started (before the model existed)."""
+    from torch._C._profiler import _EventType
+
+    tree = prof.profiler.kineto_results.experimental_event_tree()
+    allocs = []   # (time, total, size, event)
+    windows = {}  # name -> [(start, end), ...]
+    attn_events = []  # (time, name) of attention ops
+    stack = list(tree)
+    while stack:
+        e = stack.pop()
+        if e.tag == _EventType.Allocation:
+            ef = e.extra_fields
+            if str(ef.device).startswith("cpu"):
+                allocs.append((e.start_time_ns, ef.total_allocated, ef.alloc_size, e))
+        elif e.tag in (_EventType.TorchOp, _EventType.PyCall) and e.name.startswith("ref::"):
+            windows.setdefault(e.name, []).append((e.start_time_ns, e.end_time_ns))
+        elif e.tag == _EventType.TorchOp and ("scaled_dot_product" in e.name
+                                              or "attention" in e.name):
+            attn_events.append((e.start_time_ns, e.name))
+        stack.extend(e.children)
+    allocs.sort(key=lambda a: (a[0], a[3].id))
+    (s0, s1), = windows["ref::step%d" % measured_index]
+    start = 0
+    for t, total, _, _ in allocs:
+        if t >= s0:
+            break
+        start = total
+    in_step = [a for a in allocs if s0 <= a[0] <= s1]
+    peak, peak_ev = start, None
+    for t, total, size, e in in_step:
+        if total > peak:
+            peak, peak_ev = total, e
+    phase_peaks = {}
+    for ph in ("forward", "backward", "optimizer", "zero_grad"):
+        w = next((w for w in windows.get("ref::" + ph, []) if s0 <= w[0] <= s1), None)
+        if w is None:
+            continue
+        before = [a[1] for a in allocs if a[0] < w[0]]
+        vals = [a[1] for a in in_step if w[0] <= a[0] <= w[1]]
+        phase_peaks[ph] = int(max(vals + before[-1:]))
+    at = None
+    if peak_ev is not None:
+        chain = []
+        p = peak_ev.parent
+        while p is not None:
+            chain.append(p.name)
+            p = p.parent
+        chain.reverse()
+        phase = next((c[len("ref::"):] for c in chain
+                      if c.startswith("ref::") and not c.startswith("ref::step")), None)
+        ops = [c for c in chain if not c.startswith("ref::")]
+        at = {"phase": phase, "op": ops[-1] if ops else None, "stack": ops[-6:],
+              "alloc_bytes": int(peak_ev.extra_fields.alloc_size)}
+    attention_ops = sorted({n for t, n in attn_events if s0 <= t <= s1})
+    return {"peak": int(peak), "start": int(start), "peak_at": at, "phase_peaks": phase_peaks,
+            "attention_ops": attention_ops}
+
+
+# ---- command line --------------------------------------------------------------------
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--name", help="a configuration of grid.py")
+    src.add_argument("--spec", help="a JSON file holding one configuration (grid.py format)")
+    ap.add_argument("--out", required=True, help="the JSON file to write")
+    a = ap.parse_args(argv)
+    try:
+        if a.name:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import grid
+            specs = {s["name"]: s for s in grid.grid()}
+            if a.name not in specs:
+                raise SpecError("no configuration named '%s' in grid.py (see run_grid.py --list)"
+                                % a.name)
+            spec = specs[a.name]
+        else:
+            try:
+                with open(a.spec) as f:
+                    spec = json.load(f)
+            except (OSError, ValueError) as e:
+                raise SpecError("--spec %s: %s" % (a.spec, e))
+        record = run(spec)
+    except SpecError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    except RefusedError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 3
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

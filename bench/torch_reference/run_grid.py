@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Regenerates tests/reference/<name>.json for the configurations of grid.py.
+
+Each configuration runs in its own Python process (harness.py): a fresh fake
+process group, a fresh model, and no state carried from one run to the next.
+
+  run_grid.py                  every configuration
+  run_grid.py --only NAME ...  some of them (repeatable)
+  run_grid.py --list           print the names
+  run_grid.py --jobs 2         run two at once (each run is single-threaded)
+
+Exit status: 0 all written; 1 some configuration failed (each failure is
+printed with its configuration's name and PyTorch's reason); 2 bad arguments.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import grid  # noqa: E402
+
+
+def run_one(python, spec, out_dir):
+    out = os.path.join(out_dir, spec["name"] + ".json")
+    env = dict(os.environ)
+    # One intra-op thread per run: results do not depend on it (allocation sizes
+    # are shapes), and the machine stays usable.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("KINETO_LOG_LEVEL", "5")
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    t0 = time.time()
+    p = subprocess.run([python, os.path.join(HERE, "harness.py"), "--name", spec["name"],
+                        "--out", out], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    return spec["name"], p.returncode, time.time() - t0, p.stderr
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Regenerate the PyTorch FSDP reference JSON files.")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="regenerate only this configuration (repeatable)")
+    ap.add_argument("--list", action="store_true", help="list the configuration names")
+    ap.add_argument("--out-dir", default=os.path.join(ROOT, "tests", "reference"))
+    ap.add_argument("--python", default=sys.executable,
+                    help="interpreter with torch and transformers (default: this one)")
+    ap.add_argument("--jobs", type=int, default=1)
+    a = ap.parse_args(argv)
+
+    specs = grid.grid()
+    if a.list:
+        for s in specs:
+            print(s["name"])
+        return 0
+    if a.only:
+        known = {s["name"] for s in specs}
+        unknown = [n for n in a.only if n not in known]
+        if unknown:
+            print("error: not in grid.py: %s (run_grid.py --list shows the names)"
+                  % ", ".join(unknown), file=sys.stderr)
+            return 2
+        specs = [s for s in specs if s["name"] in a.only]
+    os.makedirs(a.out_dir, exist_ok=True)
+
+    t0 = time.time()
+    failed = []
+    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        futures = [pool.submit(run_one, a.python, s, a.out_dir) for s in specs]
+        for i, f in enumerate(futures):
+            name, rc, secs, err = f.result()
+            status = "ok" if rc == 0 else "FAILED (exit %d)" % rc
+            print("[%2d/%d] %-58s %6.1f s  %s" % (i + 1, len(specs), name, secs, status),
+                  flush=True)
+            if rc != 0:
+                lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+                msg = "\n".join(lines) if lines else err[-3000:]
+                print("        " + msg.replace("\n", "\n        "), flush=True)
+                failed.append(name)
+    print("%d configuration(s) in %.1f s; %d failed" % (len(specs), time.time() - t0, len(failed)))
+    if not a.only:
+        names = {s["name"] + ".json" for s in specs}
+        stale = sorted(f for f in os.listdir(a.out_dir)
+                       if f.endswith(".json") and f not in names)
+        for f in stale:
+            print("note: %s is not a configuration of grid.py any more (remove it by hand)" % f)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
