@@ -152,8 +152,9 @@ int cmd_demo(int argc, char** argv) {
                 100.0 * r.metrics.total.overlap);
   }
   std::printf(
-      "\ncommunication is per rank per step; persistent = sharded fp32 parameters + gradients +\n"
-      "AdamW state (16 bytes per shard element); step time, peak reserved memory and\n"
+      "\ncommunication is per rank per step; persistent = sharded fp32 parameters + AdamW state\n"
+      "(12 bytes per shard element; gradients are freed by zero_grad(set_to_none=True), PyTorch's\n"
+      "default, and allocated again by each backward); step time, peak reserved memory and\n"
       "compute/communication overlap are predicted by the simulator (uncalibrated presets).\n");
 
   // A what-if sweep: 2 x 2 x 2 x 2 x 2 = 32 policies of Llama-3-8B.

@@ -305,6 +305,8 @@ Policy policy_from_json(const json& doc) {
       read_mixed_precision(v, p.mixed_precision);
     } else if (k == "cpu_offload") {
       p.cpu_offload = get_bool(v, k);
+    } else if (k == "zero_grad_set_to_none") {
+      p.zero_grad_set_to_none = get_bool(v, k);
     } else if (k == "activation_checkpointing") {
       if (v.is_string()) {
         std::string a = v.get<std::string>();
@@ -410,6 +412,7 @@ json policy_to_json(const Policy& p) {
   o["momentum"] = p.optimizer.momentum;
   j["optimizer"] = o;
   j["grad_clip_norm"] = p.grad_clip_norm ? json(*p.grad_clip_norm) : json(nullptr);
+  j["zero_grad_set_to_none"] = p.zero_grad_set_to_none;
   if (!p.loss_scale_mode)
     j["loss_scale"] = nullptr;
   else if (*p.loss_scale_mode == "dynamic")

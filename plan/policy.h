@@ -75,6 +75,10 @@ struct Policy {
   int64_t checkpoint_every = 1;  // for CheckpointMode::every: every k-th wrapped block
   OptimizerConfig optimizer;
   std::optional<double> grad_clip_norm;
+  // optimizer.zero_grad(set_to_none=...) after the step (PyTorch's default
+  // true): true frees the sharded gradients, which the next backward's
+  // reductions allocate again; false keeps them allocated (and zeroed).
+  bool zero_grad_set_to_none = true;
   // null | "dynamic" | a fixed scale (fp16 only)
   std::optional<std::string> loss_scale_mode;  // "dynamic" or "static"
   double loss_scale_value = 0.0;

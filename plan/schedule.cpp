@@ -211,7 +211,7 @@ BufferCategory buffer_role_category(BufferRole role) {
 
 bool accumulates(BufferRole role) {
   return role == BufferRole::activation_grad || role == BufferRole::unsharded_grad ||
-         role == BufferRole::accum_grad;
+         role == BufferRole::accum_grad || role == BufferRole::grad_shard;
 }
 
 const char* op_purpose_name(OpPurpose purpose) {

@@ -108,7 +108,9 @@ struct ProcessGroup {
 // (check_schedule verifies both); its name is the <what> part of buffer_name.
 enum class BufferRole : uint8_t {
   param_shard,      // persistent fp32 parameter shard of a unit ("param_shard")
-  grad_shard,       // persistent fp32 gradient shard ("grad_shard"); zeroed by zero_grad
+  grad_shard,       // fp32 gradient shard ("grad_shard"): persistent and zeroed by zero_grad, or
+                    // (zero_grad_set_to_none) allocated by the step's reduction, freed after
+                    // the optimizer; ops add into it
   optimizer_state,  // persistent fp32 optimizer state of the shard, state tensors back to back
   h2d_shard,        // cpu_offload: fp32 copy of the host shard on the device ("h2d_shard")
   lowp_shard,       // fsdp1 mixed precision: the shard cast to the param dtype ("lowp_shard")
@@ -127,7 +129,8 @@ enum class BufferRole : uint8_t {
 };
 const char* buffer_role_name(BufferRole role);  // the <what> of buffer_name
 BufferCategory buffer_role_category(BufferRole role);
-// Ops add into buffers of this role: their first user zeroes them.
+// Ops add into buffers of this role: their first user after each allocation
+// zeroes them (persistent ones are zeroed by the executor's zero_grad).
 bool accumulates(BufferRole role);
 
 // A buffer's name is kept as parts (building strings for thousands of

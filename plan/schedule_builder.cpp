@@ -61,7 +61,7 @@ void Builder::setup_persistent() {
     const int ui = static_cast<int>(u);
     const int64_t bytes = shard(ui) * 4;  // fp32 master shard
     param_shard_[u] = persistent(BufferRole::param_shard, bytes, ui);
-    grad_shard_[u] = persistent(BufferRole::grad_shard, bytes, ui);
+    if (!transient_grads_) grad_shard_[u] = persistent(BufferRole::grad_shard, bytes, ui);
     opt_state_[u] = persistent(BufferRole::optimizer_state, bytes * states, ui);
   }
 }
@@ -83,7 +83,7 @@ void Builder::ensure_grad_buffers(int o) {
     UnitState& st = state_[u];
     if (st.grad_buf >= 0) continue;
     if (in_place()) {
-      st.grad_buf = grad_shard_[u];
+      st.grad_buf = grad_shard_for(u, compute_);
       continue;
     }
     st.grad_buf = alloc(BufferRole::unsharded_grad, n_ * shard(u) * b_p_, compute_, u);
@@ -231,8 +231,12 @@ void Builder::optimizer_step() {
   std::vector<int> all_grads;
   int64_t total_shard = 0;
   for (size_t u = 0; u < up_.units.size(); ++u) {
+    const int ui = static_cast<int>(u);
     if (grad_shard_[u] >= 0) all_grads.push_back(grad_shard_[u]);
-    total_shard += shard(static_cast<int>(u));
+    if (grad_shard_[u] < 0 && has_params(ui))
+      throw Error("unit " + up_.units[u].name +
+                  " has parameters but no gradient at the optimizer step");
+    total_shard += shard(ui);
   }
   const int scalar_group = n_ > 1 ? g_shard_ : -1;
   if (p_.loss_scale_mode && *p_.loss_scale_mode == "dynamic") {
@@ -269,6 +273,12 @@ void Builder::optimizer_step() {
     launch_simple(OpKind::optimizer, opt_stream, u,
                   {param_shard_[u], grad_shard_[u], opt_state_[u]}, {}, s * 4 * (3 + 2 * states));
   }
+  // optimizer.zero_grad(set_to_none=True): the gradients are dropped.
+  if (transient_grads_)
+    for (int u : fwd_order_) {
+      free_buf(grad_shard_[u]);
+      grad_shard_[u] = -1;
+    }
 }
 
 // Capacity for the schedule's vectors from the graph's size, generous so that

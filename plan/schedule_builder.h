@@ -41,6 +41,7 @@ class Builder {
     b_p_ = dtype_bytes(p.mixed_precision.param_dtype);
     b_r_ = dtype_bytes(p.mixed_precision.reduce_dtype);
     offload_ = p.cpu_offload;
+    transient_grads_ = p.zero_grad_set_to_none && !p.cpu_offload;
     state_.resize(up.units.size());
   }
 
@@ -217,6 +218,13 @@ class Builder {
     return static_cast<int>(s_.groups.size()) - 1;
   }
   void setup_persistent();
+  // The gradient shard of unit u, allocated on `stream` now if the step has
+  // none yet (zero_grad_set_to_none: gradients are transient).
+  int grad_shard_for(int u, int stream) {
+    if (grad_shard_[u] < 0 && transient_grads_)
+      grad_shard_[u] = alloc(BufferRole::grad_shard, shard(u) * 4, stream, u);
+    return grad_shard_[u];
+  }
   void setup_checkpointing();
 
   // ---- FSDP ---------------------------------------------------------------
@@ -234,6 +242,7 @@ class Builder {
   void reduce_grads(int u);
   void accumulate_without_sync(int u);
   void flush_reduce_scatter();
+  int reduce_scatter_output(int u);
   int next_unit(Phase order, int u) const;  // next unit in forward/backward order
 
   // ---- passes ---------------------------------------------------------------
@@ -258,6 +267,9 @@ class Builder {
   bool fsdp2_ = true;
   int b_p_ = 4, b_r_ = 4;
   bool offload_ = false;
+  // zero_grad(set_to_none=True) without offload: the gradient shards are
+  // allocated by the step's reductions and freed after the optimizer.
+  bool transient_grads_ = false;
 
   // streams
   int host_ = 0, compute_ = 1, unshard_ = -1, pre_unshard_ = -1, copy_in_ = -1, ag_ = -1, rs_ = -1,

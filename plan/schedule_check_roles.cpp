@@ -38,7 +38,9 @@ void check_roles(const Graph& g, const Schedule& s, const std::function<void(std
     if (b.category != buffer_role_category(b.role))
       err(name + " has category " + buffer_category_name(b.category) + ", its role's is " +
           buffer_category_name(buffer_role_category(b.role)));
-    if (b.persistent != is_persistent_role(b.role))
+    // Gradient shards are transient under zero_grad(set_to_none=True).
+    if (b.persistent != is_persistent_role(b.role) &&
+        !(b.role == BufferRole::grad_shard && !b.persistent))
       err(name + (b.persistent ? " is persistent" : " is transient") + " against its role");
     if ((b.tensor >= 0) != is_tensor_role(b.role))
       err(name + (b.tensor >= 0 ? " names a tensor" : " names no tensor") + " against its role");

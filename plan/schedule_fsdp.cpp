@@ -243,7 +243,7 @@ void Builder::reduce_grads(int u) {
     free_buf(st.grad_buf);
     free_buf(st.accum_buf);
     input = rs_in;
-    int rs_out = alloc(BufferRole::rs_out, s * b_r_, rs_, u);
+    const int rs_out = reduce_scatter_output(u);
     last = collective(OpKind::reduce_scatter, rs_, u, g_shard_, full * b_r_, rdt, {rs_in, rs_out},
                       {last});
     outstanding_rs_ = last;
@@ -263,7 +263,7 @@ void Builder::reduce_grads(int u) {
     }
     last = wait;
     if (n_ > 1) {
-      int rs_out = alloc(BufferRole::rs_out, s * b_r_, rs_, u);
+      const int rs_out = reduce_scatter_output(u);
       last = collective(OpKind::reduce_scatter, rs_, u, g_shard_, full * b_r_, rdt, {input, rs_out},
                         {wait});
       if (input != st.grad_buf) release.push_back(input);
@@ -279,17 +279,35 @@ void Builder::reduce_grads(int u) {
   if (r_ > 1) {
     last = collective(OpKind::all_reduce, ar_, u, g_replica_, s * b_r_, rdt, {input}, {last});
   }
-  // Accumulate the reduced shard into the persistent fp32 gradient (or copy it
-  // to the host when offloading).
+  // The reduce-scatter wrote the gradient shard itself: nothing to add.
+  if (input == grad_shard_[u]) {
+    post_reduce_ops_.push_back(last);
+    return;
+  }
+  // Accumulate the reduced shard into the fp32 gradient (or copy it to the
+  // host when offloading). A gradient allocated here (set_to_none) starts at
+  // zero: the add is FSDP's cast to the parameter dtype (reduce dtype below
+  // fp32) or DDP's copy into .grad.
   if (offload_) {
     int d2h = launch_simple(OpKind::d2h, red_stream, u, {input, grad_shard_[u]}, {last}, s * 4);
     offload_d2h_.push_back(d2h);
     post_reduce_ops_.push_back(d2h);
   } else {
-    post_reduce_ops_.push_back(launch_simple(OpKind::grad_accumulate, red_stream, u,
-                                             {input, grad_shard_[u]}, {last}, s * (b_r_ + 8)));
+    const int grad = grad_shard_for(u, red_stream);
+    post_reduce_ops_.push_back(launch_simple(OpKind::grad_accumulate, red_stream, u, {input, grad},
+                                             {last}, s * (b_r_ + 8)));
   }
   free_buf(input);
+}
+
+// Where unit u's reduce-scatter writes: with zero_grad_set_to_none and an
+// fp32 reduce dtype, straight into the new gradient shard (FSDP2
+// foreach_reduce's reduce_output becomes .grad; FSDP1's new_sharded_grad is
+// kept as _saved_grad_shard); else a reduce-dtype rs_out on the
+// reduce-scatter stream.
+int Builder::reduce_scatter_output(int u) {
+  if (transient_grads_ && b_r_ == 4 && grad_shard_[u] < 0) return grad_shard_for(u, rs_);
+  return alloc(BufferRole::rs_out, shard(u) * b_r_, rs_, u);
 }
 
 }  // namespace shardscope::plan::detail

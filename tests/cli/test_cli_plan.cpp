@@ -23,9 +23,16 @@ TEST_CASE("plan --json prints the contract's fields", "[cli][plan]") {
   CHECK(j["comm_bytes_per_rank"].contains("all_gather"));
   CHECK(j["comm_bytes_per_rank"].contains("reduce_scatter"));
   CHECK(j["comm_bytes_per_rank"].contains("all_reduce"));
-  // AdamW fp32: 16 bytes per shard element.
+  // AdamW fp32 with zero_grad(set_to_none=True), PyTorch's default: 12 bytes
+  // per shard element (parameters and Adam state; gradients come and go).
   CHECK(j["persistent_bytes_per_rank"].get<int64_t>() ==
-        16 * j["units"][0]["shard_numel"].get<int64_t>());
+        12 * j["units"][0]["shard_numel"].get<int64_t>());
+  CHECK(j["policy"]["zero_grad_set_to_none"] == true);
+  auto kept = run_cli("plan --model gpt2-small --world 8 --json --set zero_grad_set_to_none=false");
+  REQUIRE(kept.status == 0);
+  nlohmann::json k = nlohmann::json::parse(kept.output);
+  CHECK(k["persistent_bytes_per_rank"].get<int64_t>() ==
+        16 * k["units"][0]["shard_numel"].get<int64_t>());
 }
 
 TEST_CASE("plan prints a unit table with --set overrides", "[cli][plan]") {

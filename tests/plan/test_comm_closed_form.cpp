@@ -77,16 +77,75 @@ TEST_CASE("gpt2-small, fsdp2, world 8, fp32, one unit: (N-1)/N x 4 x Psi each wa
 
 TEST_CASE("persistent bytes: 16 Psi/N with AdamW, 12 Psi/N with SGD momentum, 8 with plain SGD",
           "[comm][memory]") {
+  // zero_grad(set_to_none=False) keeps the 4 Psi/N of gradients between
+  // steps; PyTorch's default set_to_none=True frees them: 12, 8 and 4.
   const plan::Graph g = test::toy_graph();
-  for (auto [opt, per_elem] : std::vector<std::pair<json, int64_t>>{
-           {"adamw", 16}, {{{"type", "sgd"}, {"momentum", 0.9}}, 12}, {"sgd", 8}}) {
-    plan::Policy p = plan::policy_from_json({{"optimizer", opt}});
+  for (const bool set_to_none : {false, true}) {
+    for (auto [opt, per_elem] : std::vector<std::pair<json, int64_t>>{
+             {"adamw", 16}, {{{"type", "sgd"}, {"momentum", 0.9}}, 12}, {"sgd", 8}}) {
+      CAPTURE(set_to_none, opt);
+      plan::Policy p =
+          plan::policy_from_json({{"optimizer", opt}, {"zero_grad_set_to_none", set_to_none}});
+      plan::World w = plan::validate_policy(p, g, 2);
+      plan::UnitPlan up = plan::build_units(g, p, w);
+      plan::Schedule s = plan::build_schedule(g, p, up, 0);
+      // One unit of 90 elements over 2 ranks, fsdp2 per-parameter padding:
+      // emb 5x4=20, fc.w 2x4=8 (x2), fc.b 2 (x2), head.bias 5 -> shard 45.
+      CHECK(up.units[0].shard_numel == 45);
+      CHECK(s.persistent_device_bytes() == (per_elem - (set_to_none ? 4 : 0)) * 45);
+      // The gradient shard exists in the step either way: allocated by the
+      // reduce-scatter (fp32) and freed after the optimizer when transient.
+      int grads = 0;
+      for (const plan::Buffer& b : s.buffers)
+        if (b.role == plan::BufferRole::grad_shard) {
+          ++grads;
+          CHECK(b.persistent == !set_to_none);
+          CHECK(b.bytes == 4 * 45);
+        }
+      CHECK(grads == 1);
+    }
+  }
+}
+
+TEST_CASE("zero_grad_set_to_none: the reduce-scatter writes the new fp32 gradient shard",
+          "[comm][memory]") {
+  const plan::Graph g = test::toy_graph();
+  for (const char* reduce : {"fp32", "bf16"}) {
+    CAPTURE(reduce);
+    plan::Policy p = plan::policy_from_json(
+        {{"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", reduce}}}});
     plan::World w = plan::validate_policy(p, g, 2);
     plan::UnitPlan up = plan::build_units(g, p, w);
     plan::Schedule s = plan::build_schedule(g, p, up, 0);
-    // One unit of 90 elements over 2 ranks, fsdp2 per-parameter padding:
-    // emb 5x4=20, fc.w 2x4=8 (x2), fc.b 2 (x2), head.bias 5 -> shard 45.
-    CHECK(up.units[0].shard_numel == 45);
-    CHECK(s.persistent_device_bytes() == per_elem * 45);
+    REQUIRE(plan::check_schedule(g, up, s).empty());
+    int rs = -1;
+    for (size_t o = 0; o < s.ops.size(); ++o)
+      if (s.ops[o].kind == plan::OpKind::reduce_scatter) rs = static_cast<int>(o);
+    REQUIRE(rs >= 0);
+    const plan::Buffer& out =
+        s.buffers[static_cast<size_t>(s.ops[static_cast<size_t>(rs)].buffers.back())];
+    int accumulates = 0, frees_after_optimizer = 0;
+    bool optimized = false;
+    for (const plan::Action& a : s.actions) {
+      if (a.kind == plan::ActionKind::launch) {
+        const plan::ScheduleOp& op = s.ops[static_cast<size_t>(a.op)];
+        accumulates += op.kind == plan::OpKind::grad_accumulate;
+        optimized = optimized || op.kind == plan::OpKind::optimizer;
+      }
+      if (a.kind == plan::ActionKind::free && optimized &&
+          s.buffers[static_cast<size_t>(a.buffer)].role == plan::BufferRole::grad_shard)
+        ++frees_after_optimizer;
+    }
+    CHECK(frees_after_optimizer == 1);
+    if (std::string(reduce) == "fp32") {
+      // FSDP2's reduce_output is the gradient: no rs_out, no accumulation.
+      CHECK(out.role == plan::BufferRole::grad_shard);
+      CHECK(accumulates == 0);
+    } else {
+      // bf16 reduce_output, then .to(fp32) into the new gradient.
+      CHECK(out.role == plan::BufferRole::rs_out);
+      CHECK(out.dtype == plan::DType::bf16);
+      CHECK(accumulates == 1);
+    }
   }
 }

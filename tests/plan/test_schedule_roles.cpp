@@ -99,7 +99,7 @@ TEST_CASE("roles are named as the buffer names always were", "[schedule][roles]"
   CHECK(plan::accumulates(plan::BufferRole::activation_grad));
   CHECK(plan::accumulates(plan::BufferRole::unsharded_grad));
   CHECK(plan::accumulates(plan::BufferRole::accum_grad));
-  CHECK_FALSE(plan::accumulates(plan::BufferRole::grad_shard));  // zero_grad, not its first user
+  CHECK(plan::accumulates(plan::BufferRole::grad_shard));  // when allocated in the step
   CHECK_FALSE(plan::accumulates(plan::BufferRole::rs_out));
 }
 

@@ -58,14 +58,20 @@ std::string read_bytes(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("gpt2-tiny persistent bytes are 16 Psi/N with AdamW", "[sim][models]") {
-  for (int64_t world : {2, 4, 8}) {
-    Planned p = plan_for({{"wrap", {{"type", "class"}, {"classes", {"GPT2Block"}}}}}, world);
-    sim::SimResult r = simulate(p, sim::hardware_preset("h100-sxm"));
-    CHECK(r.fits);
-    // Psi/N per rank = the shard elements of every unit (padding included).
-    CHECK(r.persistent_bytes == 16 * p.units.total_shard_numel());
-  }
+TEST_CASE("gpt2-tiny persistent bytes are 12 Psi/N with AdamW, 16 without set_to_none",
+          "[sim][models]") {
+  for (int64_t world : {2, 4, 8})
+    for (const bool set_to_none : {true, false}) {
+      Planned p = plan_for({{"wrap", {{"type", "class"}, {"classes", {"GPT2Block"}}}},
+                            {"zero_grad_set_to_none", set_to_none}},
+                           world);
+      sim::SimResult r = simulate(p, sim::hardware_preset("h100-sxm"));
+      CHECK(r.fits);
+      // Psi/N per rank = the shard elements of every unit (padding included):
+      // fp32 parameters and Adam's two states, plus the fp32 gradients when
+      // zero_grad keeps them.
+      CHECK(r.persistent_bytes == (set_to_none ? 12 : 16) * p.units.total_shard_numel());
+    }
 }
 
 TEST_CASE("DDP all-reduce time equals the ring closed form", "[sim][models]") {

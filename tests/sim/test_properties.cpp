@@ -6,7 +6,8 @@
 //   - doubling link bandwidth never slows a step (h100-sxm, and h100-sxm with
 //     PyTorch eager launch overhead and a higher contention factor);
 //   - two runs give byte-identical traces and metrics;
-//   - persistent bytes are 16 Psi/N with AdamW (FSDP_SEMANTICS.md section 9),
+//   - persistent bytes are 12 Psi/N with AdamW and zero_grad(set_to_none=True)
+//     (FSDP_SEMANTICS.md section 9: 16 Psi/N less the gradients),
 //     and DDP (shard_group_size = 1) matches the all-reduce closed form.
 //
 // Memory: every run uses a memory limit of 1 PiB, so the allocator never runs
@@ -436,10 +437,13 @@ TEST_CASE("fsdp2 reserved memory stays within the caching bound of allocated on 
   // off or, under 1 MiB, wasted). Units of one shape (class wrapping of
   // identical decoder layers) reuse blocks exactly; unequal units (size
   // wrapping: 525M-parameter embedding and lm_head units next to 176M MLPs),
-  // fp32 logits of 1 GiB and recomputed activations fragment. Measured over
-  // this grid (issue 15): at most 1.47 x allocated (fp32, cpu_offload, size
-  // or class wrapping), 1.18 x for bf16 class-wrapped on the device, the
-  // configuration of published Llama runs. The bounds sit just above; under
+  // fp32 logits of 1 GiB and recomputed activations fragment, and gradient
+  // shards allocated mid-backward on the reduce-scatter stream
+  // (zero_grad_set_to_none) cannot reuse the compute pool's freed
+  // activation blocks. Measured over this grid (issue 15): at most 1.47 x
+  // allocated (fp32, cpu_offload, size or class wrapping), 1.34 x for bf16
+  // class-wrapped on the device, the configuration of published Llama runs
+  // (1.18 x with persistent gradients). The bounds sit just above; under
   // record_stream semantics (delayed reuse, the defect this guards) the
   // ratio reached 4.5 (51.9 GiB reserved for 11.7 GiB allocated).
   const ModelRuns& runs = model_runs("llama3-8b");
@@ -453,7 +457,7 @@ TEST_CASE("fsdp2 reserved memory stays within the caching bound of allocated on 
     CHECK(ratio <= 1.5);
     if (o.policy.at("mixed_precision").at("param_dtype") == "bf16" &&
         o.policy.at("wrap").at("type") == "class" && o.policy.at("cpu_offload") == false) {
-      CHECK(ratio <= 1.2);
+      CHECK(ratio <= 1.35);
       ++bf16_class;
     }
     ++checked;
@@ -488,7 +492,7 @@ TEST_CASE("fsdp2 peak memory is the same for every memory limit above its peak",
   CHECK(checked == 6);
 }
 
-TEST_CASE("persistent bytes are 16 Psi/N with AdamW on gpt2-small and llama3-8b",
+TEST_CASE("persistent bytes are 12 Psi/N with AdamW on gpt2-small and llama3-8b",
           "[sim][properties]") {
   for (const test::GridModel& m : grid_models()) {
     const ModelRuns& runs = model_runs(m.name);
@@ -500,8 +504,10 @@ TEST_CASE("persistent bytes are 16 Psi/N with AdamW on gpt2-small and llama3-8b"
         auto it = o.peak_by_category.find(name);
         return it == o.peak_by_category.end() ? int64_t{0} : it->second;
       };
-      const int64_t persistent_blocks =
-          category("parameters") + category("gradients") + category("optimizer_state");
+      // zero_grad(set_to_none=True), the grid's default: gradients are
+      // allocated by the step's reductions, so they are not persistent on
+      // the device (on the host with offload they are).
+      const int64_t persistent_blocks = category("parameters") + category("optimizer_state");
       CHECK(o.peak_allocated >= o.persistent_bytes);
       // Blocks are never smaller than the rounded request, and carry at most
       // 1 MiB more (large pool).
@@ -514,8 +520,8 @@ TEST_CASE("persistent bytes are 16 Psi/N with AdamW on gpt2-small and llama3-8b"
         CHECK(persistent_blocks == 0);
         continue;
       }
-      // 4 Psi/N parameters + 4 Psi/N gradients + 8 Psi/N Adam state, padded.
-      CHECK(o.persistent_bytes == 16 * o.shard_numel);
+      // 4 Psi/N parameters + 8 Psi/N Adam state, padded.
+      CHECK(o.persistent_bytes == 12 * o.shard_numel);
       CHECK(o.persistent_device_bytes == o.persistent_bytes);
       CHECK(o.persistent_host_bytes == 0);
       // At the peak the persistent buffers are all live, as allocator blocks:
@@ -524,7 +530,6 @@ TEST_CASE("persistent bytes are 16 Psi/N with AdamW on gpt2-small and llama3-8b"
       CHECK(persistent_blocks >= o.persistent_rounded);
       CHECK(persistent_blocks <= o.persistent_rounded + o.persistent_large_pool * kMiB);
       CHECK(category("parameters") >= 4 * o.shard_numel);
-      CHECK(category("gradients") >= 4 * o.shard_numel);
       CHECK(category("optimizer_state") >= 8 * o.shard_numel);
       CHECK(o.peak_allocated >= persistent_blocks);
     }
@@ -565,7 +570,8 @@ TEST_CASE("DDP matches the all-reduce closed form on gpt2-small and llama3-8b",
           CHECK(comm.all_gather == 0);
           CHECK(comm.reduce_scatter == 0);
           CHECK(comm.all_reduce == Approx(2 * (W - 1) / W * b_r * static_cast<double>(psi)));
-          if (!offload) CHECK(r.persistent_bytes == 16 * psi);
+          // AdamW, zero_grad(set_to_none=True): parameters and state, 12 Psi.
+          if (!offload) CHECK(r.persistent_bytes == 12 * psi);
           int all_reduces = 0;
           for (size_t i = 0; i < p.schedule.ops.size(); ++i) {
             const plan::ScheduleOp& op = p.schedule.ops[i];

@@ -25,42 +25,49 @@ TEST_CASE("engine peak allocated equals the simulator's on the gpt2-tiny grid", 
       for (const std::string reshard : {"true", "false"})
         for (const int accum : {1, 2})
           for (const bool ckpt : {false, true})
-            for (const std::string dtype : {"fp32", "bf16"}) {
-              if (ckpt && !wrap) continue;
-              nlohmann::json doc = {{"flavor", flavor},
-                                    {"batch_size", 2},
-                                    {"seq_len", 16},
-                                    {"grad_accum_steps", accum},
-                                    {"reshard_after_forward", reshard == "true"},
-                                    {"mixed_precision", {{"param_dtype", dtype}}}};
-              if (wrap) doc["wrap"] = {{"type", "class"}, {"classes", {"GPT2Block"}}};
-              if (ckpt) doc["activation_checkpointing"] = "full";
-              INFO(doc.dump());
-              const plan::Policy policy = plan::policy_from_json(doc);
-              engine::exec::TrainConfig c;
-              c.graph = &g;
-              c.policy = policy;
-              c.world_size = 2;
-              c.steps = 2;
-              const auto runs = engine::exec::train_threads(c, {});
+            for (const std::string dtype : {"fp32", "bf16"})
+              for (const bool set_to_none : {true, false}) {
+                if (ckpt && !wrap) continue;
+                if (!set_to_none && (ckpt || dtype != "fp32")) continue;
+                nlohmann::json doc = {{"flavor", flavor},
+                                      {"batch_size", 2},
+                                      {"seq_len", 16},
+                                      {"grad_accum_steps", accum},
+                                      {"reshard_after_forward", reshard == "true"},
+                                      {"mixed_precision", {{"param_dtype", dtype}}},
+                                      {"zero_grad_set_to_none", set_to_none}};
+                if (wrap) doc["wrap"] = {{"type", "class"}, {"classes", {"GPT2Block"}}};
+                if (ckpt) doc["activation_checkpointing"] = "full";
+                INFO(doc.dump());
+                const plan::Policy policy = plan::policy_from_json(doc);
+                engine::exec::TrainConfig c;
+                c.graph = &g;
+                c.policy = policy;
+                c.world_size = 2;
+                c.steps = 2;
+                const auto runs = engine::exec::train_threads(c, {});
 
-              const plan::World world = plan::validate_policy(policy, g, 2);
-              const plan::UnitPlan units = plan::build_units(g, policy, world);
-              for (int r = 0; r < 2; ++r) {
-                const plan::Schedule s = plan::build_schedule(g, policy, units, r);
-                const sim::SimResult sr =
-                    sim::simulate(g, units, s, sim::hardware_preset("cpu-local"));
-                CHECK(runs[static_cast<size_t>(r)].peak_allocated_bytes == sr.peak_allocated_bytes);
-                // Closed form: 16 B per shard element (blocks rounded to 512 B).
-                int64_t expect = 0;
-                for (const plan::Unit& u : units.units) {
-                  const int64_t b = u.shard_numel * 4;
-                  const int64_t rounded = b == 0 ? 0 : ((b + 511) / 512) * 512;
-                  expect += 2 * rounded + (b == 0 ? 0 : ((2 * b + 511) / 512) * 512);
+                const plan::World world = plan::validate_policy(policy, g, 2);
+                const plan::UnitPlan units = plan::build_units(g, policy, world);
+                for (int r = 0; r < 2; ++r) {
+                  const plan::Schedule s = plan::build_schedule(g, policy, units, r);
+                  const sim::SimResult sr =
+                      sim::simulate(g, units, s, sim::hardware_preset("cpu-local"));
+                  CHECK(runs[static_cast<size_t>(r)].peak_allocated_bytes ==
+                        sr.peak_allocated_bytes);
+                  // Closed form: 16 B per shard element, 12 without the
+                  // gradients (set_to_none); blocks rounded to 512 B.
+                  int64_t expect = 0;
+                  for (const plan::Unit& u : units.units) {
+                    const int64_t b = u.shard_numel * 4;
+                    const int64_t rounded = b == 0 ? 0 : ((b + 511) / 512) * 512;
+                    expect += (set_to_none ? 1 : 2) * rounded +
+                              (b == 0 ? 0 : ((2 * b + 511) / 512) * 512);
+                  }
+                  CHECK(runs[static_cast<size_t>(r)].persistent_bytes == expect);
                 }
-                CHECK(runs[static_cast<size_t>(r)].persistent_bytes == expect);
+                ++cases;
               }
-              ++cases;
-            }
-  CHECK(cases == 2 * (2 * 2 * 2 + 2 * 2 * 2 * 2) * 1);
+  // Per flavor: 8 unwrapped + 16 wrapped with set_to_none, 8 without.
+  CHECK(cases == 2 * (2 * 2 * 2 + 2 * 2 * 2 * 2 + 2 * 2 * 2));
 }
