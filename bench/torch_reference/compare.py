@@ -20,7 +20,7 @@ the same way: S = output bytes of an all-gather, input bytes of a
 reduce-scatter, the tensor's bytes of an all-reduce; n = the group size of
 that call.
 
-  compare.py [--shardscope PATH] [--refs DIR | FILE...] [--markdown | --json]
+  compare.py [--shardscope PATH] [--refs DIR | FILE...] [--markdown | --json] [--breakdown]
 
 Exit status: 0 (the table is the result, whatever the errors); 2 when there is
 no binary or no reference file.
@@ -106,17 +106,19 @@ def compare_one(binary, path, tmpdir):
 
     sim, err = run_json([binary, "simulate", "--model", cfg] + args + ["--json"])
     if err:
-        row["error"] = "simulate rejected it: " + err
+        row["error"] = "simulate rejected it: " + err.replace(cfg, "config.json")
         return row
     field = next((k for k in EXACT_PEAK_KEYS if k in sim), "peak_allocated_bytes")
     row["pred_peak"] = sim[field]
     row["pred_peak_field"] = field
     row["pred_persistent"] = sim.get("persistent_bytes")
     row["rel_err"] = (row["pred_peak"] - row["ref_peak"]) / row["ref_peak"]
+    row["ref_breakdown"] = ref["peak"].get("breakdown", {})
+    row["pred_breakdown"] = sim.get("peak_breakdown", {}).get("by_category", {})
 
     plan, err = run_json([binary, "plan", "--model", cfg] + args + ["--json"])
     if err:
-        row["error"] = "plan rejected it: " + err
+        row["error"] = "plan rejected it: " + err.replace(cfg, "config.json")
         return row
     row["pred_comm_bus"] = {k: float(plan.get("comm_bytes_per_rank", {}).get(k, 0.0))
                             for k in KINDS}
@@ -174,8 +176,26 @@ def markdown(rows):
     out.append("")
     out.append("%d reference(s); %d rejected by shardscope; mean |relative error| of the peak %s; "
                "max %s" % (len(rows), rejected,
-                           pct(sum(errs) / len(errs)) if errs else "-",
-                           pct(max(errs)) if errs else "-"))
+                           ("%.1f%%" % (100 * sum(errs) / len(errs))) if errs else "-",
+                           ("%.1f%%" % (100 * max(errs))) if errs else "-"))
+    return "\n".join(out)
+
+
+def breakdown_text(rows):
+    """Per reference: the categories at the peak, as each side names them."""
+    out = []
+    for r in rows:
+        if not r.get("ref_breakdown"):
+            continue
+        out.append("")
+        out.append("%s: reference %s, predicted %s" % (r["name"], human(r["ref_peak"]),
+                                                       human(r["pred_peak"])))
+        ref = sorted(r["ref_breakdown"].items(), key=lambda kv: -kv[1])
+        pred = sorted(r.get("pred_breakdown", {}).items(), key=lambda kv: -kv[1])
+        for i in range(max(len(ref), len(pred))):
+            a = "%-16s %10s" % (ref[i][0], human(ref[i][1])) if i < len(ref) else " " * 27
+            b = "%-18s %10s" % (pred[i][0], human(pred[i][1])) if i < len(pred) else ""
+            out.append("  %s    %s" % (a, b))
     return "\n".join(out)
 
 
@@ -188,6 +208,8 @@ def main(argv=None):
     fmt = ap.add_mutually_exclusive_group()
     fmt.add_argument("--markdown", action="store_true", help="a markdown table (the default)")
     fmt.add_argument("--json", action="store_true", help="one JSON object per reference, as a list")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="after the table, the categories at the peak on both sides")
     a = ap.parse_args(argv)
 
     binary = find_binary(a.shardscope)
@@ -214,6 +236,8 @@ def main(argv=None):
         print(json.dumps(rows, indent=1))
     else:
         print(markdown(rows))
+        if a.breakdown:
+            print(breakdown_text(rows))
     return 0
 
 
