@@ -105,6 +105,7 @@ int cmd_simulate(int argc, char** argv) {
       j["oom_bytes"] = r.oom_bytes;
     }
     j["persistent_bytes"] = r.persistent_bytes;
+    j["peak_requested_bytes"] = r.peak_requested_bytes;
     j["peak_breakdown"] = {{"by_category", r.peak.by_category}, {"by_unit", r.peak.by_unit}};
     nlohmann::json classes = nlohmann::json::array();
     for (const sim::RankClassResult& c : r.rank_classes)

@@ -30,7 +30,8 @@ int64_t ActivationPlan::bytes(int t, const Workload& w, int compute_bytes) const
 
 int64_t ActivationPlan::bytes_of(int t, int64_t numel, int compute_bytes) const {
   const Tensor& tensor = g_.tensors[t];
-  const int64_t per = is_floating(tensor.dtype) ? compute_bytes : dtype_bytes(tensor.dtype);
+  const int64_t per = is_floating(tensor.dtype) ? precision_bytes(tensor.precision, compute_bytes)
+                                                : dtype_bytes(tensor.dtype);
   return numel * per;
 }
 

@@ -44,6 +44,42 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::compute:
+      return "compute";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::upcast_extra:
+      return "upcast_extra";
+    case Precision::fp32_if_lowp:
+      return "fp32_if_lowp";
+  }
+  return "?";
+}
+
+Precision parse_precision(const std::string& name, const std::string& field) {
+  for (const Precision p :
+       {Precision::compute, Precision::fp32, Precision::upcast_extra, Precision::fp32_if_lowp})
+    if (name == precision_name(p)) return p;
+  throw Error(field + ": unknown precision '" + name +
+              "' (use compute, fp32, upcast_extra or fp32_if_lowp)");
+}
+
+int precision_bytes(Precision p, int compute_bytes) {
+  switch (p) {
+    case Precision::compute:
+      return compute_bytes;
+    case Precision::fp32:
+      return 4;
+    case Precision::upcast_extra:
+      return compute_bytes < 4 ? 4 - compute_bytes : 0;
+    case Precision::fp32_if_lowp:
+      return compute_bytes < 4 ? 4 : 0;
+  }
+  return compute_bytes;
+}
+
 DType parse_dtype(const std::string& name, const std::string& field) {
   static const std::pair<const char*, DType> kNames[] = {
       {"f32", DType::f32},   {"fp32", DType::f32},      {"float32", DType::f32},
@@ -292,6 +328,11 @@ void Graph::validate() const {
     for (const auto& [field, poly] : costs)
       if (has_negative_coefficient(*poly))
         fail(label + ": " + field + " \"" + poly->to_string() + "\" has a negative coefficient");
+    for (const auto* temps : {&op.fwd_temps, &op.bwd_temps})
+      for (const Temp& t : *temps)
+        if (has_negative_coefficient(t.numel))
+          fail(label + ": temporary of \"" + t.numel.to_string() + "\" elements has a negative " +
+               "coefficient");
   }
   for (size_t p = 0; p < params.size(); ++p)
     if (!param_used[p]) fail("param '" + params[p].name + "' is not used by any op");

@@ -40,11 +40,31 @@ struct Param {
 
 // An activation value. Floating tensors are listed as f32; at run time they take
 // the compute dtype (the policy's mixed_precision.param_dtype). Token ids are i64.
+// The bytes per element of a floating tensor or op temporary, given the
+// compute dtype. The model code users run upcasts some values to fp32
+// whatever the compute dtype (Hugging Face's RMSNorm and loss), and PyTorch
+// keeps normalisation statistics in fp32.
+enum class Precision : uint8_t {
+  compute,       // the compute dtype (policy mixed_precision.param_dtype)
+  fp32,          // always fp32: statistics, log-probabilities
+  upcast_extra,  // 4 - compute bytes (0 in fp32): the difference between an
+                 // fp32 copy autograd saves and the compute-dtype tensor the
+                 // graph keeps in its place
+  fp32_if_lowp,  // fp32 below fp32, nothing in fp32: an upcast copy that
+                 // `.float()` skips when the value already is fp32
+};
+const char* precision_name(Precision p);
+// Throws plan::Error naming `field` on an unknown name.
+Precision parse_precision(const std::string& name, const std::string& field);
+int precision_bytes(Precision p, int compute_bytes);
+constexpr int kPrecisionCount = 4;
+
 struct Tensor {
   std::string name;
   std::vector<Poly> shape;  // each dim a polynomial in (B, T), usually a monomial
   DType dtype = DType::f32;
-  Poly numel() const;  // product of the dims
+  Precision precision = Precision::compute;  // floating tensors only
+  Poly numel() const;                        // product of the dims
   // numel().eval(w) without building the product; throws std::overflow_error.
   int64_t numel_at(const Workload& w) const;
 };
@@ -101,7 +121,7 @@ struct OpAttrs {
   // gelu
   std::optional<std::string> approximate;  // "none" (erf) | "tanh" (absent)
   // swiglu
-  std::optional<std::string> activation;  // "silu"
+  std::optional<std::string> activation;  // "silu", "gelu", "gelu_tanh" (gated MLP)
   // residual
   std::optional<bool> broadcast;  // b has fewer dims than a (set only if true)
   // cross_entropy
@@ -110,6 +130,11 @@ struct OpAttrs {
 
   bool operator==(const OpAttrs& other) const;
   bool operator!=(const OpAttrs& other) const { return !(*this == other); }
+};
+
+struct Temp {
+  Poly numel;
+  Precision precision = Precision::compute;
 };
 
 struct Op {
@@ -123,7 +148,11 @@ struct Op {
   Poly fwd_flops, bwd_flops;  // floating point operations (multiply-add = 2)
   Poly fwd_bytes, bwd_bytes;  // bytes read + written in fp32 (scaled by dtype at cost time)
   Poly workspace_bytes;       // transient scratch during the op, fp32 bytes
-  OpAttrs attrs;              // op-specific: eps, n_head, n_kv_head, ...
+  // Temporaries live only while the op's forward (also a recompute) or
+  // backward runs: what autograd allocates and drops inside the module (the
+  // loss's fp32 copy of the logits, log_softmax's gradients). Elements.
+  std::vector<Temp> fwd_temps, bwd_temps;
+  OpAttrs attrs;  // op-specific: eps, n_head, n_kv_head, ...
 };
 
 struct Module {

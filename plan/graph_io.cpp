@@ -141,8 +141,9 @@ json graph_to_json(const Graph& graph) {
   for (const Tensor& t : graph.tensors) {
     json shape = json::array();
     for (const Poly& d : t.shape) shape.push_back(d.to_string());
-    tensors.push_back(
-        {{"name", t.name}, {"shape", std::move(shape)}, {"dtype", dtype_name(t.dtype)}});
+    json jt = {{"name", t.name}, {"shape", std::move(shape)}, {"dtype", dtype_name(t.dtype)}};
+    if (t.precision != Precision::compute) jt["precision"] = precision_name(t.precision);
+    tensors.push_back(std::move(jt));
   }
   j["tensors"] = std::move(tensors);
 
@@ -161,6 +162,14 @@ json graph_to_json(const Graph& graph) {
                    {"bwd_bytes", op.bwd_bytes.to_string()},
                    {"workspace_bytes", op.workspace_bytes.to_string()},
                    {"attrs", attrs_to_json(op)}});
+    auto temps_json = [](const std::vector<Temp>& temps) {
+      json a = json::array();
+      for (const Temp& t : temps)
+        a.push_back({{"numel", t.numel.to_string()}, {"precision", precision_name(t.precision)}});
+      return a;
+    };
+    if (!op.fwd_temps.empty()) ops.back()["fwd_temps"] = temps_json(op.fwd_temps);
+    if (!op.bwd_temps.empty()) ops.back()["bwd_temps"] = temps_json(op.bwd_temps);
   }
   j["ops"] = std::move(ops);
   j["inputs"] = index_list(graph.inputs);
@@ -443,22 +452,30 @@ Graph graph_from_json(const json& j) {
 
   for (size_t i = 0; i < tensors.size(); ++i) {
     const std::string path = child("/tensors", i);
-    ObjectReader r(tensors[i], path, {"name", "shape", "dtype"});
+    ObjectReader r(tensors[i], path, {"name", "shape", "dtype", "precision"});
     Tensor t;
     t.name = read_string(r.at("name"), r.path("name"));
     const json& shape = read_array(r.at("shape"), r.path("shape"));
     for (size_t d = 0; d < shape.size(); ++d)
       t.shape.push_back(read_poly(shape[d], child(r.path("shape"), d)));
     t.dtype = read_dtype(r.at("dtype"), r.path("dtype"));
+    if (const json* v = r.find("precision", false)) {
+      try {
+        t.precision = parse_precision(read_string(*v, r.path("precision")), r.path("precision"));
+      } catch (const Error& e) {
+        fail(r.path("precision"), e.what());
+      }
+    }
     g.tensors.push_back(std::move(t));
   }
 
   const size_t n_tensors = g.tensors.size();
   for (size_t i = 0; i < ops.size(); ++i) {
     const std::string path = child("/ops", i);
-    ObjectReader r(ops[i], path,
-                   {"name", "type", "module", "inputs", "outputs", "params", "saved", "fwd_flops",
-                    "bwd_flops", "fwd_bytes", "bwd_bytes", "workspace_bytes", "attrs"});
+    ObjectReader r(
+        ops[i], path,
+        {"name", "type", "module", "inputs", "outputs", "params", "saved", "fwd_flops", "bwd_flops",
+         "fwd_bytes", "bwd_bytes", "workspace_bytes", "fwd_temps", "bwd_temps", "attrs"});
     Op op;
     op.name = read_string(r.at("name"), r.path("name"));
     const std::string type = read_string(r.at("type"), r.path("type"));
@@ -480,6 +497,25 @@ Graph graph_from_json(const json& j) {
     op.bwd_bytes = read_poly(r.at("bwd_bytes"), r.path("bwd_bytes"));
     if (const json* v = r.find("workspace_bytes", false))
       op.workspace_bytes = read_poly(*v, r.path("workspace_bytes"));
+    for (const auto& [key, temps] :
+         {std::pair<const char*, std::vector<Temp>*>{"fwd_temps", &op.fwd_temps},
+          {"bwd_temps", &op.bwd_temps}}) {
+      const json* v = r.find(key, false);
+      if (!v) continue;
+      const json& list = read_array(*v, r.path(key));
+      for (size_t k = 0; k < list.size(); ++k) {
+        ObjectReader tr(list[k], child(r.path(key), k), {"numel", "precision"});
+        Temp t;
+        t.numel = read_poly(tr.at("numel"), tr.path("numel"));
+        try {
+          t.precision = parse_precision(read_string(tr.at("precision"), tr.path("precision")),
+                                        tr.path("precision"));
+        } catch (const Error& e) {
+          fail(tr.path("precision"), e.what());
+        }
+        temps->push_back(std::move(t));
+      }
+    }
     if (const json* v = r.find("attrs", false)) op.attrs = read_attrs(*v, r.path("attrs"), op.type);
     g.ops.push_back(std::move(op));
   }

@@ -12,7 +12,18 @@
 //    [B, T, n_head*head_dim].
 //  - An op's outputs[0] is its value; further outputs are statistics kept for
 //    backward (layernorm mean/rstd, rmsnorm rstd, attention log-sum-exp,
-//    cross-entropy log-probabilities). They have no gradient.
+//    cross-entropy log-probabilities), in fp32 as PyTorch keeps them, then
+//    the other tensors autograd saves inside the module as Hugging Face
+//    writes it (transformers 4.57, SDPA attention), which only take memory:
+//    RMSNorm's normalised value and the fp32 copy of its input (an
+//    upcast_extra on top of the input), the attention output in heads
+//    layout (SDPA keeps it; o_proj reads a contiguous copy), the gated MLP's
+//    act(gate), an unfused GELU's intermediates. They have no gradient and
+//    the engines do not write them.
+//  - The loss is Hugging Face's ForCausalLMLoss: logits.float() (a forward
+//    temporary below fp32), log_softmax saved in fp32, and in backward the
+//    fp32 gradients of log_softmax's output and input (the latter an
+//    upcast_extra on top of the logits' gradient).
 //  - Costs, with N = rows (B*T for language models, B for the MLP), all in
 //    FLOPs (a multiply-add is 2) and bytes:
 //      linear         fwd 2*N*in*out (+ N*out with bias); bwd 4*N*in*out (dX and
@@ -83,6 +94,7 @@ struct LlamaConfig {
   bool attention_bias = false;            // bias on q/k/v/o_proj
   bool mlp_bias = false;                  // bias on gate/up/down_proj
   bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";  // silu | gelu | gelu_pytorch_tanh | gelu_new
 };
 
 // The `mlp` preset: a residual MLP classifier small enough to train on CPU.
@@ -149,7 +161,8 @@ class GraphBuilder {
   int add_module(int parent, const std::string& local_name, const std::string& class_name,
                  bool is_container = false);
   int add_param(int module, const std::string& local_name, std::vector<int64_t> shape);
-  int add_tensor(const std::string& name, Shape shape, DType dtype = DType::f32);
+  int add_tensor(const std::string& name, Shape shape, DType dtype = DType::f32,
+                 Precision precision = Precision::compute);
   int add_input(const std::string& name, Shape shape, DType dtype);
   const Graph& graph() const { return g_; }
   const std::string& module_name(int module) const { return g_.modules[module].name; }
@@ -169,9 +182,13 @@ class GraphBuilder {
   // n_head, n_kv_head, head_dim, causal and qkv_packed are set here.
   int attention(int module, const std::vector<int>& qkv, int64_t n_head, int64_t n_kv_head,
                 int64_t head_dim, OpAttrs attrs);
-  int gelu(int module, int x, const std::string& approximate);
+  // `unfused_saved`: further tensors of x's size autograd keeps when the
+  // activation is a Python expression rather than F.gelu (gelu_new: 3).
+  int gelu(int module, int x, const std::string& approximate, int unfused_saved = 0);
   int relu(int module, int x);
-  int swiglu(int module, int gate, int up);
+  // act(gate) * up; `activation` is "silu" (SwiGLU), "gelu" or "gelu_tanh".
+  int swiglu(int module, int gate, int up, const std::string& activation = "silu",
+             int unfused_saved = 0);
   int residual(int module, const std::string& suffix, int a, int b);
   // Mean cross entropy of logits [.., classes] against labels [..] -> scalar loss.
   int cross_entropy(int module, int logits, int labels, int64_t classes);

@@ -271,11 +271,13 @@ int GraphBuilder::add_param(int module, const std::string& local_name, std::vect
   return static_cast<int>(g_.params.size()) - 1;
 }
 
-int GraphBuilder::add_tensor(const std::string& name, Shape shape, DType dtype) {
+int GraphBuilder::add_tensor(const std::string& name, Shape shape, DType dtype,
+                             Precision precision) {
   Tensor t;
   t.name = name;
   t.shape = std::move(shape);
   t.dtype = dtype;
+  t.precision = precision;
   g_.tensors.push_back(std::move(t));
   return static_cast<int>(g_.tensors.size()) - 1;
 }
@@ -404,8 +406,9 @@ int GraphBuilder::layernorm(int module, int x, int64_t dim_size, double eps) {
   op.params = {add_param(module, "weight", {dim_size}), add_param(module, "bias", {dim_size})};
   Shape stats_shape(shape(x).begin(), shape(x).end() - 1);
   op.inputs = {x};
-  op.outputs = {add_tensor(op.name + ".out", shape(x)), add_tensor(op.name + ".mean", stats_shape),
-                add_tensor(op.name + ".rstd", stats_shape)};
+  op.outputs = {add_tensor(op.name + ".out", shape(x)),
+                add_tensor(op.name + ".mean", stats_shape, DType::f32, Precision::fp32),
+                add_tensor(op.name + ".rstd", stats_shape, DType::f32, Precision::fp32)};
   op.saved = {x, op.outputs[1], op.outputs[2]};
   const Poly n = g_.tensors[x].numel();
   op.fwd_flops = n * 8;
@@ -423,8 +426,14 @@ int GraphBuilder::rmsnorm(int module, int x, int64_t dim_size, double eps) {
   op.params = {add_param(module, "weight", {dim_size})};
   Shape stats_shape(shape(x).begin(), shape(x).end() - 1);
   op.inputs = {x};
-  op.outputs = {add_tensor(op.name + ".out", shape(x)), add_tensor(op.name + ".rstd", stats_shape)};
-  op.saved = {x, op.outputs[1]};
+  // LlamaRMSNorm: x.to(fp32); rsqrt(pow(x, 2).mean(-1) + eps) (result saved,
+  // fp32); x * rsqrt (saves the fp32 x); .to(input dtype); weight * that
+  // (saves the normalised value). In fp32 the copy is x itself.
+  op.outputs = {add_tensor(op.name + ".out", shape(x)),
+                add_tensor(op.name + ".rstd", stats_shape, DType::f32, Precision::fp32),
+                add_tensor(op.name + ".normed", shape(x)),
+                add_tensor(op.name + ".x_fp32", shape(x), DType::f32, Precision::upcast_extra)};
+  op.saved = {x, op.outputs[1], op.outputs[2], op.outputs[3]};
   const Poly n = g_.tensors[x].numel();
   op.fwd_flops = n * 4;
   op.bwd_flops = n * 8;
@@ -443,11 +452,16 @@ int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_h
   // q's layout fixes B and T: [B, T, H*D] (or packed [B, T, 3*H*D]).
   const Shape& q = shape(qkv[0]);
   const Poly b = q[0], t = q[1];
+  // SDPA keeps its output [B, H, T, D] and the fp32 log-sum-exp; the
+  // output's transpose(1, 2).contiguous() copy (outputs[0]) is what o_proj
+  // reads and saves.
   op.outputs = {add_tensor(op.name + ".out", {b, t, dim(n_head * head_dim)}),
-                add_tensor(op.name + ".lse", {b, dim(n_head), t})};
+                add_tensor(op.name + ".lse", {b, dim(n_head), t}, DType::f32, Precision::fp32),
+                add_tensor(op.name + ".out_heads", {b, t, dim(n_head * head_dim)})};
   op.saved = qkv;
   op.saved.push_back(op.outputs[0]);
   op.saved.push_back(op.outputs[1]);
+  op.saved.push_back(op.outputs[2]);
   const Poly square = b * t * t * (n_head * head_dim);  // B*T^2*H*D
   op.fwd_flops = square * 4;
   op.bwd_flops = square * 10;
@@ -465,7 +479,7 @@ int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_h
   return add_op(std::move(op)).outputs[0];
 }
 
-int GraphBuilder::gelu(int module, int x, const std::string& approximate) {
+int GraphBuilder::gelu(int module, int x, const std::string& approximate, int unfused_saved) {
   Op op;
   op.name = op_name(module, "");
   op.type = OpType::gelu;
@@ -473,6 +487,10 @@ int GraphBuilder::gelu(int module, int x, const std::string& approximate) {
   op.inputs = {x};
   op.outputs = {add_tensor(op.name + ".out", shape(x))};
   op.saved = {x};
+  for (int i = 0; i < unfused_saved; ++i) {
+    op.outputs.push_back(add_tensor(op.name + ".saved" + std::to_string(i), shape(x)));
+    op.saved.push_back(op.outputs.back());
+  }
   const Poly n = g_.tensors[x].numel();
   op.fwd_flops = n * 8;
   op.bwd_flops = n * 16;
@@ -494,18 +512,26 @@ int GraphBuilder::relu(int module, int x) {
   return add_op(std::move(op)).outputs[0];
 }
 
-int GraphBuilder::swiglu(int module, int gate, int up) {
+int GraphBuilder::swiglu(int module, int gate, int up, const std::string& activation,
+                         int unfused_saved) {
   Op op;
   op.name = op_name(module, "swiglu");
   op.type = OpType::swiglu;
   op.module = module;
   op.inputs = {gate, up};
-  op.outputs = {add_tensor(op.name + ".out", shape(gate))};
-  op.saved = {gate, up};  // fused: silu(gate) is recomputed in backward
+  // LlamaMLP: down_proj(act_fn(gate) * up): act_fn saves gate, the product
+  // saves act_fn(gate) and up.
+  op.outputs = {add_tensor(op.name + ".out", shape(gate)),
+                add_tensor(op.name + ".act", shape(gate))};
+  op.saved = {gate, up, op.outputs[1]};
+  for (int i = 0; i < unfused_saved; ++i) {
+    op.outputs.push_back(add_tensor(op.name + ".saved" + std::to_string(i), shape(gate)));
+    op.saved.push_back(op.outputs.back());
+  }
   const Poly n = g_.tensors[gate].numel();
   op.fwd_flops = n * 5;
   op.bwd_flops = n * 10;
-  op.attrs.activation = "silu";
+  op.attrs.activation = activation;
   return add_op(std::move(op)).outputs[0];
 }
 
@@ -531,9 +557,17 @@ int GraphBuilder::cross_entropy(int module, int logits, int labels, int64_t clas
   op.type = OpType::cross_entropy;
   op.module = module;
   op.inputs = {logits, labels};
-  op.outputs = {add_tensor("loss", {}), add_tensor(op.name + ".log_probs", shape(logits))};
+  op.outputs = {add_tensor("loss", {}),
+                add_tensor(op.name + ".log_probs", shape(logits), DType::f32, Precision::fp32)};
   op.saved = {op.outputs[1], labels};
   const Poly n = g_.tensors[logits].numel();
+  // ForCausalLMLoss: logits.float() lives until log_softmax has run; in
+  // backward nll_loss's gradient and log_softmax's (fp32) are live at once
+  // with the saved log-probabilities; the latter is then cast into the
+  // logits' gradient (outputs: the compute-dtype gradient; the fp32 rest on
+  // top).
+  op.fwd_temps = {Temp{n, Precision::fp32_if_lowp}};
+  op.bwd_temps = {Temp{n, Precision::fp32}, Temp{n, Precision::upcast_extra}};
   op.fwd_flops = n * 5;
   op.bwd_flops = n * 3;
   op.attrs.classes = classes;

@@ -25,14 +25,24 @@ struct Activation {
   const char* hf_name;
   const char* class_name;   // transformers.activations.ACT2CLS
   const char* approximate;  // gelu attr; nullptr for relu
+  // Tensors of the input's size that autograd saves besides the input when
+  // the activation is written out in Python (transformers 4.57
+  // activations.py): NewGELUActivation
+  //   0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))
+  // saves x (pow), tanh's result, 0.5 * x and 1 + tanh (the last product);
+  // FastGELUActivation
+  //   0.5 * x * (1 + tanh(x * 0.7978845608 * (1 + 0.044715 * x * x)))
+  // saves x, 0.044715 * x, x * 0.79788, 1 + 0.044715 x^2, tanh's result,
+  // 0.5 * x and 1 + tanh. F.gelu (fused) saves x only.
+  int unfused_saved;
 };
 
 const Activation kActivations[] = {
-    {"gelu_new", "NewGELUActivation", "tanh"},
-    {"gelu_pytorch_tanh", "PytorchGELUTanh", "tanh"},
-    {"gelu_fast", "FastGELUActivation", "tanh"},
-    {"gelu", "GELUActivation", "none"},
-    {"relu", "ReLU", nullptr},
+    {"gelu_new", "NewGELUActivation", "tanh", 3},
+    {"gelu_pytorch_tanh", "PytorchGELUTanh", "tanh", 0},
+    {"gelu_fast", "FastGELUActivation", "tanh", 6},
+    {"gelu", "GELUActivation", "none", 0},
+    {"relu", "ReLU", nullptr, 0},
 };
 
 const Activation* find_activation(const std::string& name) {
@@ -119,8 +129,8 @@ Graph build_gpt2(const Gpt2Config& c, const std::string& name) {
     const int fc =
         gb.linear(gb.add_module(mlp, "c_fc", "Conv1D"), ln_2, C, inner, true, WeightLayout::in_out);
     const int act_module = gb.add_module(mlp, "act", act->class_name);
-    const int a =
-        act->approximate ? gb.gelu(act_module, fc, act->approximate) : gb.relu(act_module, fc);
+    const int a = act->approximate ? gb.gelu(act_module, fc, act->approximate, act->unfused_saved)
+                                   : gb.relu(act_module, fc);
     const int mlp_out =
         gb.linear(gb.add_module(mlp, "c_proj", "Conv1D"), a, inner, C, true, WeightLayout::in_out);
     x = gb.residual(block, "residual_2", x, mlp_out);

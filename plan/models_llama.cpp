@@ -55,9 +55,11 @@ LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string
     c.rope_scaling = *v;  // changes no parameter; recorded for the attention op
   }
   c.sliding_window = r.get_int("sliding_window", 0);
-  const std::string act = r.get_string("hidden_act", "silu");
-  if (act != "silu")
-    r.fail("hidden_act", "unsupported activation '" + act + "' (only silu: SwiGLU MLP)");
+  c.hidden_act = r.get_string("hidden_act", "silu");
+  if (c.hidden_act != "silu" && c.hidden_act != "gelu" && c.hidden_act != "gelu_pytorch_tanh" &&
+      c.hidden_act != "gelu_new")
+    r.fail("hidden_act", "unsupported activation '" + c.hidden_act +
+                             "' (supported: silu, gelu, gelu_pytorch_tanh, gelu_new)");
   c.attention_bias = r.get_bool("attention_bias", false);
   c.mlp_bias = r.get_bool("mlp_bias", false);
   c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
@@ -89,6 +91,19 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
   if (!c.rope_scaling.is_null()) attn_attrs.rope_scaling = c.rope_scaling.dump();
   if (c.sliding_window > 0) attn_attrs.sliding_window = c.sliding_window;
 
+  // The MLP's act_fn (ACT2FN[hidden_act]): SiLU and F.gelu are fused;
+  // gelu_new is NewGELUActivation's Python expression (3 more saved tensors,
+  // see models_gpt2.cpp).
+  std::string gated_activation = "silu";
+  int unfused_saved = 0;
+  if (c.hidden_act == "gelu") {
+    gated_activation = "gelu";
+  } else if (c.hidden_act == "gelu_pytorch_tanh" || c.hidden_act == "gelu_new") {
+    gated_activation = "gelu_tanh";
+    unfused_saved = c.hidden_act == "gelu_new" ? 3 : 0;
+  } else if (c.hidden_act != "silu") {
+    throw Error("llama config for '" + name + "': unsupported hidden_act '" + c.hidden_act + "'");
+  }
   GraphBuilder gb(name, "llama", c.max_position_embeddings, V);
   const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);
   const int labels = gb.add_input("labels", {dim_b(), dim_t()}, DType::i64);
@@ -120,7 +135,7 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
     const int mlp = gb.add_module(layer, "mlp", P + "MLP");
     const int gate = proj(mlp, "gate_proj", b, C, F, c.mlp_bias);
     const int up = proj(mlp, "up_proj", b, C, F, c.mlp_bias);
-    const int s = gb.swiglu(mlp, gate, up);
+    const int s = gb.swiglu(mlp, gate, up, gated_activation, unfused_saved);
     const int mlp_out = proj(mlp, "down_proj", s, F, C, c.mlp_bias);
     x = gb.residual(layer, "residual_2", x, mlp_out);
   }

@@ -96,7 +96,9 @@ void Builder::compute_op(int o, OpKind kind) {
   SmallVector<int, 8> bufs;
   std::vector<int> duplicates;
   for (int p : op.params) bufs.push_back(state_[up_.param_unit[p]].unsharded_buf);
-  int ws = alloc_named(BufferRole::workspace, micro_, -1, o, workspace_bytes_[o] * b_p_ / 4,
+  // Scratch and the op's temporaries (Op::fwd_temps / bwd_temps) in one block.
+  const int64_t temps = kind == OpKind::backward ? bwd_temp_bytes_[o] : fwd_temp_bytes_[o];
+  int ws = alloc_named(BufferRole::workspace, micro_, -1, o, workspace_bytes_[o] * b_p_ / 4 + temps,
                        compute_, up_.op_unit[o]);
   bufs.push_back(ws);
   if (kind == OpKind::backward) {
@@ -340,6 +342,12 @@ Schedule Builder::build(bool persistent_only) {
   for (size_t t = 0; t < g_.tensors.size(); ++t)
     act_bytes_[t] = acts_->bytes_of(static_cast<int>(t), sizes->tensor_numel[t], b_p_);
   workspace_bytes_ = sizes->workspace_bytes;
+  fwd_temp_bytes_.resize(g_.ops.size());
+  bwd_temp_bytes_.resize(g_.ops.size());
+  for (size_t o = 0; o < g_.ops.size(); ++o) {
+    fwd_temp_bytes_[o] = temp_bytes(sizes->fwd_temp_numel[o], b_p_);
+    bwd_temp_bytes_[o] = temp_bytes(sizes->bwd_temp_numel[o], b_p_);
+  }
   reserve_capacity();
 
   for (int64_t m = 0; m < p_.grad_accum_steps; ++m) {

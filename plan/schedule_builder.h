@@ -60,6 +60,7 @@ class Builder {
   // Element type of a buffer of `role` (Buffer::dtype's rule).
   DType role_dtype(BufferRole role, int tensor) const {
     if (tensor >= 0 && !is_floating(g_.tensors[tensor].dtype)) return g_.tensors[tensor].dtype;
+    if (tensor >= 0 && g_.tensors[tensor].precision == Precision::fp32) return DType::f32;
     switch (role) {
       case BufferRole::param_shard:
       case BufferRole::grad_shard:
@@ -303,6 +304,7 @@ class Builder {
   std::vector<int> grad_tensor_buf_;
   std::vector<int64_t> act_bytes_;        // tensor -> bytes at the workload (compute dtype)
   std::vector<int64_t> workspace_bytes_;  // graph op -> fp32 workspace bytes at the workload
+  std::vector<int64_t> fwd_temp_bytes_, bwd_temp_bytes_;  // graph op -> temporaries, bytes
 };
 
 }  // namespace shardscope::plan::detail

@@ -56,7 +56,9 @@ void check_roles(const Graph& g, const Schedule& s, const std::function<void(std
         err(name + " holds an integer tensor in " + dtype_name(b.dtype));
       continue;
     }
-    if (is_persistent_role(b.role) || b.role == BufferRole::h2d_shard) {
+    const bool fp32_tensor = b.tensor >= 0 && b.tensor < static_cast<int>(g.tensors.size()) &&
+                             g.tensors[static_cast<size_t>(b.tensor)].precision == Precision::fp32;
+    if (is_persistent_role(b.role) || b.role == BufferRole::h2d_shard || fp32_tensor) {
       if (b.dtype != DType::f32) err(name + " is " + dtype_name(b.dtype) + ", not f32");
       continue;
     }

@@ -120,6 +120,7 @@ class Executor final : public alloc::EventSource {
   // Memory.
   std::vector<std::optional<alloc::Allocation>> live_;
   int64_t allocated_ = 0;
+  int64_t requested_ = 0;  // unrounded bytes of the live buffers, host order
   // Live bytes per plan::BufferCategory and per unit (last slot: no unit),
   // and their values at the peak.
   static constexpr size_t kCategories = static_cast<size_t>(plan::BufferCategory::workspace) + 1;
@@ -207,6 +208,8 @@ bool Executor::allocate(int buffer) {
   const TimeNs now = host_now_;  // a synchronize() may have advanced it
   const auto bytes = static_cast<int64_t>(live_[static_cast<size_t>(buffer)]->bytes);
   allocated_ += bytes;
+  requested_ += b.bytes;
+  result_.peak_requested_bytes = std::max(result_.peak_requested_bytes, requested_);
   live_by_category_[static_cast<size_t>(b.category)] += bytes;
   live_by_unit_[unit_slot(b.unit)] += bytes;
   emit_memory(now, bytes, live_[static_cast<size_t>(buffer)]->address,
@@ -241,6 +244,7 @@ void Executor::release(int buffer, const plan::SmallVector<int, 4>& pending) {
   allocator_.free(slot->handle, events);
   const auto bytes = static_cast<int64_t>(slot->bytes);
   allocated_ -= bytes;
+  requested_ -= b.bytes;
   live_by_category_[static_cast<size_t>(b.category)] -= bytes;
   live_by_unit_[unit_slot(b.unit)] -= bytes;
   emit_memory(now, -bytes, slot->address, static_cast<size_t>(b.stream), b.category);
@@ -606,6 +610,7 @@ SimResult simulate(const plan::Graph& graph, const plan::UnitPlan& units,
     summary.step_time = r.step_time;
     summary.peak_allocated_bytes = r.peak_allocated_bytes;
     summary.peak_reserved_bytes = r.peak_reserved_bytes;
+    summary.peak_requested_bytes = r.peak_requested_bytes;
     const uint64_t events = r.sim_events;
     if (c == 0) {
       out = std::move(r);
@@ -622,6 +627,7 @@ SimResult simulate(const plan::Graph& graph, const plan::UnitPlan& units,
         out.peak = r.peak;
       }
       out.peak_reserved_bytes = std::max(out.peak_reserved_bytes, r.peak_reserved_bytes);
+      out.peak_requested_bytes = std::max(out.peak_requested_bytes, r.peak_requested_bytes);
       out.sim_events += events;
     }
     out.rank_classes.push_back(std::move(summary));

@@ -51,6 +51,7 @@ struct RankClassResult {
   TimeNs step_time;
   int64_t peak_allocated_bytes = 0;
   int64_t peak_reserved_bytes = 0;
+  int64_t peak_requested_bytes = 0;  ///< see SimResult
 };
 
 /// Live device bytes (allocator block sizes) at the first moment allocated
@@ -75,6 +76,11 @@ struct SimResult {
   int64_t persistent_bytes = 0;          ///< requested bytes of persistent device buffers
   int64_t peak_allocated_bytes = 0;      ///< allocator block bytes (512 B rounded)
   int64_t peak_reserved_bytes = 0;
+  /// Peak of the buffers' unrounded sizes, live in host order: allocation
+  /// without 512 B rounding or caching (what PyTorch's CPU allocator,
+  /// FSDPMemTracker and requested_bytes count); the figure to compare with
+  /// CPU references (tests/reference/).
+  int64_t peak_requested_bytes = 0;
   PeakBreakdown peak;
   std::vector<RankClassResult> rank_classes;  ///< first: the class of schedule.rank
   uint64_t sim_events = 0;                    ///< discrete events processed, all classes

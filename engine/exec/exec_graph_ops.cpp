@@ -191,6 +191,9 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       return;
     }
     case plan::OpType::swiglu: {
+      if (op.attrs.activation.value_or("silu") != "silu")
+        throw ExecError("op '" + op.name + "': the CPU engine runs the SiLU-gated MLP only, not '" +
+                        *op.attrs.activation + "'");
       const int64_t n = numel(op.outputs[0]);
       F32View gate = value(op.inputs[0], false);
       F32View up = value(op.inputs[1], false);

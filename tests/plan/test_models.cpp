@@ -217,11 +217,34 @@ TEST_CASE("GPT-2 block ops, order and saved tensors", "[plan][models]") {
   const Op& attn = find_op(g, "transformer.h.0.attn.attention");
   std::vector<std::string> saved;
   for (int t : attn.saved) saved.push_back(g.tensors[t].name);
+  // SDPA keeps q, k, v (views of c_attn's output), its output in heads
+  // layout and the log-sum-exp; c_proj reads the contiguous copy (out).
   CHECK(saved == std::vector<std::string>{"transformer.h.0.attn.c_attn.out",
                                           "transformer.h.0.attn.attention.out",
-                                          "transformer.h.0.attn.attention.lse"});
-  // Softmax stats are B*n_head*T floats, not a T x T matrix.
+                                          "transformer.h.0.attn.attention.lse",
+                                          "transformer.h.0.attn.attention.out_heads"});
+  // Softmax stats are B*n_head*T fp32 floats, not a T x T matrix.
   CHECK(g.tensors[attn.outputs[1]].numel() == Poly::parse("4*B*T"));
+  CHECK(g.tensors[attn.outputs[1]].precision == Precision::fp32);
+  // gpt2-tiny's activation is gelu_new: NewGELUActivation's Python
+  // expression saves x and three more tensors of its size.
+  const Op& act = find_op(g, "transformer.h.0.mlp.act");
+  CHECK(act.saved.size() == 4);
+  for (int t : act.saved) CHECK(g.tensors[t].numel() == Poly::parse("256*B*T"));
+  // The loss: log-probabilities in fp32, logits.float() in forward (below
+  // fp32 only), two fp32 gradients in backward.
+  const Op& loss = g.ops.back();
+  CHECK(g.tensors[loss.outputs[1]].precision == Precision::fp32);
+  REQUIRE(loss.fwd_temps.size() == 1);
+  CHECK(loss.fwd_temps[0].precision == Precision::fp32_if_lowp);
+  CHECK(loss.fwd_temps[0].numel == Poly::parse("512*B*T"));
+  REQUIRE(loss.bwd_temps.size() == 2);
+  CHECK(precision_bytes(loss.bwd_temps[0].precision, 2) +
+            precision_bytes(loss.bwd_temps[1].precision, 2) ==
+        6);  // bf16: 4 (nll grad) + 4 (log_softmax grad) - 2 (the bf16 logits grad)
+  CHECK(precision_bytes(loss.bwd_temps[0].precision, 4) +
+            precision_bytes(loss.bwd_temps[1].precision, 4) ==
+        4);  // fp32: log_softmax's gradient is the logits' gradient
   CHECK(std::string(op_type_name(g.ops.back().type)) == "cross_entropy");
   CHECK(g.tensors[g.loss].shape.empty());
   CHECK(g.tensors[find_op(g, "lm_head").outputs[0]].numel() == Poly::parse("512*B*T"));
@@ -348,8 +371,8 @@ TEST_CASE("Hugging Face config errors name the key and the file", "[plan][models
   CHECK_THAT(hf_error(wrong_type),
              Catch::Contains("'hidden_size'") && Catch::Contains("expected an integer"));
   json act = llama_hf_config();
-  act["hidden_act"] = "gelu";
-  CHECK_THAT(hf_error(act), Catch::Contains("'hidden_act'"));
+  act["hidden_act"] = "relu";
+  CHECK_THAT(hf_error(act), Catch::Contains("'hidden_act'") && Catch::Contains("relu"));
   json gqa = llama_hf_config();
   gqa["num_key_value_heads"] = 3;
   CHECK_THAT(hf_error(gqa), Catch::Contains("'num_key_value_heads'"));

@@ -64,10 +64,21 @@ TEST_CASE("buffer dtypes follow the policy's mixed precision by role", "[schedul
         CHECK(b.dtype == plan::DType::f32);
         ++seen;
         break;
+      case plan::BufferRole::activation:
+        // Statistics PyTorch keeps in fp32 (norm rstd, log-sum-exp,
+        // log-probabilities) are f32 whatever the compute dtype.
+        if (b.tensor >= 0 &&
+            p.graph.tensors[static_cast<size_t>(b.tensor)].precision == plan::Precision::fp32) {
+          CHECK(b.dtype == plan::DType::f32);
+          ++seen;
+          break;
+        }
+        CHECK(b.dtype == plan::DType::bf16);
+        ++seen;
+        break;
       case plan::BufferRole::ag_out:
       case plan::BufferRole::unsharded:
       case plan::BufferRole::unsharded_grad:
-      case plan::BufferRole::activation:
       case plan::BufferRole::activation_grad:
       case plan::BufferRole::workspace:
         CHECK(b.dtype == plan::DType::bf16);

@@ -440,10 +440,13 @@ TEST_CASE("fsdp2 reserved memory stays within the caching bound of allocated on 
   // fp32 logits of 1 GiB and recomputed activations fragment, and gradient
   // shards allocated mid-backward on the reduce-scatter stream
   // (zero_grad_set_to_none) cannot reuse the compute pool's freed
-  // activation blocks. Measured over this grid (issue 15): at most 1.47 x
-  // allocated (fp32, cpu_offload, size or class wrapping), 1.34 x for bf16
-  // class-wrapped on the device, the configuration of published Llama runs
-  // (1.18 x with persistent gradients). The bounds sit just above; under
+  // activation blocks, and the loss's fp32 temporaries (1 GiB each for
+  // B x T x V = 2048 x 128256) leave holes other requests only partly fill.
+  // Measured over this grid (issue 15): at most 1.52 x allocated (fp32,
+  // cpu_offload, class wrapping), 1.46 x for bf16 class-wrapped on the
+  // device, the configuration of published Llama runs (1.18 x before the
+  // loss temporaries and with persistent gradients). The bounds sit just
+  // above; under
   // record_stream semantics (delayed reuse, the defect this guards) the
   // ratio reached 4.5 (51.9 GiB reserved for 11.7 GiB allocated).
   const ModelRuns& runs = model_runs("llama3-8b");
@@ -454,10 +457,10 @@ TEST_CASE("fsdp2 reserved memory stays within the caching bound of allocated on 
     const double ratio =
         static_cast<double>(o.peak_reserved) / static_cast<double>(o.peak_allocated);
     CHECK(ratio >= 1.0);
-    CHECK(ratio <= 1.5);
+    CHECK(ratio <= 1.6);
     if (o.policy.at("mixed_precision").at("param_dtype") == "bf16" &&
         o.policy.at("wrap").at("type") == "class" && o.policy.at("cpu_offload") == false) {
-      CHECK(ratio <= 1.35);
+      CHECK(ratio <= 1.5);
       ++bf16_class;
     }
     ++checked;

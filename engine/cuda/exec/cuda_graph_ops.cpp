@@ -269,6 +269,10 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       return 0;
     }
     case plan::OpType::swiglu: {
+      if (op.attrs.activation.value_or("silu") != "silu")
+        throw ExecError("op '" + op.name +
+                        "': the CUDA engine runs the SiLU-gated MLP only, not '" +
+                        *op.attrs.activation + "'");
       const int64_t n = o.numel(op.outputs[0]);
       const Operand gate = o.value(op.inputs[0], false);
       const Operand up = o.value(op.inputs[1], false);
