@@ -16,8 +16,8 @@
 //    the other tensors autograd saves inside the module as Hugging Face
 //    writes it (transformers 4.57, SDPA attention), which only take memory:
 //    RMSNorm's normalised value and the fp32 copy of its input (an
-//    upcast_extra on top of the input), the attention output in heads
-//    layout (SDPA keeps it; o_proj reads a contiguous copy), the gated MLP's
+//    upcast_extra on top of the input), a B x T x C tensor per GPT-2 block
+//    (measured, not identified: GraphBuilder::attention), the gated MLP's
 //    act(gate), an unfused GELU's intermediates. They have no gradient and
 //    the engines do not write them.
 //  - The loss is Hugging Face's ForCausalLMLoss: logits.float() (a forward
