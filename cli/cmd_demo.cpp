@@ -87,9 +87,14 @@ void measured_vs_predicted(const std::string& dir) {
                 mm.total.step_time_ms,
                 human_bytes(static_cast<double>(runs[0].peak_allocated_bytes)).c_str(),
                 100.0 * mm.total.overlap, runs[0].losses.back());
-    std::printf("%-30s %-9s %10.3f %14s %8.1f%%\n", "", "predicted", pr.metrics.total.step_time_ms,
-                human_bytes(static_cast<double>(pr.peak_allocated_bytes)).c_str(),
-                100.0 * pr.metrics.total.overlap);
+    if (pr.fits)
+      std::printf("%-30s %-9s %10.3f %14s %8.1f%%\n", "", "predicted",
+                  pr.metrics.total.step_time_ms,
+                  human_bytes(static_cast<double>(pr.peak_allocated_bytes)).c_str(),
+                  100.0 * pr.metrics.total.overlap);
+    else  // the step stopped at the failed allocation: no time to predict
+      std::printf("%-30s %-9s does not fit: out of memory allocating '%s'\n", "", "predicted",
+                  pr.oom_buffer.c_str());
   }
   std::printf(
       "\nmeasured: median step after the first; peak allocated per rank from the engine's\n"
@@ -143,13 +148,16 @@ int cmd_demo(int argc, char** argv) {
     sim::SimOptions so;
     so.record_trace = false;
     const sim::SimResult r = sim::simulate(g, units, s, hw, so);
-    std::printf("%-34s %5zu %11s %11s %11s %11s %9.3f %11s %6.1f%%\n", v.label, units.units.size(),
+    std::printf("%-34s %5zu %11s %11s %11s %11s ", v.label, units.units.size(),
                 human_bytes(c.all_gather).c_str(), human_bytes(c.reduce_scatter).c_str(),
                 human_bytes(c.all_reduce).c_str(),
-                human_bytes(static_cast<double>(s.persistent_device_bytes())).c_str(),
-                r.metrics.total.step_time_ms,
-                human_bytes(static_cast<double>(r.peak_reserved_bytes)).c_str(),
-                100.0 * r.metrics.total.overlap);
+                human_bytes(static_cast<double>(s.persistent_device_bytes())).c_str());
+    if (r.fits)
+      std::printf("%9.3f %11s %6.1f%%\n", r.metrics.total.step_time_ms,
+                  human_bytes(static_cast<double>(r.peak_reserved_bytes)).c_str(),
+                  100.0 * r.metrics.total.overlap);
+    else  // the step stopped at the failed allocation: no time to predict
+      std::printf("does not fit: out of memory allocating '%s'\n", r.oom_buffer.c_str());
   }
   std::printf(
       "\ncommunication is per rank per step; persistent = sharded fp32 parameters + AdamW state\n"

@@ -93,28 +93,47 @@ int cmd_simulate(int argc, char** argv) {
   const sim::SimResult r = sim::simulate(in.graph, units, sched, hw, options);
   const int64_t capacity = mem_limit > 0 ? mem_limit : hw.memory_bytes;
 
-  if (args.has("trace")) traces::save_trace(r.trace, args.get("trace"));
+  if (args.has("trace")) {
+    traces::save_trace(r.trace, args.get("trace"));
+    if (!r.fits)
+      std::fprintf(stderr,
+                   "note: the trace %s stops at the failed allocation; the step times that "
+                   "report, diff or view compute from it are of a partial step and predict "
+                   "nothing\n",
+                   args.get("trace").c_str());
+  }
 
+  // A step that runs out of memory stops at the failed allocation: its times
+  // predict nothing, so none is printed or written (the peaks are real, up to
+  // the failure). One rank out of memory stops the whole job, so no class has
+  // a step time then either.
   if (args.has("json")) {
-    nlohmann::json j = traces::metrics_to_json(r.metrics);
+    nlohmann::json j = traces::metrics_to_json(
+        r.metrics, 50, r.fits ? traces::TimeFields::values : traces::TimeFields::withheld);
     j["hw"] = hw.name;
     j["memory_limit_bytes"] = capacity;
     j["fits"] = r.fits;
+    j["peaks_up_to_failure"] = !r.fits;
     if (!r.fits) {
       j["oom_buffer"] = r.oom_buffer;
       j["oom_bytes"] = r.oom_bytes;
+      j["oom_rank"] = r.oom_rank;
+      j["oom_allocated_bytes"] = r.oom_allocated_bytes;
+      j["oom_reserved_bytes"] = r.oom_reserved_bytes;
+      j["oom_message"] = r.oom_message;
     }
     j["persistent_bytes"] = r.persistent_bytes;
     j["peak_requested_bytes"] = r.peak_requested_bytes;
     j["peak_breakdown"] = {{"by_category", r.peak.by_category}, {"by_unit", r.peak.by_unit}};
     nlohmann::json classes = nlohmann::json::array();
     for (const sim::RankClassResult& c : r.rank_classes)
-      classes.push_back({{"rank", c.rank},
-                         {"represents", c.represents},
-                         {"fits", c.fits},
-                         {"step_time_ms", c.step_time.ms()},
-                         {"peak_allocated_bytes", c.peak_allocated_bytes},
-                         {"peak_reserved_bytes", c.peak_reserved_bytes}});
+      classes.push_back(
+          {{"rank", c.rank},
+           {"represents", c.represents},
+           {"fits", c.fits},
+           {"step_time_ms", r.fits ? nlohmann::json(c.step_time.ms()) : nlohmann::json()},
+           {"peak_allocated_bytes", c.peak_allocated_bytes},
+           {"peak_reserved_bytes", c.peak_reserved_bytes}});
     j["rank_classes"] = classes;
     j["sim_events"] = r.sim_events;
     std::printf("%s\n", j.dump(2).c_str());
@@ -128,34 +147,48 @@ int cmd_simulate(int argc, char** argv) {
   if (r.rank_classes.size() > 1) {
     std::printf("  %-6s %-24s %12s %14s %14s\n", "rank", "stands for", "step ms", "peak alloc",
                 "peak reserved");
-    for (const sim::RankClassResult& c : r.rank_classes)
-      std::printf("  %-6d %-24s %12.3f %14s %14s%s\n", c.rank, rank_ranges(c.represents).c_str(),
-                  c.step_time.ms(),
-                  human_bytes(static_cast<double>(c.peak_allocated_bytes)).c_str(),
+    for (const sim::RankClassResult& c : r.rank_classes) {
+      char step_ms[32] = "-";
+      if (r.fits) std::snprintf(step_ms, sizeof step_ms, "%.3f", c.step_time.ms());
+      std::printf("  %-6d %-24s %12s %14s %14s%s\n", c.rank, rank_ranges(c.represents).c_str(),
+                  step_ms, human_bytes(static_cast<double>(c.peak_allocated_bytes)).c_str(),
                   human_bytes(static_cast<double>(c.peak_reserved_bytes)).c_str(),
-                  c.fits ? "" : "  DOES NOT FIT");
+                  c.fits ? "" : "  does not fit");
+    }
   }
   if (!r.fits) {
-    std::printf("DOES NOT FIT in %s: allocating '%s' (%s) failed\n  %s\n",
-                human_bytes(static_cast<double>(capacity)).c_str(), r.oom_buffer.c_str(),
-                human_bytes(static_cast<double>(r.oom_bytes)).c_str(), r.oom_message.c_str());
-    std::printf("(the figures below cover the step up to the failed allocation)\n");
+    std::printf(
+        "does not fit in %s: rank %d ran out of memory allocating '%s' (%s)\n"
+        "  at the failure: allocated %s, reserved %s, limit %s\n"
+        "  allocator: %s\n"
+        "no step time, compute, communication, overlap or idle time: the step stops at the\n"
+        "failed allocation, so it predicts none\n",
+        human_bytes(static_cast<double>(capacity)).c_str(), r.oom_rank, r.oom_buffer.c_str(),
+        human_bytes(static_cast<double>(r.oom_bytes)).c_str(),
+        human_bytes(static_cast<double>(r.oom_allocated_bytes)).c_str(),
+        human_bytes(static_cast<double>(r.oom_reserved_bytes)).c_str(),
+        human_bytes(static_cast<double>(capacity)).c_str(), r.oom_message.c_str());
+  } else {
+    const traces::MetricValues& m = r.metrics.total;
+    std::printf("step time        %12.3f ms\n", m.step_time_ms);
+    std::printf("compute          %12.3f ms\n", m.compute_ms);
+    std::printf("communication    %12.3f ms (exposed %.3f ms, overlap %.1f%%)\n", m.comm_ms,
+                m.exposed_comm_ms, 100.0 * m.overlap);
+    std::printf("idle             %12.3f ms\n", m.idle_ms);
   }
-  const traces::MetricValues& m = r.metrics.total;
-  std::printf("step time        %12.3f ms\n", m.step_time_ms);
-  std::printf("compute          %12.3f ms\n", m.compute_ms);
-  std::printf("communication    %12.3f ms (exposed %.3f ms, overlap %.1f%%)\n", m.comm_ms,
-              m.exposed_comm_ms, 100.0 * m.overlap);
-  std::printf("idle             %12.3f ms\n", m.idle_ms);
-  std::printf("peak allocated   %12s   peak reserved %s   persistent %s\n",
+  std::printf("peak allocated   %12s   peak reserved %s   persistent %s%s\n",
               human_bytes(static_cast<double>(r.peak_allocated_bytes)).c_str(),
               human_bytes(static_cast<double>(r.peak_reserved_bytes)).c_str(),
-              human_bytes(static_cast<double>(r.persistent_bytes)).c_str());
-  if (r.fits)
+              human_bytes(static_cast<double>(r.persistent_bytes)).c_str(),
+              r.fits ? "" : "   (up to the failure)");
+  if (r.fits) {
     std::printf("memory           fits in %s (peak reserved %.1f%%)\n",
                 human_bytes(static_cast<double>(capacity)).c_str(),
                 100.0 * static_cast<double>(r.peak_reserved_bytes) / static_cast<double>(capacity));
-  std::printf("\npeak allocated by category (reached at host time %.3f ms):\n", r.peak.time.ms());
+    std::printf("\npeak allocated by category (reached at host time %.3f ms):\n", r.peak.time.ms());
+  } else {
+    std::printf("\npeak allocated by category (up to the failure):\n");
+  }
   for (const auto& [k, v] : r.peak.by_category)
     std::printf("  %-20s %14s\n", k.c_str(), human_bytes(static_cast<double>(v)).c_str());
   std::printf("peak allocated by unit (largest first):\n");

@@ -56,15 +56,24 @@ std::vector<int64_t> parse_worlds(const std::string& text) {
   return worlds;
 }
 
-nlohmann::json metrics_json(const traces::MetricValues& m) {
-  return {{"step_time_ms", m.step_time_ms},
+// A configuration that does not fit stopped at the failed allocation: its
+// times and throughput predict nothing and are written as null (CSV: empty);
+// its peaks are those up to the failure. A rejected one was never simulated.
+nlohmann::json time_or_null(bool timed, double v) {
+  return timed ? nlohmann::json(v) : nlohmann::json();
+}
+
+nlohmann::json metrics_json(const sim::SweepPoint& p) {
+  if (p.rejected) return nlohmann::json();
+  const traces::MetricValues& m = p.metrics;
+  return {{"step_time_ms", time_or_null(p.fits, m.step_time_ms)},
           {"peak_allocated_bytes", m.peak_allocated_bytes},
           {"peak_reserved_bytes", m.peak_reserved_bytes},
-          {"compute_ms", m.compute_ms},
-          {"comm_ms", m.comm_ms},
-          {"exposed_comm_ms", m.exposed_comm_ms},
-          {"overlap", m.overlap},
-          {"idle_ms", m.idle_ms}};
+          {"compute_ms", time_or_null(p.fits, m.compute_ms)},
+          {"comm_ms", time_or_null(p.fits, m.comm_ms)},
+          {"exposed_comm_ms", time_or_null(p.fits, m.exposed_comm_ms)},
+          {"overlap", time_or_null(p.fits, m.overlap)},
+          {"idle_ms", time_or_null(p.fits, m.idle_ms)}};
 }
 
 // The configurations simulated (rejected ones are counted, not listed), and
@@ -79,11 +88,11 @@ nlohmann::json sweep_json(const sim::SweepResult& r, const std::string& model,
     if (static_cast<int64_t>(p.config) == r.best) best = static_cast<int64_t>(configs.size());
     nlohmann::json c = {{"world", p.world},
                         {"policy", p.policy},
-                        {"metrics", metrics_json(p.metrics)},
+                        {"metrics", metrics_json(p)},
                         {"fits", p.fits},
                         {"pareto", p.pareto},
                         {"tokens_per_step", p.tokens_per_step},
-                        {"tokens_per_s", p.tokens_per_s}};
+                        {"tokens_per_s", time_or_null(p.fits, p.tokens_per_s)}};
     if (!p.fits) c["oom_buffer"] = p.oom_buffer;
     configs.push_back(std::move(c));
   }
@@ -101,8 +110,9 @@ nlohmann::json sweep_json(const sim::SweepResult& r, const std::string& model,
                      {"rejected", b.rejected},
                      {"fits", b.fits},
                      {"tokens_per_step", b.tokens_per_step},
-                     {"tokens_per_s", b.tokens_per_s},
-                     {"metrics", metrics_json(b.metrics)}};
+                     {"tokens_per_s", time_or_null(b.fits, b.tokens_per_s)},
+                     {"metrics", metrics_json(b)}};
+    if (!b.rejected && !b.fits) j["baseline"]["oom_buffer"] = b.oom_buffer;
   }
   return j;
 }
@@ -133,20 +143,39 @@ void write_csv(const sim::SweepResult& r, const sim::SweepGrid& grid, std::ostre
   out << "config,world";
   for (const sim::SweepAxis& a : grid.axes) out << ',' << csv_quote(a.key);
   out << ",rejected,fits,pareto,tokens_per_step,tokens_per_s,step_time_ms,peak_allocated_bytes,"
-         "peak_reserved_bytes,compute_ms,comm_ms,exposed_comm_ms,overlap,idle_ms,policy\n";
-  char buf[512];
+         "peak_reserved_bytes,compute_ms,comm_ms,exposed_comm_ms,overlap,idle_ms,oom_buffer,"
+         "policy\n";
+  // Empty fields: a rejected configuration has no metrics; one that does not
+  // fit has its peaks (up to the failure) and no time or throughput.
+  auto field = [&](bool present, const char* format, double v) {
+    char buf[64] = "";
+    if (present) std::snprintf(buf, sizeof buf, format, v);
+    out << ',' << buf;
+  };
   for (const sim::SweepPoint& p : r.points) {
     out << p.config << ',' << p.world;
     for (const sim::SweepAxis& a : grid.axes)
       out << ',' << csv_quote(short_value(value_at(p.policy, a.key)));
     const traces::MetricValues& m = p.metrics;
-    std::snprintf(buf, sizeof buf, ",%d,%d,%d,%lld,%.3f,%.6f,%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.6f,",
-                  p.rejected ? 1 : 0, p.fits ? 1 : 0, p.pareto ? 1 : 0,
-                  static_cast<long long>(p.tokens_per_step), p.tokens_per_s, m.step_time_ms,
-                  static_cast<long long>(m.peak_allocated_bytes),
-                  static_cast<long long>(m.peak_reserved_bytes), m.compute_ms, m.comm_ms,
-                  m.exposed_comm_ms, m.overlap, m.idle_ms);
-    out << buf << csv_quote(p.policy.dump()) << '\n';
+    const bool simulated = !p.rejected;
+    const bool timed = simulated && p.fits;
+    out << ',' << (p.rejected ? 1 : 0) << ',' << (p.fits ? 1 : 0) << ',' << (p.pareto ? 1 : 0);
+    out << ',';
+    if (simulated) out << p.tokens_per_step;
+    field(timed, "%.3f", p.tokens_per_s);
+    field(timed, "%.6f", m.step_time_ms);
+    out << ',';
+    if (simulated) out << m.peak_allocated_bytes;
+    out << ',';
+    if (simulated) out << m.peak_reserved_bytes;
+    field(timed, "%.6f", m.compute_ms);
+    field(timed, "%.6f", m.comm_ms);
+    field(timed, "%.6f", m.exposed_comm_ms);
+    field(timed, "%.6f", m.overlap);
+    field(timed, "%.6f", m.idle_ms);
+    out << ',';
+    if (simulated && !p.fits) out << csv_quote(p.oom_buffer);
+    out << ',' << csv_quote(p.policy.dump()) << '\n';
   }
 }
 
@@ -163,9 +192,12 @@ std::string axis_values(const sim::SweepPoint& p, const sim::SweepGrid& grid) {
 void print_report(const sim::SweepResult& r, const sim::SweepGrid& grid, const std::string& model,
                   const std::string& hw, int64_t capacity, size_t top, double seconds) {
   const size_t total = r.points.size();
-  std::printf("sweep of %s on %s: %zu configurations, %zu rejected by validation, %zu fit in %s\n",
-              model.c_str(), hw.c_str(), total, r.rejected, r.ranking.size(),
-              human_bytes(static_cast<double>(capacity)).c_str());
+  const size_t do_not_fit = total - r.rejected - r.ranking.size();
+  std::printf(
+      "sweep of %s on %s: %zu configurations, %zu rejected by validation, %zu fit in %s, %zu do "
+      "not fit\n",
+      model.c_str(), hw.c_str(), total, r.rejected, r.ranking.size(),
+      human_bytes(static_cast<double>(capacity)).c_str(), do_not_fit);
   std::printf("simulated in %.2f s (%.0f configurations/s, %s events)\n", seconds,
               seconds > 0 ? static_cast<double>(total) / seconds : 0.0,
               with_commas(static_cast<int64_t>(r.sim_events)).c_str());
@@ -182,6 +214,24 @@ void print_report(const sim::SweepResult& r, const sim::SweepGrid& grid, const s
     for (size_t i = 0; i < by_count.size() && i < 5; ++i)
       std::printf("  %6zu x %s\n", by_count[i].first, by_count[i].second.c_str());
     if (by_count.size() > 5) std::printf("  ... %zu more reasons\n", by_count.size() - 5);
+  }
+  if (do_not_fit) {
+    // No numbers but why: a step that runs out of memory predicts no time.
+    std::printf(
+        "\ndo not fit in %s (out of memory: no step time or throughput is predicted):\n"
+        "  %6s %6s  %-12s  %s\n",
+        human_bytes(static_cast<double>(capacity)).c_str(), "config", "world", "", "configuration");
+    size_t shown = 0;
+    for (const sim::SweepPoint& p : r.points) {
+      if (p.rejected || p.fits) continue;
+      if (shown++ == top) {
+        std::printf("  ... %zu more (--out FILE lists every configuration)\n", do_not_fit - top);
+        break;
+      }
+      std::printf("  %6zu %6lld  does not fit  %s  (out of memory at '%s')\n", p.config,
+                  static_cast<long long>(p.world), axis_values(p, grid).c_str(),
+                  p.oom_buffer.c_str());
+    }
   }
   if (r.ranking.empty()) {
     std::printf("\nno configuration fits in %s\n",

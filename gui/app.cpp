@@ -195,16 +195,25 @@ void draw_side_panel(AppState& s, const TraceDoc& doc) {
     draw_live_memory(s, doc);
   if (ImGui::CollapsingHeader("Metrics", ImGuiTreeNodeFlags_DefaultOpen)) {
     const traces::MetricValues& m = doc.metrics.total;
-    ImGui::Text("step time      %.3f ms", m.step_time_ms);
-    ImGui::Text("compute        %.3f ms", m.compute_ms);
-    ImGui::Text("communication  %.3f ms", m.comm_ms);
-    ImGui::Text("exposed comm   %.3f ms", m.exposed_comm_ms);
-    ImGui::Text("overlap        %.1f%%", 100.0 * m.overlap);
-    ImGui::Text("idle           %.3f ms", m.idle_ms);
-    ImGui::Text("peak allocated %s",
-                format_bytes(static_cast<double>(m.peak_allocated_bytes)).c_str());
-    ImGui::Text("peak reserved  %s",
-                format_bytes(static_cast<double>(m.peak_reserved_bytes)).c_str());
+    if (!doc.does_not_fit.empty()) {
+      // A step that ran out of memory predicts no time.
+      ImGui::TextWrapped("does not fit: %s", doc.does_not_fit.c_str());
+      ImGui::Text("peak allocated %s (up to the failure)",
+                  format_bytes(static_cast<double>(m.peak_allocated_bytes)).c_str());
+      ImGui::Text("peak reserved  %s (up to the failure)",
+                  format_bytes(static_cast<double>(m.peak_reserved_bytes)).c_str());
+    } else {
+      ImGui::Text("step time      %.3f ms", m.step_time_ms);
+      ImGui::Text("compute        %.3f ms", m.compute_ms);
+      ImGui::Text("communication  %.3f ms", m.comm_ms);
+      ImGui::Text("exposed comm   %.3f ms", m.exposed_comm_ms);
+      ImGui::Text("overlap        %.1f%%", 100.0 * m.overlap);
+      ImGui::Text("idle           %.3f ms", m.idle_ms);
+      ImGui::Text("peak allocated %s",
+                  format_bytes(static_cast<double>(m.peak_allocated_bytes)).c_str());
+      ImGui::Text("peak reserved  %s",
+                  format_bytes(static_cast<double>(m.peak_reserved_bytes)).c_str());
+    }
   }
   if (ImGui::CollapsingHeader("Navigation")) {
     ImGui::TextWrapped(

@@ -164,6 +164,12 @@ void draw_compare(AppState& s, const ScreenLayout& layout) {
       ImGui::SameLine();
     }
     ImGui::TextDisabled("A: %s   B: %s", a.label.c_str(), b.label.c_str());
+    for (const TraceDoc* doc : {&a, &b})
+      if (!doc->does_not_fit.empty())
+        ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1),
+                           "%s does not fit (%s): its times are of a step stopped at the failed "
+                           "allocation and predict nothing",
+                           doc == &a ? "A" : "B", doc->does_not_fit.c_str());
     const traces::MetricsDiff d = traces::diff_metrics(a.metrics, b.metrics);
     const float h = ImGui::GetContentRegionAvail().y;
     const float w = ImGui::GetContentRegionAvail().x;

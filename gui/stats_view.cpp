@@ -103,6 +103,17 @@ void draw_statistics(const TraceDoc& doc) {
   const traces::Metrics& m = doc.metrics;
   ImGui::Text("%s: %s, world %d, %s events", doc.label.c_str(), traces::source_name(m.source),
               m.world_size, format_count(doc.index.events).c_str());
+  if (!doc.does_not_fit.empty()) {
+    // The step stopped at the failed allocation: no time to show.
+    ImGui::TextWrapped("does not fit: %s", doc.does_not_fit.c_str());
+    ImGui::TextWrapped(
+        "the step stops at the failed allocation, so no step time, compute, communication, "
+        "overlap or breakdown is predicted; peak allocated %s, peak reserved %s up to the "
+        "failure",
+        format_bytes(static_cast<double>(m.total.peak_allocated_bytes)).c_str(),
+        format_bytes(static_cast<double>(m.total.peak_reserved_bytes)).c_str());
+    return;
+  }
   ImGui::TextDisabled(
       "metrics: traces/ metric code (median over steps 2..S per rank; max/mean over ranks)");
   draw_metrics_table(m);

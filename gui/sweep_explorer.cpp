@@ -30,7 +30,10 @@ SweepAxes sweep_axes(const SweepFile& f, double limit_bytes, const Rect& window)
   double xm = 0, ym = 0;
   for (const SweepFilePoint& p : f.points) {
     xm = std::max(xm, static_cast<double>(p.peak_reserved_bytes));
-    ym = std::max(ym, p.step_time_ms);
+    if (p.fits)
+      ym = std::max(ym, p.step_time_ms);
+    else
+      ax.no_fit_band = std::min(kSweepNoFitBand, ax.area.h * 0.5f);
   }
   // The limit widens the axis only when it is near the points: a model far
   // below an 80 GiB device keeps its points readable (the line then sits at
@@ -57,9 +60,15 @@ void open_sweep_point(AppState& s, size_t index) {
                 static_cast<long long>(point.world));
   s.sweep_status = what;
   s.job_sim = std::make_unique<TraceJob>(what, [file, point, index](std::atomic<int>* stage) {
-    traces::Trace t = simulate_sweep_point(file, point);
-    return make_trace_doc(std::move(t),
-                          "sweep configuration " + std::to_string(index) + " (simulated)", stage);
+    SweepPointSimulation sim = simulate_sweep_point(file, point);
+    const bool fits = sim.does_not_fit.empty();
+    std::shared_ptr<TraceDoc> doc = make_trace_doc(
+        std::move(sim.trace),
+        "sweep configuration " + std::to_string(index) +
+            (fits ? " (simulated)" : " (simulated; does not fit: stops at the failed allocation)"),
+        stage);
+    doc->does_not_fit = std::move(sim.does_not_fit);
+    return doc;
   });
 }
 
@@ -93,13 +102,21 @@ void draw_sweep(AppState& s, const ScreenLayout& layout) {
       dl->AddLine(v2(x, A.y), v2(x, A.y1()), to_imgui(kGrid));
       dl->AddText(v2(x - 20, A.y1() + 4), to_imgui(kAxisText), format_bytes(v).c_str());
     }
-    const double ystep = tick_step_ns(ax.y_max / A.h, 40);
+    const double ystep = tick_step_ns(ax.y_max / (A.h - ax.no_fit_band), 40);
     for (double v = 0; v <= ax.y_max; v += ystep) {
       const float y = ax.y_of(v);
       dl->AddLine(v2(A.x, y), v2(A.x1(), y), to_imgui(kGrid));
+      // A label that would cover the no-fit band's is left out.
+      if (ax.no_fit_band > 0 && y - 7 < A.y + ax.no_fit_band) continue;
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.4g ms", v);
       dl->AddText(v2(W.x + 4, y - 7), to_imgui(kAxisText), buf);
+    }
+    // Configurations that do not fit have no step time: a band along the top.
+    if (ax.no_fit_band > 0) {
+      const float by = A.y + ax.no_fit_band;
+      dl->AddLine(v2(A.x, by), v2(A.x1(), by), to_imgui(kAxisText));
+      dl->AddText(v2(W.x + 4, ax.no_fit_y() - 7), to_imgui(kAxisText), "no fit");
     }
     dl->AddText(v2(A.x + A.w * 0.5f - 60, A.y1() + 20), to_imgui(kAxisText),
                 "peak reserved memory");
@@ -137,7 +154,7 @@ void draw_sweep(AppState& s, const ScreenLayout& layout) {
         const SweepFilePoint& p = f.points[i];
         if (p.pareto != (pass == 1)) continue;
         const float x = ax.x_of(static_cast<double>(p.peak_reserved_bytes));
-        const float y = ax.y_of(p.step_time_ms);
+        const float y = ax.point_y(p);
         const bool fits_limit =
             p.fits && static_cast<double>(p.peak_reserved_bytes) <= s.sweep_limit_bytes;
         const Rgb c = !fits_limit ? kSweepNotFit : (p.pareto ? kSweepPareto : kSweepPoint);
@@ -162,11 +179,14 @@ void draw_sweep(AppState& s, const ScreenLayout& layout) {
       ImGui::BeginTooltip();
       ImGui::Text("configuration %zu, world %lld%s", p.config, static_cast<long long>(p.world),
                   p.pareto ? "  [pareto]" : "");
-      ImGui::Text("step %.3f ms, %.0f tokens/s", p.step_time_ms, p.tokens_per_s);
-      ImGui::Text("peak reserved %s, allocated %s",
+      if (p.fits)
+        ImGui::Text("step %.3f ms, %.0f tokens/s", p.step_time_ms, p.tokens_per_s);
+      else
+        ImGui::Text("does not fit: out of memory at '%s' (no step time)", p.oom_buffer.c_str());
+      ImGui::Text("peak reserved %s, allocated %s%s",
                   format_bytes(static_cast<double>(p.peak_reserved_bytes)).c_str(),
-                  format_bytes(static_cast<double>(p.peak_allocated_bytes)).c_str());
-      if (!p.fits) ImGui::Text("out of memory at '%s'", p.oom_buffer.c_str());
+                  format_bytes(static_cast<double>(p.peak_allocated_bytes)).c_str(),
+                  p.fits ? "" : " (up to the failure)");
       ImGui::TextUnformatted(p.policy.dump(2).c_str());
       ImGui::TextDisabled("click: simulate and open its timeline");
       ImGui::EndTooltip();
@@ -194,9 +214,14 @@ void draw_sweep(AppState& s, const ScreenLayout& layout) {
       const SweepFilePoint& p = f.points[static_cast<size_t>(show)];
       ImGui::Separator();
       ImGui::Text("%s configuration %zu", show == f.best ? "best" : "selected", p.config);
-      ImGui::Text("world %lld, step %.3f ms, %.0f tokens/s", static_cast<long long>(p.world),
-                  p.step_time_ms, p.tokens_per_s);
-      ImGui::Text("exposed comm %.3f ms, overlap %.1f%%", p.exposed_comm_ms, 100 * p.overlap);
+      if (p.fits) {
+        ImGui::Text("world %lld, step %.3f ms, %.0f tokens/s", static_cast<long long>(p.world),
+                    p.step_time_ms, p.tokens_per_s);
+        ImGui::Text("exposed comm %.3f ms, overlap %.1f%%", p.exposed_comm_ms, 100 * p.overlap);
+      } else {
+        ImGui::Text("world %lld, does not fit: out of memory at '%s'",
+                    static_cast<long long>(p.world), p.oom_buffer.c_str());
+      }
       ImGui::TextWrapped("%s", p.policy.dump(1).c_str());
     }
   }

@@ -74,14 +74,16 @@ SweepFile parse_sweep_json(const nlohmann::json& doc, const std::string& path) {
     p.policy = c["policy"];
     p.fits = field<bool>(c, "fits", path, where);
     p.pareto = field<bool>(c, "pareto", path, where);
-    p.tokens_per_s = field<double>(c, "tokens_per_s", path, where);
     if (!c.contains("metrics")) fail(path, where + "/metrics is missing");
     const nlohmann::json& m = c["metrics"];
-    p.step_time_ms = field<double>(m, "step_time_ms", path, where + "/metrics");
+    if (p.fits) {  // else null: no time is predicted for a step that ran out of memory
+      p.tokens_per_s = field<double>(c, "tokens_per_s", path, where);
+      p.step_time_ms = field<double>(m, "step_time_ms", path, where + "/metrics");
+      p.exposed_comm_ms = field<double>(m, "exposed_comm_ms", path, where + "/metrics");
+      p.overlap = field<double>(m, "overlap", path, where + "/metrics");
+    }
     p.peak_allocated_bytes = field<int64_t>(m, "peak_allocated_bytes", path, where + "/metrics");
     p.peak_reserved_bytes = field<int64_t>(m, "peak_reserved_bytes", path, where + "/metrics");
-    p.exposed_comm_ms = field<double>(m, "exposed_comm_ms", path, where + "/metrics");
-    p.overlap = field<double>(m, "overlap", path, where + "/metrics");
     if (c.contains("oom_buffer") && c["oom_buffer"].is_string()) p.oom_buffer = c["oom_buffer"];
     f.points.push_back(std::move(p));
   }
@@ -131,12 +133,15 @@ SweepFile parse_sweep_csv(const std::string& text, const std::string& path) {
     p.world = static_cast<int64_t>(num("world"));
     p.fits = num("fits") != 0;
     p.pareto = num("pareto") != 0;
-    p.tokens_per_s = num("tokens_per_s");
-    p.step_time_ms = num("step_time_ms");
+    if (p.fits) {  // else empty: no time is predicted for a step that ran out of memory
+      p.tokens_per_s = num("tokens_per_s");
+      p.step_time_ms = num("step_time_ms");
+      p.exposed_comm_ms = num("exposed_comm_ms");
+      p.overlap = num("overlap");
+    }
     p.peak_allocated_bytes = static_cast<int64_t>(num("peak_allocated_bytes"));
     p.peak_reserved_bytes = static_cast<int64_t>(num("peak_reserved_bytes"));
-    p.exposed_comm_ms = num("exposed_comm_ms");
-    p.overlap = num("overlap");
+    if (col.count("oom_buffer")) p.oom_buffer = get("oom_buffer");
     try {
       p.policy = nlohmann::json::parse(get("policy"));
     } catch (const nlohmann::json::exception&) {

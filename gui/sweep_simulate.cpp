@@ -14,7 +14,7 @@
 
 namespace shardscope::gui {
 
-traces::Trace simulate_sweep_point(const SweepFile& file, const SweepFilePoint& point) {
+SweepPointSimulation simulate_sweep_point(const SweepFile& file, const SweepFilePoint& point) {
   if (!file.can_simulate())
     throw std::runtime_error("sweep file '" + file.path +
                              "' has no model or hardware (a CSV sweep): write the sweep with "
@@ -31,7 +31,13 @@ traces::Trace simulate_sweep_point(const SweepFile& file, const SweepFilePoint& 
   options.policy_json = point.policy.dump();
   options.hardware_name = file.hw;
   sim::SimResult r = sim::simulate(graph, units, sched, hw, options);
-  return std::move(r.trace);
+  SweepPointSimulation out;
+  out.trace = std::move(r.trace);
+  if (!r.fits)
+    out.does_not_fit = "rank " + std::to_string(r.oom_rank) + " ran out of memory allocating '" +
+                       r.oom_buffer + "' (" + std::to_string(r.oom_bytes) +
+                       " bytes): " + r.oom_message;
+  return out;
 }
 
 }  // namespace shardscope::gui

@@ -27,6 +27,11 @@ struct TraceDoc {
   std::vector<MemorySeries> memory;  // per rank slot
   bool has_memory = false;           // some rank has memory records
   traces::Metrics metrics;
+  // Non-empty: a simulated step that ran out of memory (why). It stops at the
+  // failed allocation, so its times predict nothing and are not shown; the
+  // peaks are those up to the failure. (A trace read from a file does not
+  // say whether it fit: `simulate --trace` warns when writing such a trace.)
+  std::string does_not_fit;
   std::string error;  // non-empty: nothing else is valid
   bool ok() const { return error.empty(); }
 };

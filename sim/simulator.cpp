@@ -203,6 +203,9 @@ bool Executor::allocate(int buffer) {
     result_.oom_buffer = plan::buffer_name(graph_, b);
     result_.oom_bytes = b.bytes;
     result_.oom_message = e.what();
+    result_.oom_rank = rank_id_;
+    result_.oom_allocated_bytes = static_cast<int64_t>(e.info().allocated_bytes);
+    result_.oom_reserved_bytes = static_cast<int64_t>(e.info().reserved_bytes);
     return false;
   }
   const TimeNs now = host_now_;  // a synchronize() may have advanced it
@@ -620,6 +623,9 @@ SimResult simulate(const plan::Graph& graph, const plan::UnitPlan& units,
         out.oom_buffer = r.oom_buffer;
         out.oom_bytes = r.oom_bytes;
         out.oom_message = "rank " + std::to_string(rank) + ": " + r.oom_message;
+        out.oom_rank = r.oom_rank;
+        out.oom_allocated_bytes = r.oom_allocated_bytes;
+        out.oom_reserved_bytes = r.oom_reserved_bytes;
       }
       out.step_time = max(out.step_time, r.step_time);
       if (r.peak_allocated_bytes > out.peak_allocated_bytes) {

@@ -66,12 +66,20 @@ struct PeakBreakdown {
 /// Fields without a class name are those of the class holding the schedule's
 /// own rank, except fits (all classes fit), step_time and the peaks (max over
 /// classes) and peak (the breakdown of the class with the highest peak).
+///
+/// When fits is false the step stopped at the failed allocation: step_time,
+/// the op times and the time fields of `metrics` cover the step only up to
+/// there and predict nothing (the CLI prints and writes none of them); the
+/// peaks are real, a lower bound of what the step would need.
 struct SimResult {
   bool fits = true;         ///< false: the allocator ran out of memory; the step stopped there
   std::string oom_buffer;   ///< the buffer whose allocation failed
   int64_t oom_bytes = 0;    ///< its size
   std::string oom_message;  ///< the allocator's message
-  TimeNs step_time;         ///< last op end or host end, whichever is later (step starts at 0)
+  int32_t oom_rank = -1;    ///< the simulated rank that ran out of memory
+  int64_t oom_allocated_bytes = 0;  ///< allocator counters at the failure (block bytes)
+  int64_t oom_reserved_bytes = 0;
+  TimeNs step_time;  ///< last op end or host end, whichever is later (step starts at 0)
   std::vector<TimeNs> op_start, op_end;  ///< per schedule op; -1 ns when it never ran
   int64_t persistent_bytes = 0;          ///< requested bytes of persistent device buffers
   int64_t peak_allocated_bytes = 0;      ///< allocator block bytes (512 B rounded)

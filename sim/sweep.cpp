@@ -112,7 +112,8 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
     pt.fits = r.fits;
     pt.oom_buffer = r.oom_buffer;
     pt.metrics = r.metrics.total;
-    if (pt.metrics.step_time_ms > 0)
+    // A step that ran out of memory stopped partway: no throughput.
+    if (r.fits && pt.metrics.step_time_ms > 0)
       pt.tokens_per_s = static_cast<double>(pt.tokens_per_step) / (pt.metrics.step_time_ms / 1e3);
     pt.rank_classes = r.rank_classes.size();
     pt.sim_events = r.sim_events;

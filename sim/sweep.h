@@ -63,11 +63,16 @@ struct SweepPoint {
   std::string reason;     ///< why, when rejected
   bool fits = false;      ///< no out-of-memory under the limit
   std::string oom_buffer;
-  traces::MetricValues metrics;  ///< top-level simulated metrics
+  /// Top-level simulated metrics. When the configuration does not fit, the
+  /// step stopped at the failed allocation: the time fields cover it only up
+  /// to there and predict nothing (outputs leave them empty); the peaks are
+  /// those up to the failure.
+  traces::MetricValues metrics;
   /// Global tokens per optimizer step: world x batch_size x seq_len x
   /// grad_accum_steps; and their rate, tokens_per_step / step time (0 when
-  /// not simulated). The ranking's key: configurations with different batch
-  /// sizes, sequence lengths or worlds compare by throughput.
+  /// not simulated or when it does not fit). The ranking's key: configurations
+  /// with different batch sizes, sequence lengths or worlds compare by
+  /// throughput.
   int64_t tokens_per_step = 0;
   double tokens_per_s = 0;
   size_t rank_classes = 0;  ///< ranks simulated for the world

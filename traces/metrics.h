@@ -153,10 +153,22 @@ class MetricsAccumulator {
 
 Metrics compute_metrics(const Trace& t, MetricsOptions options = {});
 
+// What metrics_to_json writes for the time fields: step_time_ms, compute_ms,
+// comm_ms, exposed_comm_ms, overlap, idle_ms (top level, ranks, steps) and the
+// breakdown rows' total_ms, mean_ms and self_ms.
+enum class TimeFields {
+  values,
+  // null: a simulated step that ran out of memory stopped at the failed
+  // allocation, so its times predict nothing. Memory fields and counts stay
+  // (the peaks up to the failure: a lower bound).
+  withheld,
+};
+
 // The metrics contract of ARCHITECTURE.md ("Output contracts") plus "steps"
 // and "breakdown" ({"by_unit", "by_op", "by_category"}, at most
 // `breakdown_rows` rows each; -1 = all).
-nlohmann::json metrics_to_json(const Metrics& m, int breakdown_rows = 50);
+nlohmann::json metrics_to_json(const Metrics& m, int breakdown_rows = 50,
+                               TimeFields times = TimeFields::values);
 // A table for people (`shardscope report`).
 std::string format_metrics(const Metrics& m, int breakdown_rows = 15);
 

@@ -13,26 +13,31 @@ using nlohmann::json;
 
 namespace {
 
-void put_values(const MetricValues& v, json& j) {
-  j["step_time_ms"] = v.step_time_ms;
-  j["peak_allocated_bytes"] = v.peak_allocated_bytes;
-  j["peak_reserved_bytes"] = v.peak_reserved_bytes;
-  j["compute_ms"] = v.compute_ms;
-  j["comm_ms"] = v.comm_ms;
-  j["exposed_comm_ms"] = v.exposed_comm_ms;
-  j["overlap"] = v.overlap;
-  j["idle_ms"] = v.idle_ms;
+// A time field's value, or null when withheld.
+json time_value(double v, TimeFields times) {
+  return times == TimeFields::values ? json(v) : json();
 }
 
-json rows_json(const std::vector<BreakdownRow>& rows, int limit) {
+void put_values(const MetricValues& v, TimeFields times, json& j) {
+  j["step_time_ms"] = time_value(v.step_time_ms, times);
+  j["peak_allocated_bytes"] = v.peak_allocated_bytes;
+  j["peak_reserved_bytes"] = v.peak_reserved_bytes;
+  j["compute_ms"] = time_value(v.compute_ms, times);
+  j["comm_ms"] = time_value(v.comm_ms, times);
+  j["exposed_comm_ms"] = time_value(v.exposed_comm_ms, times);
+  j["overlap"] = time_value(v.overlap, times);
+  j["idle_ms"] = time_value(v.idle_ms, times);
+}
+
+json rows_json(const std::vector<BreakdownRow>& rows, int limit, TimeFields times) {
   json a = json::array();
   for (const BreakdownRow& r : rows) {
     if (limit >= 0 && a.size() >= static_cast<size_t>(limit)) break;
     a.push_back({{"key", r.key},
                  {"count", r.count},
-                 {"total_ms", r.total_ms},
-                 {"mean_ms", r.mean_ms},
-                 {"self_ms", r.self_ms}});
+                 {"total_ms", time_value(r.total_ms, times)},
+                 {"mean_ms", time_value(r.mean_ms, times)},
+                 {"self_ms", time_value(r.self_ms, times)}});
   }
   return a;
 }
@@ -70,16 +75,16 @@ void append_breakdown(std::string& out, const char* title, const std::vector<Bre
 
 }  // namespace
 
-json metrics_to_json(const Metrics& m, int breakdown_rows) {
+json metrics_to_json(const Metrics& m, int breakdown_rows, TimeFields times) {
   json j = json::object();
   j["source"] = source_name(m.source);
   j["world_size"] = m.world_size;
-  put_values(m.total, j);
+  put_values(m.total, times, j);
   json ranks = json::array();
   for (const RankMetrics& r : m.ranks) {
     json e = json::object();
     e["rank"] = r.rank;
-    put_values(r, e);
+    put_values(r, times, e);
     e["steps"] = r.steps;
     if (!r.represents.empty()) e["represents"] = r.represents;
     ranks.push_back(std::move(e));
@@ -89,14 +94,14 @@ json metrics_to_json(const Metrics& m, int breakdown_rows) {
   for (const StepMetrics& s : m.steps) {
     json e = json::object();
     e["step"] = s.step;
-    put_values(s, e);
+    put_values(s, times, e);
     e["reported"] = s.reported;
     steps.push_back(std::move(e));
   }
   j["steps"] = std::move(steps);
-  j["breakdown"] = {{"by_unit", rows_json(m.by_unit, breakdown_rows)},
-                    {"by_op", rows_json(m.by_op, breakdown_rows)},
-                    {"by_category", rows_json(m.by_category, breakdown_rows)}};
+  j["breakdown"] = {{"by_unit", rows_json(m.by_unit, breakdown_rows, times)},
+                    {"by_op", rows_json(m.by_op, breakdown_rows, times)},
+                    {"by_category", rows_json(m.by_category, breakdown_rows, times)}};
   return j;
 }
 

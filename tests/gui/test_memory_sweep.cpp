@@ -141,3 +141,60 @@ TEST_CASE("sweep file: JSON fields, CSV rows (rejected dropped), errors name the
   CHECK_THROWS_WITH(gui::parse_sweep_csv("config,world\n", "s.csv"), Catch::Contains("rejected"));
   CHECK_THROWS_WITH(gui::simulate_sweep_point(c, c.points[0]), Catch::Contains("--out FILE.json"));
 }
+
+TEST_CASE("sweep file: a configuration that does not fit has no times, only its peaks") {
+  // As shardscope sweep writes it: null (JSON) or empty (CSV) times and throughput.
+  nlohmann::json doc = {{"model", "gpt2-tiny"},
+                        {"hw", "h100-sxm"},
+                        {"memory_limit_bytes", 1000},
+                        {"best", nullptr},
+                        {"configs",
+                         {{{"world", 2},
+                           {"policy", {{"flavor", "fsdp2"}}},
+                           {"fits", false},
+                           {"pareto", false},
+                           {"tokens_per_step", 128},
+                           {"tokens_per_s", nullptr},
+                           {"oom_buffer", "grad.fc"},
+                           {"metrics",
+                            {{"step_time_ms", nullptr},
+                             {"peak_allocated_bytes", 900},
+                             {"peak_reserved_bytes", 990},
+                             {"compute_ms", nullptr},
+                             {"comm_ms", nullptr},
+                             {"exposed_comm_ms", nullptr},
+                             {"overlap", nullptr},
+                             {"idle_ms", nullptr}}}}}}};
+  gui::SweepFile f = gui::parse_sweep_json(doc, "s.json");
+  REQUIRE(f.points.size() == 1);
+  CHECK_FALSE(f.points[0].fits);
+  CHECK(f.points[0].step_time_ms == 0);
+  CHECK(f.points[0].tokens_per_s == 0);
+  CHECK(f.points[0].peak_reserved_bytes == 990);
+  CHECK(f.points[0].oom_buffer == "grad.fc");
+  CHECK(f.best == -1);
+  // An older file's numbers there are partial-step times: ignored.
+  doc["configs"][0]["metrics"]["step_time_ms"] = 3.0;
+  doc["configs"][0]["tokens_per_s"] = 42.0;
+  f = gui::parse_sweep_json(doc, "s.json");
+  CHECK(f.points[0].step_time_ms == 0);
+  CHECK(f.points[0].tokens_per_s == 0);
+  // A configuration that fits must have them.
+  doc["configs"][0]["fits"] = true;
+  doc["configs"][0]["metrics"]["step_time_ms"] = nullptr;
+  CHECK_THROWS_WITH(gui::parse_sweep_json(doc, "s.json"),
+                    Catch::Contains("/configs/0/metrics/step_time_ms has the wrong type"));
+
+  const std::string csv =
+      "config,world,rejected,fits,pareto,tokens_per_step,tokens_per_s,step_time_ms,"
+      "peak_allocated_bytes,peak_reserved_bytes,compute_ms,comm_ms,exposed_comm_ms,overlap,"
+      "idle_ms,oom_buffer,policy\n"
+      "0,8,0,0,0,4096,,,900,990,,,,,,\"grad.fc\",\"{}\"\n"
+      "1,8,1,0,0,,,,,,,,,,,,\"{}\"\n";
+  const gui::SweepFile c = gui::parse_sweep_csv(csv, "s.csv");
+  REQUIRE(c.points.size() == 1);
+  CHECK_FALSE(c.points[0].fits);
+  CHECK(c.points[0].step_time_ms == 0);
+  CHECK(c.points[0].peak_reserved_bytes == 990);
+  CHECK(c.points[0].oom_buffer == "grad.fc");
+}

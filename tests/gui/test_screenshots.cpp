@@ -234,22 +234,25 @@ TEST_CASE("screenshot: a sweep file shows its points, the Pareto front and the m
                                                                     {2.0, 30, true, true},
                                                                     {5.0, 40, true, false},
                                                                     {1.5, 90, false, false}};
-  for (const auto& [ms, gib, fits, pareto] : pts)
+  for (const auto& [ms, gib, fits, pareto] : pts) {
+    // As sweep writes them: no times for a configuration that does not fit.
+    auto time = [fits = fits](double v) { return fits ? nlohmann::json(v) : nlohmann::json(); };
     configs.push_back({{"world", 8},
                        {"policy", {{"reshard_after_forward", pareto}}},
                        {"fits", fits},
                        {"pareto", pareto},
                        {"tokens_per_step", 8192},
-                       {"tokens_per_s", 8192 / ms * 1e3},
+                       {"tokens_per_s", time(8192 / ms * 1e3)},
                        {"metrics",
-                        {{"step_time_ms", ms},
+                        {{"step_time_ms", time(ms)},
                          {"peak_allocated_bytes", gib << 29},
                          {"peak_reserved_bytes", gib << 30},
-                         {"compute_ms", 1},
-                         {"comm_ms", 1},
-                         {"exposed_comm_ms", 0.5},
-                         {"overlap", 0.5},
-                         {"idle_ms", 0}}}});
+                         {"compute_ms", time(1)},
+                         {"comm_ms", time(1)},
+                         {"exposed_comm_ms", time(0.5)},
+                         {"overlap", time(0.5)},
+                         {"idle_ms", time(0)}}}});
+  }
   const std::string sweep = dir.write("sweep.json", {{"model", "gpt2-tiny"},
                                                      {"hw", "h100-sxm"},
                                                      {"worlds", {8}},
@@ -267,10 +270,14 @@ TEST_CASE("screenshot: a sweep file shows its points, the Pareto front and the m
       gui::sweep_axes(f, static_cast<double>(f.memory_limit_bytes), s.sweep_plot);
   const gui::Rgb expect[] = {gui::kSweepPareto, gui::kSweepPareto, gui::kSweepPoint,
                              gui::kSweepNotFit};
+  // The one that does not fit sits in the band along the top, above every step time.
+  CHECK(ax.no_fit_band == gui::kSweepNoFitBand);
+  CHECK(ax.point_y(f.points[3]) < ax.area.y + ax.no_fit_band);
+  CHECK(ax.y_of(ax.y_max) >= ax.area.y + ax.no_fit_band);
   for (size_t i = 0; i < f.points.size(); ++i) {
     const int x =
         static_cast<int>(std::floor(ax.x_of(static_cast<double>(f.points[i].peak_reserved_bytes))));
-    const int y = static_cast<int>(std::floor(ax.y_of(f.points[i].step_time_ms)));
+    const int y = static_cast<int>(std::floor(ax.point_y(f.points[i])));
     INFO("point " << i);
     // The point's square (at least 3 x 3 around its centre) in its color.
     CHECK(img.count(expect[i], x - 1, y - 1, x + 2, y + 2) == 9);

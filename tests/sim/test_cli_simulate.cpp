@@ -1,6 +1,10 @@
 // `shardscope simulate` end to end (the binary built with the tests).
 #include <catch2/catch.hpp>
 
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/cli/run_cli.h"
@@ -26,11 +30,106 @@ TEST_CASE("simulate --json prints the metrics contract with source simulator", "
 TEST_CASE("simulate says does not fit under a tiny memory limit", "[sim][cli]") {
   auto r = run_cli("simulate --model gpt2-tiny --world 2 --mem-limit 1MiB");
   REQUIRE(r.status == 0);
-  CHECK_THAT(r.output, Catch::Contains("DOES NOT FIT"));
+  CHECK_THAT(r.output, Catch::Contains("does not fit in 1.00 MiB"));
+  CHECK_THAT(r.output, !Catch::Contains("step time "));
   auto t = run_cli("simulate --model gpt2-tiny --world 2");
   REQUIRE(t.status == 0);
   CHECK_THAT(t.output, Catch::Contains("fits in"));
+  CHECK_THAT(t.output, Catch::Contains("step time "));
   CHECK_THAT(t.output, Catch::Contains("peak allocated by category"));
+}
+
+// gpt2-small, fsdp1 per block, under 1 GiB: the step runs (fsdp1's rate
+// limiter makes the host wait for the GPU, so ops finish) and runs out of
+// memory in the forward, after a few ms of simulated time. None of those ms
+// may be printed as a step time.
+const char* const kOutOfMemoryMidStep =
+    "simulate --model gpt2-small --world 8 --set flavor=fsdp1 --set wrap.type=class "
+    "--set 'wrap.classes=[\"GPT2Block\"]' --mem-limit 1GiB";
+
+TEST_CASE("simulate: a step that does not fit prints why and no time or throughput", "[sim][cli]") {
+  auto r = run_cli(std::string(kOutOfMemoryMidStep) + " --json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  REQUIRE(j["fits"] == false);
+  CHECK(j["sim_events"].get<int64_t>() > 0);  // a partial step with times to hide
+  CHECK(j["peaks_up_to_failure"] == true);
+  const std::string buffer = j["oom_buffer"].get<std::string>();
+  CHECK_FALSE(buffer.empty());
+  CHECK(j["oom_bytes"].get<int64_t>() > 0);
+  CHECK(j["oom_rank"] == 0);
+  CHECK(j["oom_reserved_bytes"].get<int64_t>() <= int64_t{1} << 30);
+  CHECK(j["oom_allocated_bytes"].get<int64_t>() > 0);
+  CHECK_THAT(j["oom_message"].get<std::string>(), Catch::Contains("out of memory"));
+  CHECK(j["memory_limit_bytes"] == int64_t{1} << 30);
+  // Every time field null: top level, ranks, steps, rank classes, breakdowns.
+  const char* const times[] = {"step_time_ms",    "compute_ms", "comm_ms",
+                               "exposed_comm_ms", "overlap",    "idle_ms"};
+  std::vector<nlohmann::json> values = {j};
+  for (const nlohmann::json& x : j["ranks"]) values.push_back(x);
+  for (const nlohmann::json& x : j["steps"]) values.push_back(x);
+  REQUIRE(values.size() == 3);
+  for (const nlohmann::json& v : values) {
+    for (const char* key : times) {
+      INFO(key << " in " << v.dump().substr(0, 200));
+      REQUIRE(v.contains(key));
+      CHECK(v[key].is_null());
+    }
+    // The peaks up to the failure are real.
+    CHECK(v["peak_allocated_bytes"].get<int64_t>() > 0);
+  }
+  for (const nlohmann::json& c : j["rank_classes"]) {
+    CHECK(c["fits"] == false);
+    CHECK(c["step_time_ms"].is_null());
+    CHECK(c["peak_allocated_bytes"].get<int64_t>() > 0);
+  }
+  size_t rows = 0;
+  for (const nlohmann::json& list : j["breakdown"])
+    for (const nlohmann::json& row : list) {
+      ++rows;
+      for (const char* key : {"total_ms", "mean_ms", "self_ms"}) CHECK(row[key].is_null());
+    }
+  CHECK(rows > 0);
+  CHECK(j["peak_allocated_bytes"] == j["rank_classes"][0]["peak_allocated_bytes"]);
+
+  auto t = run_cli(kOutOfMemoryMidStep);
+  REQUIRE(t.status == 0);
+  CHECK_THAT(t.output, Catch::Contains("does not fit in 1.00 GiB: rank 0 ran out of memory "
+                                       "allocating '" +
+                                       buffer + "'"));
+  CHECK_THAT(t.output, Catch::Contains("at the failure: allocated ") &&
+                           Catch::Contains("allocator: out of memory"));
+  CHECK_THAT(t.output, Catch::Contains("(up to the failure)"));
+  for (const char* line : {"step time ", "compute  ", "communication  ", "idle  ", "fits in",
+                           "tokens/s", "host time"}) {
+    INFO(line);
+    CHECK_THAT(t.output, !Catch::Contains(line));
+  }
+}
+
+TEST_CASE("simulate: rank classes of a step that does not fit show no step time", "[sim][cli]") {
+  const std::string cmd =
+      "simulate --model gpt2-tiny --world 24 --set shard_group_size=6 --set wrap.type=class "
+      "--set 'wrap.classes=[\"GPT2Block\"]' --mem-limit 1MiB";
+  auto t = run_cli(cmd);
+  REQUIRE(t.status == 0);
+  // "rank, stands for, step ms, peaks, status": no step ms, "does not fit".
+  size_t class_lines = 0;
+  std::istringstream lines(t.output);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string rank, stands_for, step_ms;
+    words >> rank >> stands_for >> step_ms;
+    if (stands_for != "0-5,18-23" && stands_for != "6-17") continue;
+    ++class_lines;
+    INFO(line);
+    CHECK(step_ms == "-");
+    CHECK_THAT(line, Catch::EndsWith("  does not fit"));
+  }
+  CHECK(class_lines == 2);
+  const nlohmann::json j = nlohmann::json::parse(run_cli(cmd + " --json").output);
+  REQUIRE(j["rank_classes"].size() == 2);
+  for (const nlohmann::json& c : j["rank_classes"]) CHECK(c["step_time_ms"].is_null());
 }
 
 TEST_CASE("simulate rejects an unknown hardware and a bad memory limit with status 2",

@@ -2,8 +2,12 @@
 // the Pareto front, thread-count independence, the CLI and its outputs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -294,4 +298,168 @@ TEST_CASE("sweep CLI: JSON contract, CSV and JSON files, errors", "[sim][sweep][
   CHECK(run_cli(common + " --world 2,x").status == 2);
   CHECK(run_cli("sweep --model gpt2-tiny").status == 2);
   CHECK(run_cli(common + " --out " + (dir.path / "no/such/dir/x.csv").string()).status == 2);
+}
+
+namespace {
+
+// One CSV record (RFC 4180 quoting, as cmd_sweep writes it).
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      out.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+// gpt2-small on 8 ranks, per block, under 1 GiB: without checkpointing the
+// step runs out of memory in the forward, after some simulated ms (fsdp1's
+// rate limiter makes the host wait, so ops run before the failure); fsdp2
+// with limit_all_gathers is rejected.
+json out_of_memory_grid() {
+  return {{"flavor", {"fsdp1", "fsdp2"}},
+          {"limit_all_gathers", {true, false}},
+          {"activation_checkpointing", {"none", "full"}}};
+}
+
+const char* const kTimeFields[] = {"step_time_ms",    "compute_ms", "comm_ms",
+                                   "exposed_comm_ms", "overlap",    "idle_ms"};
+
+}  // namespace
+
+TEST_CASE("a sweep point that does not fit has no throughput", "[sim][sweep]") {
+  const plan::Graph g = plan::load_model("gpt2-small");
+  sim::SweepOptions o;
+  o.worlds = {8};
+  o.base_policy = {{"wrap", {{"type", "class"}, {"classes", {"GPT2Block"}}}}};
+  o.memory_limit_bytes = int64_t{1} << 30;
+  o.threads = 1;
+  const sim::SweepResult r = sim::run_sweep(g, sim::grid_from_json(out_of_memory_grid()),
+                                            sim::hardware_preset("h100-sxm"), o);
+  size_t out_of_memory_mid_step = 0;
+  for (const sim::SweepPoint& p : r.points) {
+    if (p.rejected || p.fits) continue;
+    INFO(p.policy.dump());
+    CHECK(p.tokens_per_s == 0);
+    CHECK_FALSE(p.pareto);
+    CHECK(std::find(r.ranking.begin(), r.ranking.end(), p.config) == r.ranking.end());
+    // The partial step has a time; it must not become a throughput.
+    if (p.metrics.step_time_ms > 0) ++out_of_memory_mid_step;
+  }
+  CHECK(out_of_memory_mid_step >= 1);
+  CHECK(r.ranking.size() == 3);
+}
+
+TEST_CASE("sweep CLI: configurations that do not fit have no time or throughput",
+          "[sim][sweep][cli]") {
+  test::TempDir dir("sweep_oom");
+  const std::string grid = dir.write("grid.json", out_of_memory_grid());
+  const std::string common =
+      "sweep --model gpt2-small --world 8 --grid " + grid +
+      " --set wrap.type=class --set 'wrap.classes=[\"GPT2Block\"]' --mem-limit 1GiB --threads 2";
+
+  // JSON: null times and throughput, the peaks up to the failure, why.
+  const std::string out_json = (dir.path / "out.json").string();
+  auto r = run_cli(common + " --json --out " + out_json);
+  REQUIRE(r.status == 0);
+  const json j = json::parse(r.output);
+  std::ifstream jf(out_json);
+  CHECK(json::parse(jf) == j);
+  REQUIRE(j["configs"].size() == 6);
+  size_t no_fit = 0;
+  for (const json& c : j["configs"]) {
+    INFO(c.dump());
+    if (c["fits"] == true) {
+      CHECK(c["tokens_per_s"].get<double>() > 0);
+      for (const char* key : kTimeFields) CHECK(c["metrics"][key].is_number());
+      continue;
+    }
+    ++no_fit;
+    CHECK(c["tokens_per_s"].is_null());
+    CHECK(c["pareto"] == false);
+    for (const char* key : kTimeFields) CHECK(c["metrics"][key].is_null());
+    CHECK(c["metrics"]["peak_allocated_bytes"].get<int64_t>() > 0);
+    CHECK(c["metrics"]["peak_reserved_bytes"].get<int64_t>() <= int64_t{1} << 30);
+    CHECK_FALSE(c["oom_buffer"].get<std::string>().empty());
+  }
+  CHECK(no_fit == 3);
+  // The base policy (fsdp2, no checkpointing) does not fit either.
+  REQUIRE(j.contains("baseline"));
+  CHECK(j["baseline"]["fits"] == false);
+  CHECK(j["baseline"]["tokens_per_s"].is_null());
+  for (const char* key : kTimeFields) CHECK(j["baseline"]["metrics"][key].is_null());
+
+  // CSV: empty fields. A row that does not fit keeps its peaks and names the
+  // buffer; a rejected row has no metrics at all.
+  const std::string csv = (dir.path / "out.csv").string();
+  auto t = run_cli(common + " --out " + csv);
+  REQUIRE(t.status == 0);
+  std::ifstream in(csv);
+  std::string line;
+  REQUIRE(std::getline(in, line));
+  const std::vector<std::string> header = csv_fields(line);
+  std::map<std::string, size_t> col;
+  for (size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
+  for (const char* key : {"rejected", "fits", "tokens_per_step", "tokens_per_s",
+                          "peak_allocated_bytes", "peak_reserved_bytes", "oom_buffer", "policy"})
+    REQUIRE(col.count(key));
+  size_t rows = 0, rows_no_fit = 0, rows_rejected = 0;
+  while (std::getline(in, line)) {
+    const std::vector<std::string> v = csv_fields(line);
+    REQUIRE(v.size() == header.size());
+    INFO(line);
+    ++rows;
+    auto at = [&](const char* key) { return v[col.at(key)]; };
+    std::vector<std::string> times = {at("tokens_per_s")};
+    for (const char* key : kTimeFields) times.push_back(at(key));
+    if (at("rejected") == "1") {
+      ++rows_rejected;
+      for (const char* key : {"tokens_per_step", "tokens_per_s", "step_time_ms",
+                              "peak_allocated_bytes", "peak_reserved_bytes", "oom_buffer"})
+        CHECK(at(key).empty());
+    } else if (at("fits") == "0") {
+      ++rows_no_fit;
+      for (const std::string& f : times) CHECK(f.empty());
+      CHECK(std::stoll(at("peak_allocated_bytes")) > 0);
+      CHECK(std::stoll(at("peak_reserved_bytes")) > 0);
+      CHECK(at("tokens_per_step") == "8192");
+      CHECK_FALSE(at("oom_buffer").empty());
+    } else {
+      for (const std::string& f : times) CHECK_FALSE(f.empty());
+      CHECK(std::stod(at("tokens_per_s")) > 0);
+      CHECK(at("oom_buffer").empty());
+    }
+  }
+  CHECK(rows == 8);
+  CHECK(rows_rejected == 2);
+  CHECK(rows_no_fit == 3);
+
+  // The report: a "does not fit" row per configuration, with why, and no
+  // numbers for them in the ranking.
+  CHECK_THAT(t.output, Catch::Contains("3 fit in 1.00 GiB, 3 do not fit"));
+  CHECK_THAT(t.output, Catch::Contains("do not fit in 1.00 GiB (out of memory: no step time"));
+  size_t does_not_fit_rows = 0;
+  std::istringstream report(t.output);
+  bool in_ranking = false;
+  for (std::string l; std::getline(report, l);) {
+    if (l.find("highest throughput that fit") != std::string::npos) in_ranking = true;
+    if (l.find("does not fit  ") == std::string::npos) continue;
+    ++does_not_fit_rows;
+    INFO(l);
+    CHECK_FALSE(in_ranking);
+    CHECK_THAT(l, Catch::Contains("activation_checkpointing=none") &&
+                      Catch::Contains("(out of memory at '"));
+  }
+  CHECK(does_not_fit_rows == 3);
+  CHECK_THAT(t.output, Catch::Contains("why: the base policy does not fit in 1.00 GiB"));
 }

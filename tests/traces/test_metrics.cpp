@@ -345,3 +345,39 @@ TEST_CASE("sample trace: metrics worked out by hand", "[metrics]") {
     CHECK(j["ranks"][0].contains(key));
   CHECK(format_metrics(m).find("rank 1") != std::string::npos);
 }
+
+TEST_CASE("metrics_to_json with times withheld: every time field null, memory and counts kept",
+          "[metrics]") {
+  // What simulate --json writes for a step that ran out of memory.
+  const Metrics m = compute_metrics(testing::sample_trace());
+  const nlohmann::json shown = metrics_to_json(m, -1);
+  const nlohmann::json j = metrics_to_json(m, -1, TimeFields::withheld);
+  const char* const times[] = {"step_time_ms",    "compute_ms", "comm_ms",
+                               "exposed_comm_ms", "overlap",    "idle_ms"};
+  std::vector<const nlohmann::json*> values = {&j};
+  for (const nlohmann::json& r : j["ranks"]) values.push_back(&r);
+  for (const nlohmann::json& s : j["steps"]) values.push_back(&s);
+  REQUIRE(values.size() == 1 + 2 + 2);
+  for (const nlohmann::json* v : values) {
+    for (const char* key : times) {
+      INFO(key);
+      REQUIRE(v->contains(key));
+      CHECK((*v)[key].is_null());
+    }
+    CHECK((*v)["peak_allocated_bytes"] == 4 << 20);
+    CHECK((*v)["peak_reserved_bytes"] == 8 << 20);
+  }
+  size_t rows = 0;
+  for (const char* by : {"by_unit", "by_op", "by_category"}) {
+    REQUIRE(j["breakdown"][by].size() == shown["breakdown"][by].size());
+    for (size_t i = 0; i < j["breakdown"][by].size(); ++i, ++rows) {
+      const nlohmann::json& row = j["breakdown"][by][i];
+      CHECK(row["key"] == shown["breakdown"][by][i]["key"]);
+      CHECK(row["count"] == shown["breakdown"][by][i]["count"]);
+      for (const char* key : {"total_ms", "mean_ms", "self_ms"}) CHECK(row[key].is_null());
+    }
+  }
+  CHECK(rows > 0);
+  // The default shows them: the sample's step is 7020 ns.
+  CHECK(shown["step_time_ms"].get<double>() == Approx(7020 * kNsToMs));
+}
