@@ -16,9 +16,9 @@
 //    the other tensors autograd saves inside the module as Hugging Face
 //    writes it (transformers 4.57, SDPA attention), which only take memory:
 //    RMSNorm's normalised value and the fp32 copy of its input (an
-//    upcast_extra on top of the input), a B x T x C tensor per GPT-2 block
-//    (measured, not identified: GraphBuilder::attention), the gated MLP's
-//    act(gate), an unfused GELU's intermediates. They have no gradient and
+//    upcast_extra on top of the input), the gated MLP's act(gate), an
+//    unfused GELU's intermediates; and GPT-2's causal-mask module buffer
+//    (n_positions^2 bools per block, GraphBuilder::attention). They have no gradient and
 //    the engines do not write them.
 //  - The loss is Hugging Face's ForCausalLMLoss: logits.float() (a forward
 //    temporary below fp32), log_softmax saved in fp32, and in backward the
@@ -180,8 +180,10 @@ class GraphBuilder {
   // `qkv`: one packed [.., 3*H*D] tensor (GPT-2) or three tensors q, k, v.
   // `attrs` carries the model's scale, rope, rope_theta, rope_scaling, sliding_window;
   // n_head, n_kv_head, head_dim, causal and qkv_packed are set here.
+  // `mask_buffer_bytes`: a non-parameter module buffer of the attention
+  // (GPT-2's causal mask), kept from forward to backward.
   int attention(int module, const std::vector<int>& qkv, int64_t n_head, int64_t n_kv_head,
-                int64_t head_dim, OpAttrs attrs);
+                int64_t head_dim, OpAttrs attrs, int64_t mask_buffer_bytes = 0);
   // `unfused_saved`: further tensors of x's size autograd keeps when the
   // activation is a Python expression rather than F.gelu (gelu_new: 3).
   int gelu(int module, int x, const std::string& approximate, int unfused_saved = 0);

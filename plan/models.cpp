@@ -443,7 +443,8 @@ int GraphBuilder::rmsnorm(int module, int x, int64_t dim_size, double eps) {
 }
 
 int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_head,
-                            int64_t n_kv_head, int64_t head_dim, OpAttrs attrs) {
+                            int64_t n_kv_head, int64_t head_dim, OpAttrs attrs,
+                            int64_t mask_buffer_bytes) {
   Op op;
   op.name = op_name(module, "attention");
   op.type = OpType::attention;
@@ -455,14 +456,18 @@ int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_h
   // SDPA (flash) keeps q, k, v, its output and the fp32 log-sum-exp; the
   // output is laid out [B, T, H, D], so transpose(1, 2).contiguous() is no
   // copy and o_proj saves the same tensor (saved-tensor hooks under FSDP2,
-  // torch 2.9.1). GPT-2 (packed c_attn output) has one more B x T x C
-  // tensor per block live from forward to backward that autograd does not
-  // save: measured against the committed references (the peak is exact
-  // with it, 1.5% low without), not identified; kept here as `extra`.
+  // torch 2.9.1).
   op.outputs = {add_tensor(op.name + ".out", {b, t, dim(n_head * head_dim)}),
                 add_tensor(op.name + ".lse", {b, dim(n_head), t}, DType::f32, Precision::fp32)};
-  if (qkv.size() == 1)
-    op.outputs.push_back(add_tensor(op.name + ".extra", {b, t, dim(n_head * head_dim)}));
+  if (mask_buffer_bytes > 0) {
+    // A module buffer (GPT2Attention's `bias`, a bool causal mask of
+    // n_positions^2 bytes that FSDP does not shard), written as fp32
+    // elements of the same bytes. It exists for the whole run; here it is
+    // counted from this op's forward to its backward, which covers every
+    // peak of the step but not the optimizer's.
+    op.outputs.push_back(add_tensor(op.name + ".mask_buffer", {dim((mask_buffer_bytes + 3) / 4)},
+                                    DType::f32, Precision::fp32));
+  }
   op.saved = qkv;
   for (int o : op.outputs) op.saved.push_back(o);
   const Poly square = b * t * t * (n_head * head_dim);  // B*T^2*H*D

@@ -119,7 +119,10 @@ Graph build_gpt2(const Gpt2Config& c, const std::string& name) {
     OpAttrs attn_attrs;
     attn_attrs.rope = false;
     attn_attrs.scale = scale;
-    const int y = gb.attention(attn, {qkv}, c.n_head, c.n_head, head_dim, attn_attrs);
+    // GPT2Attention registers `bias`, tril(ones(n_positions, n_positions))
+    // as bool (transformers 4.57), whatever the attention implementation.
+    const int y = gb.attention(attn, {qkv}, c.n_head, c.n_head, head_dim, attn_attrs,
+                               c.n_positions * c.n_positions);
     const int attn_out =
         gb.linear(gb.add_module(attn, "c_proj", "Conv1D"), y, C, C, true, WeightLayout::in_out);
     x = gb.residual(block, "residual_1", x, attn_out);
