@@ -239,6 +239,7 @@ std::string buffer_name(const Graph& graph, const Buffer& b) {
   if (b.unit >= 0) out += "u" + std::to_string(b.unit) + ".";
   out += buffer_role_name(b.role);
   if (b.graph_op >= 0) out += "." + graph.ops.at(static_cast<size_t>(b.graph_op)).name;
+  if (b.param >= 0) out += "." + graph.params.at(static_cast<size_t>(b.param)).name;
   return out;
 }
 

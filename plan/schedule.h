@@ -139,6 +139,7 @@ bool accumulates(BufferRole role);
 // "m0.u3.ag_out"):
 //   tensor >= 0:    "m<micro>.<what>.<tensor name>"      m0.act.h.3.mlp.out, m1.grad.x
 //   graph_op >= 0:  "m<micro>.u<unit>.workspace.<op name>"
+//   param >= 0:     "m<micro>.u<unit>.unsharded_grad.<param name>"
 //   micro >= 0:     "m<micro>.u<unit>.<what>"             m0.u3.unsharded
 //   otherwise:      "u<unit>.<what>"                      u3.param_shard
 // ("u<unit>." is left out for unit < 0; <what> is buffer_role_name(role).)
@@ -151,6 +152,11 @@ struct Buffer {
   int micro = -1;     // micro-step of a transient buffer; -1: none in the name
   int tensor = -1;    // activation buffers: the graph tensor (or its gradient)
   int graph_op = -1;  // workspace buffers: the graph op
+  // unsharded_grad buffers: the one parameter whose gradient this buffer
+  // holds, `numel` elements in its own shape (fsdp2: autograd gives each
+  // parameter its own .grad when its first producer's backward runs); -1:
+  // the whole unit's unsharded layout (fsdp1's FlatParameter gradient).
+  int param = -1;
   int64_t bytes = 0;
   BufferCategory category = BufferCategory::activations;
   int stream = 0;  // index into Schedule::streams: the pool it comes from

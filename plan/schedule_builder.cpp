@@ -81,6 +81,14 @@ void Builder::ensure_grad_buffers(int o) {
   for (int p : g_.ops[o].params) {
     int u = up_.param_unit[p];
     UnitState& st = state_[u];
+    if (per_param_grads()) {
+      if (param_grad_[p] >= 0) continue;
+      const int b = alloc(BufferRole::unsharded_grad, g_.params[p].numel() * b_p_, compute_, u);
+      s_.buffers[b].param = p;
+      param_grad_[p] = b;
+      st.grad_pieces.push_back(b);
+      continue;
+    }
     if (st.grad_buf >= 0) continue;
     if (in_place()) {
       st.grad_buf = grad_shard_for(u, compute_);
@@ -103,7 +111,8 @@ void Builder::compute_op(int o, OpKind kind) {
   bufs.push_back(ws);
   if (kind == OpKind::backward) {
     ensure_grad_buffers(o);
-    for (int p : op.params) bufs.push_back(state_[up_.param_unit[p]].grad_buf);
+    for (int p : op.params)
+      bufs.push_back(per_param_grads() ? param_grad_[p] : state_[up_.param_unit[p]].grad_buf);
     for (int t : op.saved) bufs.push_back(tensor_buf_[t]);
     for (int t : op.outputs) bufs.push_back(grad_tensor_buf_[t]);
     for (int t : op.inputs) {
@@ -329,6 +338,7 @@ Schedule Builder::build(bool persistent_only) {
   for (size_t i = 0; i + 1 < fwd_order_.size(); ++i) next_fwd_[fwd_order_[i]] = fwd_order_[i + 1];
   for (size_t i = 0; i + 1 < bwd_order_.size(); ++i) next_bwd_[bwd_order_[i]] = bwd_order_[i + 1];
   tensor_buf_.assign(g_.tensors.size(), -1);
+  param_grad_.assign(g_.params.size(), -1);
   grad_tensor_buf_.assign(g_.tensors.size(), -1);
   // Sizes at this workload, evaluated once: every micro-step, recompute and
   // gradient reuses them.

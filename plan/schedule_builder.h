@@ -17,15 +17,16 @@ namespace shardscope::plan::detail {
 
 // Per-unit state while the step is being generated.
 struct UnitState {
-  bool gathered = false;   // an unshard has been issued and not yet resharded
-  int unsharded_buf = -1;  // buffer compute reads the parameters from
-  int ready_op = -1;       // op compute must wait on before using the parameters
-  int ag_op = -1;          // fsdp2: all-gather awaiting its copy-out
-  int ag_out_buf = -1;     // fsdp2: all-gather output awaiting copy-out
-  int post_fwd_buf = -1;   // fsdp2 reshard k: the 1/k slice kept after forward
-  int post_fwd_op = -1;    // the reshard_copy that wrote it (the copy-in must wait for it)
-  int grad_buf = -1;       // unsharded gradient of the current micro-step
-  int accum_buf = -1;      // unsharded gradient accumulated over no-sync micro-steps
+  bool gathered = false;         // an unshard has been issued and not yet resharded
+  int unsharded_buf = -1;        // buffer compute reads the parameters from
+  int ready_op = -1;             // op compute must wait on before using the parameters
+  int ag_op = -1;                // fsdp2: all-gather awaiting its copy-out
+  int ag_out_buf = -1;           // fsdp2: all-gather output awaiting copy-out
+  int post_fwd_buf = -1;         // fsdp2 reshard k: the 1/k slice kept after forward
+  int post_fwd_op = -1;          // the reshard_copy that wrote it (the copy-in must wait for it)
+  int grad_buf = -1;             // unsharded gradient of the current micro-step
+  std::vector<int> grad_pieces;  // fsdp2: per-parameter unsharded gradients instead
+  int accum_buf = -1;            // unsharded gradient accumulated over no-sync micro-steps
 };
 
 class Builder {
@@ -234,6 +235,17 @@ class Builder {
   // DDP in full precision without offload: compute reads the persistent
   // parameters and gradients in place; nothing is gathered or staged.
   bool in_place() const { return n_ == 1 && b_p_ == 4 && b_r_ == 4 && !offload_; }
+  // fsdp2 reduce-scatters: each parameter's unsharded gradient is its own
+  // buffer, allocated with the first backward op producing it (Buffer::param).
+  bool per_param_grads() const { return fsdp2_ && n_ > 1; }
+  bool has_grads(const UnitState& st) const { return st.grad_buf >= 0 || !st.grad_pieces.empty(); }
+  void free_grad_pieces(UnitState& st) {
+    for (int b : st.grad_pieces) {
+      param_grad_[s_.buffers[b].param] = -1;
+      free_buf(b);
+    }
+    st.grad_pieces.clear();
+  }
   void unshard(int u);
   void wait_for_unshard(int u);
   void reshard(int u);
@@ -282,11 +294,12 @@ class Builder {
   std::vector<SmallVector<int, 4>> users_;  // buffer -> ops using it
   std::vector<UnitState> state_;
   std::vector<int> param_shard_, grad_shard_, opt_state_;  // per unit (persistent)
-  std::vector<int> fwd_order_, bwd_order_;                 // units with parameters
-  std::vector<int> next_fwd_, next_bwd_;                   // unit -> next in that order
-  std::vector<bool> checkpointed_;                         // per unit
-  std::vector<bool> backward_started_;                     // per unit, this micro-step
-  std::vector<int> compute_waits_;                         // attached to the next compute-stream op
+  std::vector<int> param_grad_;  // per graph parameter: its unsharded gradient piece, or -1
+  std::vector<int> fwd_order_, bwd_order_;  // units with parameters
+  std::vector<int> next_fwd_, next_bwd_;    // unit -> next in that order
+  std::vector<bool> checkpointed_;          // per unit
+  std::vector<bool> backward_started_;      // per unit, this micro-step
+  std::vector<int> compute_waits_;          // attached to the next compute-stream op
   // Per stream: ops its next op waits on (fsdp2 frees: see free_buf).
   std::vector<std::vector<int>> stream_waits_;
   int last_compute_ = -1;

@@ -193,14 +193,21 @@ void Builder::post_backward(int u) {
 // synchronizing micro-step (FSDP1 no_sync, FSDP2 set_requires_gradient_sync(False)).
 void Builder::accumulate_without_sync(int u) {
   UnitState& st = state_[u];
-  if (st.grad_buf < 0) return;
-  if (st.grad_buf == grad_shard_[u]) return;  // in-place DDP: accumulates into .grad
+  if (!has_grads(st)) return;
+  if (st.grad_buf >= 0 && st.grad_buf == grad_shard_[u])
+    return;  // in-place DDP: accumulates into .grad
   const int64_t full = n_ * shard(u);
   if (st.accum_buf < 0)
     st.accum_buf = alloc_named(BufferRole::accum_grad, -1, -1, -1, full * b_r_, compute_, u);
-  launch_simple(OpKind::grad_accumulate, compute_, u, {st.grad_buf, st.accum_buf}, {},
-                full * (b_p_ + 2 * b_r_), p_.mixed_precision.reduce_dtype);
+  // fsdp2: every parameter's gradient added at its place in the unit's layout.
+  SmallVector<int, 8> srcs;
+  for (int b : st.grad_pieces) srcs.push_back(b);
+  if (st.grad_buf >= 0) srcs.push_back(st.grad_buf);
+  srcs.push_back(st.accum_buf);
+  launch_simple(OpKind::grad_accumulate, compute_, u, std::move(srcs), {}, full * (b_p_ + 2 * b_r_),
+                p_.mixed_precision.reduce_dtype);
   free_buf(st.grad_buf);
+  free_grad_pieces(st);
   st.grad_buf = -1;
 }
 
@@ -214,13 +221,13 @@ void Builder::flush_reduce_scatter() {
 
 void Builder::reduce_grads(int u) {
   UnitState& st = state_[u];
-  if (st.grad_buf < 0) return;
+  if (!has_grads(st)) return;
   const int64_t s = shard(u);
   const int64_t full = n_ * s;
   const DType rdt = p_.mixed_precision.reduce_dtype;
   const bool world_one = n_ == 1 && r_ == 1;
 
-  if (st.grad_buf == grad_shard_[u]) {
+  if (st.grad_buf >= 0 && st.grad_buf == grad_shard_[u]) {
     // In-place DDP: all-reduce the persistent gradient itself.
     if (!world_one)
       post_reduce_ops_.push_back(collective(OpKind::all_reduce, ar_, u, g_replica_, s * 4,
@@ -238,9 +245,11 @@ void Builder::reduce_grads(int u) {
     // free its input before copying this unit's gradients in (compute stream).
     flush_reduce_scatter();
     int rs_in = alloc(BufferRole::rs_in, full * b_r_, compute_, u);
+    grads.insert(grads.begin(), st.grad_pieces.begin(), st.grad_pieces.end());
     grads.push_back(rs_in);
     last = launch_simple(OpKind::grad_cast, compute_, u, grads, {}, full * (b_p_ + b_r_), rdt);
     free_buf(st.grad_buf);
+    free_grad_pieces(st);
     free_buf(st.accum_buf);
     input = rs_in;
     const int rs_out = reduce_scatter_output(u);

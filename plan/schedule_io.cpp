@@ -33,6 +33,7 @@ json schedule_to_json(const Graph& g, const UnitPlan& up, const Schedule& s) {
                {"category", buffer_category_name(b.category)},
                {"stream", s.streams[b.stream]}};
     if (b.unit >= 0) jb["unit"] = b.unit;
+    if (b.param >= 0) jb["param"] = b.param;
     if (b.persistent) jb["persistent"] = true;
     if (b.on_host) jb["on_host"] = true;
     buffers.push_back(jb);

@@ -99,9 +99,10 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
       const int64_t n = elems(out);
       std::vector<float> sum(static_cast<size_t>(n), 0.0f);
       for (size_t i = 0; i < out; ++i) {
-        if (elems(i) != n) throw ExecError("grad_cast operands differ in size");
-        F32View v(task.ptrs[i], dt(i), 0, n, true, false);
-        for (int64_t j = 0; j < n; ++j) sum[static_cast<size_t>(j)] += v.data()[j];
+        // One parameter's gradient (fsdp2): added at its place in the layout.
+        const auto [at, len] = unsharded_place(buf(i).param, elems(i), n, layout);
+        F32View v(task.ptrs[i], dt(i), 0, len, true, false);
+        for (int64_t j = 0; j < len; ++j) sum[static_cast<size_t>(at + j)] += v.data()[j];
       }
       std::vector<float> gathered(static_cast<size_t>(n));
       layout->unsharded_to_gathered(sum.data(), gathered.data(), 4);
@@ -136,6 +137,20 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
       return;
     }
     case OpKind::grad_accumulate:
+      if (nbuf > 2 || buf(0).param >= 0) {
+        // No-sync micro-step, fsdp2: each parameter's unsharded gradient
+        // added into the unit's accumulator at its place.
+        const size_t dst = nbuf - 1;
+        const int64_t n = elems(dst);
+        F32View acc(task.ptrs[dst], dt(dst), 0, n, true, true);
+        for (size_t i = 0; i < dst; ++i) {
+          const auto [at, len] = unsharded_place(buf(i).param, elems(i), n, layout);
+          F32View v(task.ptrs[i], dt(i), 0, len, true, false);
+          for (int64_t j = 0; j < len; ++j) acc.data()[at + j] += v.data()[j];
+        }
+        return;
+      }
+      [[fallthrough]];
     case OpKind::d2h: {
       need(2);
       const int64_t n = std::min(elems(0), elems(1));

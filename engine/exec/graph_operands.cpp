@@ -85,11 +85,19 @@ std::optional<Operand> GraphOperands::grad(int t) const {
 
 Operand GraphOperands::param(int p, bool gradient) const {
   const int u = up_.param_unit[static_cast<size_t>(p)];
+  if (gradient) {
+    // fsdp2: the parameter's own unsharded gradient (plan::Buffer::param).
+    const int own = find([&](const plan::Buffer& b) {
+      return b.role == BufferRole::unsharded_grad && b.param == p;
+    });
+    if (own >= 0) return operand(own, 0, g_.params[static_cast<size_t>(p)].numel());
+  }
   const int i = find([&](const plan::Buffer& b) {
     return b.unit == u &&
-           (gradient ? is(b.role, {BufferRole::unsharded_grad, BufferRole::grad_shard})
-                     : is(b.role,
-                          {BufferRole::unsharded, BufferRole::param_shard, BufferRole::h2d_shard}));
+           (gradient
+                ? b.param < 0 && is(b.role, {BufferRole::unsharded_grad, BufferRole::grad_shard})
+                : is(b.role,
+                     {BufferRole::unsharded, BufferRole::param_shard, BufferRole::h2d_shard}));
   });
   const plan::Param& param = g_.params[static_cast<size_t>(p)];
   if (i < 0) throw missing((gradient ? "the gradient of " : "") + param.name);

@@ -96,4 +96,23 @@ int64_t UnitLayout::held_shard_offset(const ParamPlace& pp, int64_t q) const {
   return pp.shard_offset;
 }
 
+UnshardedPlace unsharded_place(int param, int64_t numel, int64_t layout_numel,
+                               const UnitLayout* layout) {
+  if (param < 0) {
+    if (numel != layout_numel)
+      throw std::invalid_argument("a unit's unsharded gradient of " + std::to_string(numel) +
+                                  " elements where its layout has " + std::to_string(layout_numel));
+    return {0, numel};
+  }
+  const ParamPlace* pp = layout ? layout->find(param) : nullptr;
+  if (!pp)
+    throw std::invalid_argument("the gradient of parameter " + std::to_string(param) +
+                                " is not in the op's unit");
+  if (pp->numel != numel || pp->unsharded + numel > layout_numel)
+    throw std::invalid_argument("the gradient of parameter " + std::to_string(param) + " has " +
+                                std::to_string(numel) + " elements, the parameter " +
+                                std::to_string(pp->numel));
+  return {pp->unsharded, numel};
+}
+
 }  // namespace shardscope::engine::exec

@@ -67,4 +67,14 @@ class UnitLayout {
   std::vector<ParamPlace> params_;
 };
 
+// Where an unsharded-gradient operand of `numel` elements lands in its
+// unit's unsharded layout of `layout_numel` elements: a per-parameter buffer
+// (plan::Buffer::param >= 0, fsdp2) at that parameter's place, a whole-unit
+// one at 0. Throws std::invalid_argument when the sizes disagree.
+struct UnshardedPlace {
+  int64_t offset = 0, numel = 0;
+};
+UnshardedPlace unsharded_place(int param, int64_t numel, int64_t layout_numel,
+                               const UnitLayout* layout);
+
 }  // namespace shardscope::engine::exec

@@ -1,8 +1,8 @@
 // Block reuse across streams (FSDP_SEMANTICS.md section 10, docs/schedule.md
-// "fsdp2 buffer lifetimes"): fsdp1 frees with record_stream (pending_ops);
-// fsdp2 frees at once after making the allocating stream wait for the other
-// streams' uses; check_schedule rejects a schedule where a block freed to a
-// pool could be reused before another stream is done with it.
+// "fsdp2 buffer lifetimes"), and fsdp2's per-parameter unsharded gradients:
+// fsdp1 frees with record_stream (pending_ops); fsdp2 frees at once after making the allocating
+// stream wait for the other streams' uses; check_schedule rejects a schedule where a block freed to
+// a pool could be reused before another stream is done with it.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -186,4 +186,68 @@ TEST_CASE("check_schedule rejects reuse of a freed block before another stream's
   }
   CHECK_FALSE(
       any_error_contains(plan::check_schedule(p.graph, p.units, s), "after a free to that pool"));
+}
+
+TEST_CASE("fsdp2 unsharded gradients are per parameter and appear with their first producer",
+          "[schedule][grads]") {
+  // FSDP2 parameters are separate tensors: autograd allocates each one's
+  // .grad when the first backward op producing it runs. So Llama's untied
+  // embedding gradient exists only at the end of backward, not from
+  // lm_head's backward on (the root unit holds both). FSDP1's FlatParameter
+  // has one gradient for the whole unit.
+  const json wrap = {{"type", "class"}, {"classes", {"LlamaDecoderLayer"}}};
+  Planned p;
+  p.graph = plan::load_model("llama-tiny");
+  p.policy = plan::policy_from_json({{"wrap", wrap}});
+  p.units = plan::build_units(p.graph, p.policy, plan::validate_policy(p.policy, p.graph, 2));
+  p.s = plan::build_schedule(p.graph, p.policy, p.units, 0);
+  REQUIRE(plan::check_schedule(p.graph, p.units, p.s).empty());
+  const int embed = p.graph.find_param("model.embed_tokens.weight");
+  const int head = p.graph.find_param("lm_head.weight");
+  REQUIRE(embed >= 0);
+  REQUIRE(head >= 0);
+  int pieces = 0;
+  size_t embed_alloc = 0, head_alloc = 0, embed_backward = 0, head_backward = 0;
+  for (size_t i = 0; i < p.s.actions.size(); ++i) {
+    const plan::Action& a = p.s.actions[i];
+    if (a.kind == plan::ActionKind::alloc) {
+      const plan::Buffer& b = p.s.buffers[static_cast<size_t>(a.buffer)];
+      if (b.role != plan::BufferRole::unsharded_grad) continue;
+      ++pieces;
+      REQUIRE(b.param >= 0);
+      CHECK(b.bytes == p.graph.params[static_cast<size_t>(b.param)].numel() * 4);
+      if (b.param == embed) embed_alloc = i;
+      if (b.param == head) head_alloc = i;
+    }
+    if (a.kind == plan::ActionKind::launch) {
+      const plan::ScheduleOp& op = p.s.ops[static_cast<size_t>(a.op)];
+      if (op.kind != plan::OpKind::backward) continue;
+      const std::string& name = p.graph.ops[static_cast<size_t>(op.graph_op)].name;
+      if (name == "model.embed_tokens") embed_backward = i;
+      if (name == "lm_head") head_backward = i;
+    }
+  }
+  CHECK(pieces == static_cast<int>(p.graph.params.size()));
+  CHECK(head_alloc < head_backward);
+  CHECK(embed_alloc < embed_backward);
+  // Nothing but the embedding's own backward comes between its gradient's
+  // allocation and that op: every layer's backward ran before.
+  CHECK(embed_alloc > head_backward);
+  for (size_t i = embed_alloc + 1; i < embed_backward; ++i)
+    CHECK(p.s.actions[i].kind != plan::ActionKind::launch);
+
+  Planned one;
+  one.graph = p.graph;
+  one.policy = plan::policy_from_json({{"flavor", "fsdp1"}, {"wrap", wrap}});
+  one.units =
+      plan::build_units(one.graph, one.policy, plan::validate_policy(one.policy, one.graph, 2));
+  one.s = plan::build_schedule(one.graph, one.policy, one.units, 0);
+  int flat = 0;
+  for (const plan::Buffer& b : one.s.buffers) {
+    if (b.role != plan::BufferRole::unsharded_grad) continue;
+    ++flat;
+    CHECK(b.param == -1);
+    CHECK(b.bytes == one.units.units[static_cast<size_t>(b.unit)].padded_numel * 4);
+  }
+  CHECK(flat == static_cast<int>(one.units.units.size()));
 }

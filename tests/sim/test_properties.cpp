@@ -130,6 +130,7 @@ struct Outcome {
   int64_t requested_upper = 0;
   int64_t peak_reserved = 0;
   int64_t persistent_bytes = 0;
+  int64_t largest_all_gather_bytes = 0;  // the largest unit's all-gather output, param dtype
   std::map<std::string, int64_t> peak_by_category;
   // From the plan.
   int64_t units = 0;
@@ -164,6 +165,10 @@ Outcome run_point(const plan::Graph& graph, const test::GridPoint& point) {
   const Planned p = plan_for(graph, point.policy, point.world);
   o.units = static_cast<int64_t>(p.units.units.size());
   o.shard_numel = p.units.total_shard_numel();
+  for (const plan::Unit& u : p.units.units)
+    o.largest_all_gather_bytes =
+        std::max(o.largest_all_gather_bytes,
+                 u.padded_numel * plan::dtype_bytes(p.policy.mixed_precision.param_dtype));
   o.persistent_device_bytes = p.schedule.persistent_device_bytes();
   o.persistent_host_bytes = p.schedule.persistent_host_bytes();
   for (const plan::Buffer& b : p.schedule.buffers) {
@@ -249,6 +254,7 @@ std::string describe(const Outcome& o) {
 struct MemoryPair {
   const Outcome* lower;
   const Outcome* higher;
+  int64_t slack = 0;  // bytes by which `higher` may fall short of `lower` (stated per pair)
 };
 
 void check_memory_pairs(const std::vector<MemoryPair>& pairs) {
@@ -258,7 +264,7 @@ void check_memory_pairs(const std::vector<MemoryPair>& pairs) {
     REQUIRE(p.lower->fits[kH100]);
     REQUIRE(p.higher->fits[kH100]);
     // The property, exactly, on the bytes the schedule requests.
-    CHECK(p.lower->requested_peak <= p.higher->requested_peak);
+    CHECK(p.lower->requested_peak <= p.higher->requested_peak + p.slack);
     // On peak_allocated_bytes it holds only up to the lower run's caching
     // slack: allocated counts allocator blocks, and a large-pool block reused
     // from the cache is not split when less than 1 MiB would remain, so a
@@ -268,7 +274,7 @@ void check_memory_pairs(const std::vector<MemoryPair>& pairs) {
     // gpt2-small with wrap size 3e6 and full checkpointing: equal requested
     // peaks, allocated 1 MiB higher for true. So: allocated(higher) >=
     // requested(lower), i.e. allocated(lower) - its slack <= allocated(higher).
-    CHECK(p.lower->requested_peak <= p.higher->peak_allocated);
+    CHECK(p.lower->requested_peak <= p.higher->peak_allocated + p.slack);
   }
 }
 
@@ -289,7 +295,15 @@ std::vector<MemoryPair> reshard_k_pairs(const ModelRuns& runs) {
   for (const Outcome& o : runs.outcomes) {
     if (is_fsdp1(o) || !o.policy.at("reshard_after_forward").is_number_integer()) continue;
     pairs.push_back({&counterpart(runs, o, "reshard_after_forward", true), &o});
-    pairs.push_back({&o, &counterpart(runs, o, "reshard_after_forward", false)});
+    // k <= false up to one all-gather output: a k run gathers each unit
+    // again in backward, and while the copy-out runs the all-gather output
+    // and the unsharded parameters both exist; a false run never gathers in
+    // backward. With fsdp2's per-parameter gradients arriving late this
+    // moment can set the peak (size-wrapped llama3-8b under checkpointing:
+    // k = 2 above false by 58 MB, against 1 GB for the largest unit's
+    // output).
+    pairs.push_back(
+        {&o, &counterpart(runs, o, "reshard_after_forward", false), o.largest_all_gather_bytes});
   }
   return pairs;
 }
@@ -440,12 +454,14 @@ TEST_CASE("fsdp2 reserved memory stays within the caching bound of allocated on 
   // fp32 logits of 1 GiB and recomputed activations fragment, and gradient
   // shards allocated mid-backward on the reduce-scatter stream
   // (zero_grad_set_to_none) cannot reuse the compute pool's freed
-  // activation blocks, and the loss's fp32 temporaries (1 GiB each for
-  // B x T x V = 2048 x 128256) leave holes other requests only partly fill.
-  // Measured over this grid (issue 15): at most 1.52 x allocated (fp32,
-  // cpu_offload, class wrapping), 1.46 x for bf16 class-wrapped on the
+  // activation blocks, the loss's fp32 temporaries (1 GiB each for
+  // B x T x V = 2048 x 128256) leave holes other requests only partly fill,
+  // and fsdp2's per-parameter unsharded gradients come in many sizes.
+  // Measured over this grid (issue 15): at most 1.90 x allocated (fp32,
+  // cpu_offload, class wrapping), 1.40 x for bf16 class-wrapped on the
   // device, the configuration of published Llama runs (1.18 x before the
-  // loss temporaries and with persistent gradients). The bounds sit just
+  // loss temporaries, per-parameter gradients and transient gradient
+  // shards). The bounds sit just
   // above; under
   // record_stream semantics (delayed reuse, the defect this guards) the
   // ratio reached 4.5 (51.9 GiB reserved for 11.7 GiB allocated).
@@ -457,10 +473,10 @@ TEST_CASE("fsdp2 reserved memory stays within the caching bound of allocated on 
     const double ratio =
         static_cast<double>(o.peak_reserved) / static_cast<double>(o.peak_allocated);
     CHECK(ratio >= 1.0);
-    CHECK(ratio <= 1.6);
+    CHECK(ratio <= 2.0);
     if (o.policy.at("mixed_precision").at("param_dtype") == "bf16" &&
         o.policy.at("wrap").at("type") == "class" && o.policy.at("cpu_offload") == false) {
-      CHECK(ratio <= 1.5);
+      CHECK(ratio <= 1.45);
       ++bf16_class;
     }
     ++checked;

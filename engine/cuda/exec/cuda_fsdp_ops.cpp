@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -119,12 +120,36 @@ void CudaRankExecutor::run_fsdp_op(int index, const plan::ScheduleOp& op,
       need(2);
       const size_t out = nbuf - 1;
       const int64_t n = elems(out);
-      std::vector<ConstDevPtr> src;
+      // Whole-unit sources (fsdp1's flat gradient, the no-sync accumulator)
+      // are summed into the layout; fsdp2's per-parameter gradients
+      // (plan::Buffer::param) are then added at their places.
+      std::vector<ConstDevPtr> src, pieces;
+      std::vector<int64_t> offsets, numels;
       for (size_t i = 0; i < out; ++i) {
-        if (elems(i) != n) throw ExecError("grad_cast operands differ in size");
-        src.push_back(dev(i));
+        exec::UnshardedPlace at;
+        try {
+          at = exec::unsharded_place(buf(i).param, elems(i), n,
+                                     &layouts_[static_cast<size_t>(op.unit)]);
+        } catch (const std::invalid_argument& e) {
+          throw ExecError("grad_cast op " + std::to_string(index) + ": " + e.what());
+        }
+        if (buf(i).param < 0) {
+          src.push_back(dev(i));
+          continue;
+        }
+        pieces.push_back(dev(i));
+        offsets.push_back(at.offset);
+        numels.push_back(at.numel);
       }
-      unsharded_to_gathered(s, layout(), src.data(), static_cast<int>(src.size()), dev(out), 0, n);
+      if (src.empty())
+        SS_CUDA_CHECK(
+            cudaMemsetAsync(ptrs[out], 0, static_cast<size_t>(n * plan::dtype_bytes(dt(out))), s));
+      else
+        unsharded_to_gathered(s, layout(), src.data(), static_cast<int>(src.size()), dev(out), 0,
+                              n);
+      if (!pieces.empty())
+        params_to_gathered(s, layout(), pieces.data(), offsets.data(), numels.data(),
+                           static_cast<int>(pieces.size()), dev(out));
       return;
     }
     case OpKind::reduce_scatter: {
@@ -145,6 +170,24 @@ void CudaRankExecutor::run_fsdp_op(int index, const plan::ScheduleOp& op,
     }
     case OpKind::grad_accumulate: {
       need(2);
+      if (nbuf > 2 || buf(0).param >= 0) {
+        // No-sync micro-step, fsdp2: each parameter's unsharded gradient
+        // added into the unit's accumulator (unsharded layout) at its place.
+        const size_t dst = nbuf - 1;
+        const int eb = plan::dtype_bytes(dt(dst));
+        for (size_t i = 0; i < dst; ++i) {
+          exec::UnshardedPlace at;
+          try {
+            at = exec::unsharded_place(buf(i).param, elems(i), elems(dst),
+                                       &layouts_[static_cast<size_t>(op.unit)]);
+          } catch (const std::invalid_argument& e) {
+            throw ExecError("grad_accumulate op " + std::to_string(index) + ": " + e.what());
+          }
+          add_inplace(s, dev(i), DevPtr{static_cast<char*>(ptrs[dst]) + at.offset * eb, dt(dst)},
+                      at.numel);
+        }
+        return;
+      }
       add_inplace(s, dev(0), dev(1), std::min(elems(0), elems(1)));
       return;
     }

@@ -55,6 +55,28 @@ __global__ void to_gathered_kernel(DevLayout l, Sources src, void* dst, ElemType
   }
 }
 
+constexpr int kPieceBatch = 8;
+
+struct Pieces {
+  const void* ptr[kPieceBatch];
+  ElemType type[kPieceBatch];
+  int64_t offset[kPieceBatch];
+  int64_t numel[kPieceBatch];
+  int count;
+};
+
+__global__ void pieces_to_gathered_kernel(DevLayout l, Pieces p, void* dst, ElemType dst_type) {
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < l.full_numel;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t u = unsharded_index(l, j);
+    for (int k = 0; k < p.count; ++k) {
+      const int64_t e = u - p.offset[k];
+      if (e < 0 || e >= p.numel[k]) continue;
+      store_elem(dst, dst_type, j, load_elem(dst, dst_type, j) + load_elem(p.ptr[k], p.type[k], e));
+    }
+  }
+}
+
 __global__ void to_unsharded_kernel(DevLayout l, const void* src, ElemType src_type, void* dst,
                                     ElemType dst_type) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < l.full_numel;
@@ -105,6 +127,28 @@ void unsharded_to_gathered(cudaStream_t stream, const DevLayout& layout, const C
   to_gathered_kernel<<<blocks_for(count), kThreads, 0, stream>>>(layout, s, dst.ptr, dt, begin,
                                                                  count);
   SS_CUDA_CHECK_LAUNCH("unsharded_to_gathered");
+}
+
+void params_to_gathered(cudaStream_t stream, const DevLayout& layout, const ConstDevPtr* src,
+                        const int64_t* offset, const int64_t* numel, int count, DevPtr dst) {
+  check_layout(layout, "params_to_gathered");
+  if (layout.full_numel == 0) return;
+  const ElemType dt = elem_type(dst.dt, "params_to_gathered dst");
+  for (int first = 0; first < count; first += kPieceBatch) {
+    Pieces p{};
+    p.count = std::min(kPieceBatch, count - first);
+    for (int k = 0; k < p.count; ++k) {
+      p.ptr[k] = src[first + k].ptr;
+      p.type[k] = elem_type(src[first + k].dt, "params_to_gathered src");
+      p.offset[k] = offset[first + k];
+      p.numel[k] = numel[first + k];
+      if (p.offset[k] < 0 || p.numel[k] < 0 || p.offset[k] + p.numel[k] > layout.full_numel)
+        throw std::invalid_argument("params_to_gathered: parameter range outside the unit");
+    }
+    pieces_to_gathered_kernel<<<blocks_for(layout.full_numel), kThreads, 0, stream>>>(layout, p,
+                                                                                      dst.ptr, dt);
+    SS_CUDA_CHECK_LAUNCH("params_to_gathered");
+  }
 }
 
 void gathered_to_unsharded(cudaStream_t stream, const DevLayout& layout, ConstDevPtr src,

@@ -31,6 +31,13 @@ struct DevLayout {
 // fp32 and rounded to dst's dtype. 1 <= nsrc <= 3.
 void unsharded_to_gathered(cudaStream_t stream, const DevLayout& layout, const ConstDevPtr* src,
                            int nsrc, DevPtr dst, int64_t begin, int64_t count);
+// Per-parameter unsharded gradients (fsdp2) added into a gathered-layout
+// buffer: for every gathered index j whose unsharded index u falls in
+// [offset[k], offset[k] + numel[k]), dst[j] += src[k][u - offset[k]]
+// (fp32 arithmetic, rounded to dst's dtype); padding is left as it is. Any
+// number of parameters (launched in batches).
+void params_to_gathered(cudaStream_t stream, const DevLayout& layout, const ConstDevPtr* src,
+                        const int64_t* offset, const int64_t* numel, int count, DevPtr dst);
 // dst[unsharded(i)] = src[i] for i in [0, full_numel), converted to dst's dtype.
 void gathered_to_unsharded(cudaStream_t stream, const DevLayout& layout, ConstDevPtr src,
                            DevPtr dst);
