@@ -17,8 +17,8 @@
 //    writes it (transformers 4.57, SDPA attention), which only take memory:
 //    RMSNorm's normalised value and the fp32 copy of its input (an
 //    upcast_extra on top of the input), the gated MLP's act(gate), an
-//    unfused GELU's intermediates; and GPT-2's causal-mask module buffer
-//    (n_positions^2 bools per block, GraphBuilder::attention). They have no gradient and
+//    unfused GELU's intermediates; and GPT-2's causal-mask module buffers
+//    (n_positions^2 bools per block, GraphBuilder::position_embedding). They have no gradient and
 //    the engines do not write them.
 //  - The loss is Hugging Face's ForCausalLMLoss: logits.float() (a forward
 //    temporary below fp32), log_softmax saved in fp32, and in backward the
@@ -170,7 +170,9 @@ class GraphBuilder {
   // Token embedding of `ids` [..] -> [.., dim]; declares "weight" [rows, dim].
   int embedding(int module, int ids, int64_t rows, int64_t dim);
   // Position embedding (ids are arange(T), no input tensor) -> [T, dim].
-  int position_embedding(int module, int64_t rows, int64_t dim);
+  // `module_buffer_bytes`: the model's non-parameter buffers, counted from
+  // here to this op's backward (see models.cpp).
+  int position_embedding(int module, int64_t rows, int64_t dim, int64_t module_buffer_bytes = 0);
   // x [.., in] -> [.., out]. Declares "weight" (and "bias") unless tied_weight >= 0,
   // in which case the op reads that existing [out, in] parameter and has no bias.
   int linear(int module, int x, int64_t in, int64_t out, bool bias, WeightLayout layout,
@@ -180,17 +182,18 @@ class GraphBuilder {
   // `qkv`: one packed [.., 3*H*D] tensor (GPT-2) or three tensors q, k, v.
   // `attrs` carries the model's scale, rope, rope_theta, rope_scaling, sliding_window;
   // n_head, n_kv_head, head_dim, causal and qkv_packed are set here.
-  // `mask_buffer_bytes`: a non-parameter module buffer of the attention
-  // (GPT-2's causal mask), kept from forward to backward.
   int attention(int module, const std::vector<int>& qkv, int64_t n_head, int64_t n_kv_head,
-                int64_t head_dim, OpAttrs attrs, int64_t mask_buffer_bytes = 0);
+                int64_t head_dim, OpAttrs attrs);
   // `unfused_saved`: further tensors of x's size autograd keeps when the
   // activation is a Python expression rather than F.gelu (gelu_new: 3).
-  int gelu(int module, int x, const std::string& approximate, int unfused_saved = 0);
+  // `unfused_bwd_temps`: tensors of x's size its backward holds at once
+  // besides its operands (gelu_new: 1).
+  int gelu(int module, int x, const std::string& approximate, int unfused_saved = 0,
+           int unfused_bwd_temps = 0);
   int relu(int module, int x);
   // act(gate) * up; `activation` is "silu" (SwiGLU), "gelu" or "gelu_tanh".
   int swiglu(int module, int gate, int up, const std::string& activation = "silu",
-             int unfused_saved = 0);
+             int unfused_saved = 0, int unfused_bwd_temps = 0);
   int residual(int module, const std::string& suffix, int a, int b);
   // Mean cross entropy of logits [.., classes] against labels [..] -> scalar loss.
   int cross_entropy(int module, int logits, int labels, int64_t classes);

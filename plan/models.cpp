@@ -350,13 +350,24 @@ int GraphBuilder::embedding(int module, int ids, int64_t rows_count, int64_t dim
   return add_op(std::move(op), &gathered).outputs[0];
 }
 
-int GraphBuilder::position_embedding(int module, int64_t rows_count, int64_t dim_size) {
+int GraphBuilder::position_embedding(int module, int64_t rows_count, int64_t dim_size,
+                                     int64_t module_buffer_bytes) {
   const int weight = add_param(module, "weight", {rows_count, dim_size});
   Op op;
   op.name = op_name(module, "");
   op.type = OpType::embedding;
   op.module = module;
   op.outputs = {add_tensor(op.name + ".out", {dim_t(), dim(dim_size)})};
+  if (module_buffer_bytes > 0) {
+    // The model's non-parameter module buffers (GPT-2's causal masks),
+    // which FSDP does not shard, as fp32 elements of the same bytes. They
+    // exist for the whole run; kept by the first op from its forward to its
+    // backward, they are counted through all of forward and backward (not
+    // during the optimizer step), checkpointing or not.
+    op.outputs.push_back(add_tensor("module_buffers", {dim((module_buffer_bytes + 3) / 4)},
+                                    DType::f32, Precision::fp32));
+    op.saved.push_back(op.outputs.back());
+  }
   op.params = {weight};
   const Poly gathered = dim_t() * dim_size;
   op.bwd_flops = gathered;
@@ -443,8 +454,7 @@ int GraphBuilder::rmsnorm(int module, int x, int64_t dim_size, double eps) {
 }
 
 int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_head,
-                            int64_t n_kv_head, int64_t head_dim, OpAttrs attrs,
-                            int64_t mask_buffer_bytes) {
+                            int64_t n_kv_head, int64_t head_dim, OpAttrs attrs) {
   Op op;
   op.name = op_name(module, "attention");
   op.type = OpType::attention;
@@ -459,15 +469,6 @@ int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_h
   // torch 2.9.1).
   op.outputs = {add_tensor(op.name + ".out", {b, t, dim(n_head * head_dim)}),
                 add_tensor(op.name + ".lse", {b, dim(n_head), t}, DType::f32, Precision::fp32)};
-  if (mask_buffer_bytes > 0) {
-    // A module buffer (GPT2Attention's `bias`, a bool causal mask of
-    // n_positions^2 bytes that FSDP does not shard), written as fp32
-    // elements of the same bytes. It exists for the whole run; here it is
-    // counted from this op's forward to its backward, which covers every
-    // peak of the step but not the optimizer's.
-    op.outputs.push_back(add_tensor(op.name + ".mask_buffer", {dim((mask_buffer_bytes + 3) / 4)},
-                                    DType::f32, Precision::fp32));
-  }
   op.saved = qkv;
   for (int o : op.outputs) op.saved.push_back(o);
   const Poly square = b * t * t * (n_head * head_dim);  // B*T^2*H*D
@@ -487,7 +488,8 @@ int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_h
   return add_op(std::move(op)).outputs[0];
 }
 
-int GraphBuilder::gelu(int module, int x, const std::string& approximate, int unfused_saved) {
+int GraphBuilder::gelu(int module, int x, const std::string& approximate, int unfused_saved,
+                       int unfused_bwd_temps) {
   Op op;
   op.name = op_name(module, "");
   op.type = OpType::gelu;
@@ -499,6 +501,8 @@ int GraphBuilder::gelu(int module, int x, const std::string& approximate, int un
     op.outputs.push_back(add_tensor(op.name + ".saved" + std::to_string(i), shape(x)));
     op.saved.push_back(op.outputs.back());
   }
+  if (unfused_bwd_temps > 0)
+    op.bwd_temps.push_back(Temp{g_.tensors[x].numel() * unfused_bwd_temps, Precision::compute});
   const Poly n = g_.tensors[x].numel();
   op.fwd_flops = n * 8;
   op.bwd_flops = n * 16;
@@ -521,7 +525,7 @@ int GraphBuilder::relu(int module, int x) {
 }
 
 int GraphBuilder::swiglu(int module, int gate, int up, const std::string& activation,
-                         int unfused_saved) {
+                         int unfused_saved, int unfused_bwd_temps) {
   Op op;
   op.name = op_name(module, "swiglu");
   op.type = OpType::swiglu;
@@ -536,6 +540,8 @@ int GraphBuilder::swiglu(int module, int gate, int up, const std::string& activa
     op.outputs.push_back(add_tensor(op.name + ".saved" + std::to_string(i), shape(gate)));
     op.saved.push_back(op.outputs.back());
   }
+  if (unfused_bwd_temps > 0)
+    op.bwd_temps.push_back(Temp{g_.tensors[gate].numel() * unfused_bwd_temps, Precision::compute});
   const Poly n = g_.tensors[gate].numel();
   op.fwd_flops = n * 5;
   op.bwd_flops = n * 10;

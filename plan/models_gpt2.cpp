@@ -35,14 +35,22 @@ struct Activation {
   // saves x, 0.044715 * x, x * 0.79788, 1 + 0.044715 x^2, tanh's result,
   // 0.5 * x and 1 + tanh. F.gelu (fused) saves x only.
   int unfused_saved;
+  // Tensors of the input's size that the expression's backward holds at
+  // once besides the input's gradient and the output's (the op's
+  // operands). MemTracker on CPU, torch 2.9.1, with the output's gradient
+  // held by the caller: gelu_new's backward peaks 3 input sizes above its
+  // forward's live set, gelu_fast's 2, F.gelu's and SiLU's 1 (the input's
+  // gradient). In a model the first node of the chain releases the
+  // output's gradient, which the op here keeps to its end: one less.
+  int unfused_bwd_temps;
 };
 
 const Activation kActivations[] = {
-    {"gelu_new", "NewGELUActivation", "tanh", 3},
-    {"gelu_pytorch_tanh", "PytorchGELUTanh", "tanh", 0},
-    {"gelu_fast", "FastGELUActivation", "tanh", 6},
-    {"gelu", "GELUActivation", "none", 0},
-    {"relu", "ReLU", nullptr, 0},
+    {"gelu_new", "NewGELUActivation", "tanh", 3, 1},
+    {"gelu_pytorch_tanh", "PytorchGELUTanh", "tanh", 0, 0},
+    {"gelu_fast", "FastGELUActivation", "tanh", 6, 0},
+    {"gelu", "GELUActivation", "none", 0, 0},
+    {"relu", "ReLU", nullptr, 0, 0},
 };
 
 const Activation* find_activation(const std::string& name) {
@@ -103,8 +111,12 @@ Graph build_gpt2(const Gpt2Config& c, const std::string& name) {
   const int wte = gb.add_module(transformer, "wte", "Embedding");
   const int tok = gb.embedding(wte, ids, V, C);
   const int wte_weight = gb.graph().find_param("transformer.wte.weight");
+  // Each GPT2Attention registers `bias`, tril(ones(n_positions,
+  // n_positions)) as bool (transformers 4.57), whatever the attention
+  // implementation: n_positions^2 bytes per block, on every rank.
   const int pos =
-      gb.position_embedding(gb.add_module(transformer, "wpe", "Embedding"), c.n_positions, C);
+      gb.position_embedding(gb.add_module(transformer, "wpe", "Embedding"), c.n_positions, C,
+                            c.n_layer * c.n_positions * c.n_positions);
   int x = gb.residual(transformer, "embed_add", tok, pos);  // [B, T, C]
 
   const int h = gb.add_module(transformer, "h", "ModuleList", true);
@@ -119,10 +131,7 @@ Graph build_gpt2(const Gpt2Config& c, const std::string& name) {
     OpAttrs attn_attrs;
     attn_attrs.rope = false;
     attn_attrs.scale = scale;
-    // GPT2Attention registers `bias`, tril(ones(n_positions, n_positions))
-    // as bool (transformers 4.57), whatever the attention implementation.
-    const int y = gb.attention(attn, {qkv}, c.n_head, c.n_head, head_dim, attn_attrs,
-                               c.n_positions * c.n_positions);
+    const int y = gb.attention(attn, {qkv}, c.n_head, c.n_head, head_dim, attn_attrs);
     const int attn_out =
         gb.linear(gb.add_module(attn, "c_proj", "Conv1D"), y, C, C, true, WeightLayout::in_out);
     x = gb.residual(block, "residual_1", x, attn_out);
@@ -132,7 +141,8 @@ Graph build_gpt2(const Gpt2Config& c, const std::string& name) {
     const int fc =
         gb.linear(gb.add_module(mlp, "c_fc", "Conv1D"), ln_2, C, inner, true, WeightLayout::in_out);
     const int act_module = gb.add_module(mlp, "act", act->class_name);
-    const int a = act->approximate ? gb.gelu(act_module, fc, act->approximate, act->unfused_saved)
+    const int a = act->approximate ? gb.gelu(act_module, fc, act->approximate, act->unfused_saved,
+                                             act->unfused_bwd_temps)
                                    : gb.relu(act_module, fc);
     const int mlp_out =
         gb.linear(gb.add_module(mlp, "c_proj", "Conv1D"), a, inner, C, true, WeightLayout::in_out);

@@ -95,12 +95,13 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
   // gelu_new is NewGELUActivation's Python expression (3 more saved tensors,
   // see models_gpt2.cpp).
   std::string gated_activation = "silu";
-  int unfused_saved = 0;
+  int unfused_saved = 0, unfused_bwd_temps = 0;
   if (c.hidden_act == "gelu") {
     gated_activation = "gelu";
   } else if (c.hidden_act == "gelu_pytorch_tanh" || c.hidden_act == "gelu_new") {
     gated_activation = "gelu_tanh";
     unfused_saved = c.hidden_act == "gelu_new" ? 3 : 0;
+    unfused_bwd_temps = c.hidden_act == "gelu_new" ? 1 : 0;  // see models_gpt2.cpp
   } else if (c.hidden_act != "silu") {
     throw Error("llama config for '" + name + "': unsupported hidden_act '" + c.hidden_act + "'");
   }
@@ -135,7 +136,7 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
     const int mlp = gb.add_module(layer, "mlp", P + "MLP");
     const int gate = proj(mlp, "gate_proj", b, C, F, c.mlp_bias);
     const int up = proj(mlp, "up_proj", b, C, F, c.mlp_bias);
-    const int s = gb.swiglu(mlp, gate, up, gated_activation, unfused_saved);
+    const int s = gb.swiglu(mlp, gate, up, gated_activation, unfused_saved, unfused_bwd_temps);
     const int mlp_out = proj(mlp, "down_proj", s, F, C, c.mlp_bias);
     x = gb.residual(layer, "residual_2", x, mlp_out);
   }
