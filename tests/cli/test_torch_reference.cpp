@@ -10,9 +10,9 @@
 //    group size of the schedule's collective of the same rank. Exact.
 //  - Peak memory: simulate's peak_requested_bytes (the buffers' unrounded
 //    sizes live in host order: no 512 B rounding, no caching, as the CPU
-//    allocator and FSDPMemTracker count) within 2% of the reference's peak,
-//    except the known gaps listed below with the bound they are held to
-//    (docs/accuracy.md says why each is open).
+//    allocator and FSDPMemTracker count) within 2% of the reference's peak;
+//    a reference outside it can only be admitted as a known gap below, with
+//    its own bound and a reason in docs/accuracy.md.
 #include <catch2/catch.hpp>
 
 #include <cmath>
