@@ -227,7 +227,7 @@ void Builder::backward_pass() {
     // The final backward callback: compute waits for every reduction and
     // gradient accumulation before the optimizer reads the gradient shards.
     flush_reduce_scatter();
-    compute_waits_.insert(compute_waits_.end(), post_reduce_ops_.begin(), post_reduce_ops_.end());
+    compute_waits().insert(compute_waits().end(), post_reduce_ops_.begin(), post_reduce_ops_.end());
     post_reduce_ops_.clear();
   }
 }

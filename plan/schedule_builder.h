@@ -152,10 +152,6 @@ class Builder {
   int launch(ScheduleOp op) {
     op.micro_step = micro_;
     op.phase = phase_;
-    if (op.stream == compute_) {
-      op.waits.insert(op.waits.end(), compute_waits_.begin(), compute_waits_.end());
-      compute_waits_.clear();
-    }
     std::vector<int>& stream_waits = stream_waits_[op.stream];
     op.waits.insert(op.waits.end(), stream_waits.begin(), stream_waits.end());
     stream_waits.clear();
@@ -209,6 +205,8 @@ class Builder {
     a.op = op;
     s_.actions.push_back(std::move(a));
   }
+
+  std::vector<int>& compute_waits() { return stream_waits_[compute_]; }
 
   // ---- set-up -------------------------------------------------------------
   void setup_streams_and_groups();
@@ -299,8 +297,9 @@ class Builder {
   std::vector<int> next_fwd_, next_bwd_;    // unit -> next in that order
   std::vector<bool> checkpointed_;          // per unit
   std::vector<bool> backward_started_;      // per unit, this micro-step
-  std::vector<int> compute_waits_;          // attached to the next compute-stream op
-  // Per stream: ops its next op waits on (fsdp2 frees: see free_buf).
+  // Per stream: ops its next op waits on (cudaStreamWaitEvent before the
+  // next launch there): compute waiting for unshards and reductions, fsdp2
+  // frees (see free_buf). compute_waits() is the compute stream's.
   std::vector<std::vector<int>> stream_waits_;
   int last_compute_ = -1;
   int micro_ = 0;

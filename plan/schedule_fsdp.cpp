@@ -129,7 +129,7 @@ void Builder::wait_for_unshard(int u) {
     st.ready_op = copy;
     return;
   }
-  if (st.ready_op >= 0) compute_waits_.push_back(st.ready_op);
+  if (st.ready_op >= 0) compute_waits().push_back(st.ready_op);
 }
 
 void Builder::reshard(int u) {
@@ -213,7 +213,7 @@ void Builder::accumulate_without_sync(int u) {
 
 void Builder::flush_reduce_scatter() {
   if (outstanding_rs_ < 0) return;
-  compute_waits_.push_back(outstanding_rs_);
+  compute_waits().push_back(outstanding_rs_);
   free_buf(outstanding_rs_in_);
   outstanding_rs_ = -1;
   outstanding_rs_in_ = -1;
