@@ -40,7 +40,8 @@ constexpr Rgb category_color(traces::Category c) {
   return kCategoryColors[static_cast<int>(c)];
 }
 // A folded run of events narrower than the LOD threshold: the color of its
-// first event at 60% brightness, so folds read as "many small things".
+// dominant category (most event time, gui::dominant_category) at 60%
+// brightness, so folds read as "many small things".
 constexpr Rgb folded_color(Rgb c) {
   return {static_cast<uint8_t>(c.r * 3 / 5), static_cast<uint8_t>(c.g * 3 / 5),
           static_cast<uint8_t>(c.b * 3 / 5)};

@@ -21,6 +21,67 @@ int64_t earliest_time(const traces::Trace& t) {
   return lo == std::numeric_limits<int64_t>::max() ? 0 : lo;
 }
 
+constexpr size_t kCategories = traces::kCategoryCount;
+
+bool single_category(uint32_t mask) {
+  return (mask & (mask - 1)) == 0;
+}
+
+// The category summaries of a row (see Track): nothing beyond the mask for a
+// row of one category.
+void summarize_categories(const traces::RankTrace& r, Track& tr) {
+  for (uint32_t e : tr.event) tr.category_mask |= 1u << static_cast<unsigned>(r.events[e].category);
+  if (single_category(tr.category_mask)) return;
+  constexpr size_t S = Track::kCoarseStride;
+  const size_t samples = tr.size() / S + 1;
+  tr.category.resize(tr.size());
+  tr.coarse_category_ns.assign(samples * kCategories, 0);
+  tr.coarse_category_count.assign(samples * kCategories, 0);
+  int64_t ns[kCategories] = {};
+  uint32_t count[kCategories] = {};
+  const auto sample = [&](size_t k) {
+    std::copy(ns, ns + kCategories, tr.coarse_category_ns.begin() + k * kCategories);
+    std::copy(count, count + kCategories, tr.coarse_category_count.begin() + k * kCategories);
+  };
+  for (size_t i = 0; i < tr.size(); ++i) {
+    if (i % S == 0) sample(i / S);
+    const auto c = static_cast<uint8_t>(r.events[tr.event[i]].category);
+    tr.category[i] = c;
+    ns[c] += tr.end[i] - tr.start[i];  // rows never overlap: the sum is <= the row's span
+    ++count[c];
+  }
+  if (tr.size() % S == 0) sample(tr.size() / S);
+}
+
+// Per-category event time and count over some positions of a track.
+struct CategoryTotals {
+  int64_t ns[kCategories] = {};
+  int64_t count[kCategories] = {};
+  void add(const Track& tr, size_t from, size_t to, int64_t sign) {
+    for (size_t j = from; j < to; ++j) {
+      ns[tr.category[j]] += sign * (tr.end[j] - tr.start[j]);
+      count[tr.category[j]] += sign;
+    }
+  }
+  // Adds sign x the totals of positions [0, i): the nearer coarse sample,
+  // corrected by at most kCoarseStride / 2 events.
+  void add_prefix(const Track& tr, size_t i, int64_t sign) {
+    constexpr size_t S = Track::kCoarseStride;
+    const size_t samples = tr.coarse_category_ns.size() / kCategories;
+    size_t k = i / S;
+    if (i - k * S > S / 2 && k + 1 < samples) {
+      ++k;
+      add(tr, i, k * S, -sign);
+    } else {
+      add(tr, k * S, i, sign);
+    }
+    for (size_t c = 0; c < kCategories; ++c) {
+      ns[c] += sign * tr.coarse_category_ns[k * kCategories + c];
+      count[c] += sign * static_cast<int64_t>(tr.coarse_category_count[k * kCategories + c]);
+    }
+  }
+};
+
 // Interval partitioning: events sorted by (start, longer first) go to the
 // lowest row free at their start, so a row never holds two overlapping
 // events and nested events land below their parent.
@@ -70,8 +131,10 @@ void partition_rows(const traces::RankTrace& r, int64_t origin, std::vector<uint
     tr.end.push_back(e.start_ns - origin + e.dur_ns);
     depth[order[k]] = static_cast<uint16_t>(std::min<uint32_t>(row_of[k], 0xffff));
   }
-  for (Track& tr : lane.rows)
+  for (Track& tr : lane.rows) {
     for (size_t i = 0; i < tr.size(); i += Track::kCoarseStride) tr.coarse_end.push_back(tr.end[i]);
+    summarize_categories(r, tr);
+  }
   lane.events = order.size();
 }
 
@@ -131,6 +194,25 @@ size_t first_end_at_least(const Track& track, size_t lo, size_t hi, double t) {
   const auto it = std::lower_bound(track.end.begin() + static_cast<std::ptrdiff_t>(a),
                                    track.end.begin() + static_cast<std::ptrdiff_t>(b), t, less);
   return static_cast<size_t>(it - track.end.begin());
+}
+
+traces::Category dominant_category(const Track& track, size_t first, size_t count) {
+  if (single_category(track.category_mask)) {
+    for (size_t c = 0; c < kCategories; ++c)
+      if (track.category_mask & (1u << c)) return static_cast<traces::Category>(c);
+    return traces::Category::compute;  // an empty row: nothing to fold
+  }
+  CategoryTotals totals;
+  if (count <= Track::kCoarseStride) {
+    totals.add(track, first, first + count, 1);
+  } else {
+    totals.add_prefix(track, first + count, 1);
+    totals.add_prefix(track, first, -1);
+  }
+  size_t best = kCategories;
+  for (size_t c = 0; c < kCategories; ++c)
+    if (totals.count[c] > 0 && (best == kCategories || totals.ns[c] > totals.ns[best])) best = c;
+  return static_cast<traces::Category>(best == kCategories ? 0 : best);
 }
 
 void visible_range(const Track& track, const TimeView& view, double width_px, size_t* first,

@@ -216,9 +216,10 @@ void draw_timeline(const TraceDoc& doc, const TimelineRects& rects, TimelineStat
         const double xa = std::clamp(it.x0, -2.0, L.w + 2.0);
         const double xb = std::clamp(std::max(it.x1, it.x0 + 1.0), -2.0, L.w + 2.0);
         const traces::Event& e = r.events[tr.event[it.first]];
-        const Rgb c = category_color(e.category);
-        dl->AddRectFilled(v2(L.x + xa, ry0 + 1), v2(L.x + xb, ry1 - 1),
-                          to_imgui(it.count == 1 ? c : folded_color(c)));
+        const Rgb c = it.count == 1
+                          ? category_color(e.category)
+                          : folded_color(category_color(dominant_category(tr, it.first, it.count)));
+        dl->AddRectFilled(v2(L.x + xa, ry0 + 1), v2(L.x + xb, ry1 - 1), to_imgui(c));
         if (stats && it.count > 1) ++stats->folded_items;
         if (xb - xa > 24) {
           const ImVec4 clip(static_cast<float>(L.x + xa + 2), ry0, static_cast<float>(L.x + xb - 2),
@@ -357,6 +358,8 @@ void draw_timeline(const TraceDoc& doc, const TimelineRects& rects, TimelineStat
       ImGui::Text("%s events folded (narrower than %.0f px)",
                   format_count(hover_item.count).c_str(), kFoldPixels);
       ImGui::Text("from %s to %s", format_time(t0).c_str(), format_time(t1).c_str());
+      ImGui::Text("mostly %s (by time)", traces::category_name(dominant_category(
+                                             *hover_track, hover_item.first, hover_item.count)));
       ImGui::TextDisabled("click to zoom in");
     }
     ImGui::EndTooltip();

@@ -168,3 +168,127 @@ TEST_CASE("lod: first_end_at_least (coarse samples, then a block) equals a plain
     REQUIRE(gui::first_end_at_least(track, lo, hi, q) == want);
   }
 }
+
+namespace {
+
+// One row: `kinds` events back to back from t = 0, each (category, duration),
+// with 1 ns between events.
+tr::Trace one_row(const std::vector<std::pair<tr::Category, int64_t>>& kinds) {
+  tr::Trace t;
+  tr::RankTrace& r = t.add_rank(0);
+  const uint32_t lane = t.add_lane(r, "stream 7", tr::LaneKind::compute);
+  const uint32_t name = t.intern("k");
+  int64_t time = 0;
+  for (const auto& [cat, dur] : kinds) {
+    tr::add_event(r, lane, name, cat, time, dur);
+    time += dur + 1;
+  }
+  return t;
+}
+
+// The one fold of the whole row at 10 ns per pixel (folds below 3 px = 30 ns).
+gui::DrawItem whole_row_fold(const gui::Track& track) {
+  std::vector<gui::DrawItem> items;
+  gui::lod_items(track, gui::TimeView{0, 10}, 1000, 3, items);
+  REQUIRE(items.size() == 1);
+  REQUIRE(items[0].count == track.size());
+  return items[0];
+}
+
+}  // namespace
+
+TEST_CASE("lod: a fold of 1 memcpy then 257 compute kernels is coloured compute, not memcpy") {
+  // memcpy.h2d 20 ns, then 257 kernels of 2 ns: compute holds 514 ns of the
+  // fold's 534, though the first event is the copy.
+  std::vector<std::pair<tr::Category, int64_t>> kinds = {{tr::Category::memcpy_h2d, 20}};
+  for (int i = 0; i < 257; ++i) kinds.push_back({tr::Category::compute, 2});
+  const tr::Trace t = one_row(kinds);
+  const gui::TraceIndex idx = gui::build_index(t);
+  const gui::Track& track = idx.ranks[0].lanes[0].rows[0];
+  const gui::DrawItem fold = whole_row_fold(track);
+  CHECK(fold.count == 258);
+  // 258 > kCoarseStride: the prefix-sum path (samples at 0, 64, 128, 192, 256).
+  CHECK(gui::dominant_category(track, fold.first, fold.count) == tr::Category::compute);
+  // Its first 3 events alone (20 ns of copy, 4 of compute): the copy.
+  CHECK(gui::dominant_category(track, 0, 3) == tr::Category::memcpy_h2d);
+}
+
+TEST_CASE("lod: a fold whose time is mostly memcpy is coloured memcpy, whatever comes first") {
+  // 5 kernels of 2 ns (10 ns), 2 copies d2h of 25 ns (50 ns), 5 kernels (10 ns):
+  // compute 20 ns < memcpy.d2h 50 ns, though compute is first and more numerous.
+  std::vector<std::pair<tr::Category, int64_t>> kinds;
+  for (int i = 0; i < 5; ++i) kinds.push_back({tr::Category::compute, 2});
+  kinds.push_back({tr::Category::memcpy_d2h, 25});
+  kinds.push_back({tr::Category::memcpy_d2h, 25});
+  for (int i = 0; i < 5; ++i) kinds.push_back({tr::Category::compute, 2});
+  const tr::Trace t = one_row(kinds);
+  const gui::TraceIndex idx = gui::build_index(t);
+  const gui::Track& track = idx.ranks[0].lanes[0].rows[0];
+  const gui::DrawItem fold = whole_row_fold(track);
+  CHECK(fold.count == 12);
+  CHECK(gui::dominant_category(track, fold.first, fold.count) == tr::Category::memcpy_d2h);
+}
+
+TEST_CASE("lod: fold colour ties go to the lower category among those present") {
+  // compute 10 ns = memcpy.h2d 10 ns: compute (0 < 5).
+  {
+    const tr::Trace t = one_row({{tr::Category::memcpy_h2d, 10}, {tr::Category::compute, 10}});
+    const gui::TraceIndex idx = gui::build_index(t);
+    const gui::Track& track = idx.ranks[0].lanes[0].rows[0];
+    CHECK(gui::dominant_category(track, 0, 2) == tr::Category::compute);
+  }
+  // Zero-length marker and sync events: 0 ns each, sync (9) before marker
+  // (10); compute (0), absent, is not chosen.
+  {
+    const tr::Trace t = one_row({{tr::Category::marker, 0}, {tr::Category::sync, 0}});
+    const gui::TraceIndex idx = gui::build_index(t);
+    const gui::Track& track = idx.ranks[0].lanes[0].rows[0];
+    CHECK(gui::dominant_category(track, 0, 2) == tr::Category::sync);
+  }
+}
+
+TEST_CASE("lod: a row of one category keeps no per-event categories; folds take that category") {
+  const tr::Trace t = one_row({{tr::Category::memset, 3}, {tr::Category::memset, 4}});
+  const gui::TraceIndex idx = gui::build_index(t);
+  const gui::Track& track = idx.ranks[0].lanes[0].rows[0];
+  CHECK(track.category_mask == (1u << 8));
+  CHECK(track.category.empty());
+  CHECK(track.coarse_category_ns.empty());
+  CHECK(gui::dominant_category(track, 0, 2) == tr::Category::memset);
+}
+
+TEST_CASE("lod: dominant_category (coarse samples plus at most 32 events) equals brute force") {
+  // 10,000 events of 4 categories with random durations, including 0.
+  std::mt19937_64 rng(5);
+  const tr::Category cats[] = {tr::Category::compute, tr::Category::comm_all_gather,
+                               tr::Category::memcpy_h2d, tr::Category::marker};
+  std::vector<std::pair<tr::Category, int64_t>> kinds;
+  for (int i = 0; i < 10000; ++i)
+    kinds.push_back({cats[rng() % 4], static_cast<int64_t>(rng() % 4 == 0 ? 0 : rng() % 1000)});
+  const tr::Trace t = one_row(kinds);
+  const gui::TraceIndex idx = gui::build_index(t);
+  const gui::Track& track = idx.ranks[0].lanes[0].rows[0];
+  REQUIRE(track.size() == 10000);
+  REQUIRE(track.coarse_category_ns.size() == (10000 / 64 + 1) * tr::kCategoryCount);
+  const auto brute = [&](size_t first, size_t count) {
+    int64_t ns[tr::kCategoryCount] = {};
+    bool present[tr::kCategoryCount] = {};
+    for (size_t k = first; k < first + count; ++k) {
+      const auto c = static_cast<size_t>(kinds[k].first);
+      ns[c] += kinds[k].second;
+      present[c] = true;
+    }
+    int best = -1;
+    for (int c = 0; c < tr::kCategoryCount; ++c)
+      if (present[c] && (best < 0 || ns[c] > ns[best])) best = c;
+    return static_cast<tr::Category>(best);
+  };
+  // Every fold ending at the last event (the final sample, 10000 % 64 != 0),
+  // then random ones of every size.
+  CHECK(gui::dominant_category(track, 0, 10000) == brute(0, 10000));
+  for (int k = 0; k < 3000; ++k) {
+    const size_t first = rng() % 10000;
+    const size_t count = 1 + rng() % (10000 - first);
+    REQUIRE(gui::dominant_category(track, first, count) == brute(first, count));
+  }
+}
