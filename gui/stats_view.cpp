@@ -33,7 +33,9 @@ void metric_row(const char* name, const traces::MetricValues& v) {
   ImGui::TextUnformatted(format_bytes(static_cast<double>(v.peak_reserved_bytes)).c_str());
 }
 
-void breakdown_table(const char* id, const char* key_name, const traces::Metrics& m,
+constexpr const char* kShareColumn = "% of self time";
+
+void breakdown_table(const char* id, const char* key_name,
                      const std::vector<traces::BreakdownRow>& rows, float height) {
   const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersOuter |
                                 ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_ScrollY |
@@ -41,9 +43,20 @@ void breakdown_table(const char* id, const char* key_name, const traces::Metrics
   if (!ImGui::BeginTable(id, 6, flags, ImVec2(0, height))) return;
   ImGui::TableSetupScrollFreeze(0, 1);
   ImGui::TableSetupColumn(key_name, ImGuiTableColumnFlags_WidthStretch, 3.0f);
-  for (const char* c : {"count", "total ms", "mean ms", "self ms", "share of step"})
+  for (const char* c : {"count", "total ms", "mean ms", "self ms", kShareColumn})
     ImGui::TableSetupColumn(c, ImGuiTableColumnFlags_WidthStretch, 1.0f);
-  ImGui::TableHeadersRow();
+  const double summed = summed_self_ms(rows);
+  // The header row by hand, for the share column's tooltip.
+  ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
+  for (int c = 0; c < 6; ++c) {
+    if (!ImGui::TableSetColumnIndex(c)) continue;
+    ImGui::TableHeader(ImGui::TableGetColumnName(c));
+    if (c == 5 && ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "self ms / %.4f ms: the summed self time of every event in the reported steps\n"
+          "(all lanes and ranks; concurrent events each count). Rows sum to 100%%.",
+          summed);
+  }
   ImGuiListClipper clip;
   clip.Begin(static_cast<int>(rows.size()));
   while (clip.Step()) {
@@ -61,7 +74,7 @@ void breakdown_table(const char* id, const char* key_name, const traces::Metrics
       ImGui::TableNextColumn();
       ImGui::Text("%.4f", r.self_ms);
       ImGui::TableNextColumn();
-      ImGui::Text("%.1f%%", 100.0 * step_share(m, r));
+      ImGui::Text("%.1f%%", 100.0 * self_time_share(r, summed));
     }
   }
   ImGui::EndTable();
@@ -69,13 +82,14 @@ void breakdown_table(const char* id, const char* key_name, const traces::Metrics
 
 }  // namespace
 
-double step_share(const traces::Metrics& m, const traces::BreakdownRow& row) {
-  double windows_ms = 0;
-  for (const traces::RankMetrics& r : m.ranks) {
-    const int64_t reported = r.steps > 1 ? r.steps - 1 : 1;
-    windows_ms += static_cast<double>(reported) * r.step_time_ms;
-  }
-  return windows_ms > 0 ? row.total_ms / windows_ms : 0.0;
+double summed_self_ms(const std::vector<traces::BreakdownRow>& rows) {
+  double sum = 0;
+  for (const traces::BreakdownRow& r : rows) sum += r.self_ms;
+  return sum;
+}
+
+double self_time_share(const traces::BreakdownRow& row, double summed) {
+  return summed > 0 ? row.self_ms / summed : 0.0;
 }
 
 void draw_metrics_table(const traces::Metrics& m) {
@@ -120,12 +134,16 @@ void draw_statistics(const TraceDoc& doc) {
   ImGui::Spacing();
   const float avail = ImGui::GetContentRegionAvail().y;
   const float h = std::max(80.0f, (avail - 3 * ImGui::GetTextLineHeightWithSpacing()) / 3);
+  ImGui::TextDisabled(
+      "breakdowns: events of the reported steps; %s = self ms / %.4f ms, the summed self time "
+      "of all of them (every lane and rank)",
+      kShareColumn, summed_self_ms(m.by_category));
   ImGui::TextUnformatted("per op type");
-  breakdown_table("##by_op", "op", m, m.by_op, h);
+  breakdown_table("##by_op", "op", m.by_op, h);
   ImGui::TextUnformatted("per unit");
-  breakdown_table("##by_unit", "unit", m, m.by_unit, h);
+  breakdown_table("##by_unit", "unit", m.by_unit, h);
   ImGui::TextUnformatted("per category");
-  breakdown_table("##by_category", "category", m, m.by_category, h);
+  breakdown_table("##by_category", "category", m.by_category, h);
 }
 
 }  // namespace shardscope::gui
