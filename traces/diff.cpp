@@ -102,7 +102,10 @@ json metric_json(const MetricDelta& d) {
           {"relative", d.has_relative ? json(d.relative) : json(nullptr)}};
 }
 
-std::string relative_text(bool has, double rel) {
+// The "change" column: "=" when both sides are 0 (nothing changed; the
+// relative change 0 / 0 is undefined), "new" from 0 to a nonzero value.
+std::string relative_text(double a, double b, bool has, double rel) {
+  if (a == 0 && b == 0) return "=";
   if (!has) return "new";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%+.1f%%", rel * 100);
@@ -154,7 +157,7 @@ std::string format_diff(const MetricsDiff& d, int rows) {
   out += buf;
   for (const MetricDelta& m : d.metrics) {
     std::snprintf(buf, sizeof buf, "%-22s %16.4f %16.4f %+16.4f %9s\n", m.name.c_str(), m.a, m.b,
-                  m.delta, relative_text(m.has_relative, m.relative).c_str());
+                  m.delta, relative_text(m.a, m.b, m.has_relative, m.relative).c_str());
     out += buf;
   }
   auto table = [&](const char* title, const std::vector<RowDelta>& list) {
@@ -169,7 +172,7 @@ std::string format_diff(const MetricsDiff& d, int rows) {
       std::snprintf(buf, sizeof buf, "%-40s %7lld %7lld %12.3f %12.3f %+12.3f %9s\n", key.c_str(),
                     static_cast<long long>(r.count_a), static_cast<long long>(r.count_b),
                     r.total_a_ms, r.total_b_ms, r.delta_ms,
-                    relative_text(r.has_relative, r.relative).c_str());
+                    relative_text(r.total_a_ms, r.total_b_ms, r.has_relative, r.relative).c_str());
       out += buf;
     }
   };

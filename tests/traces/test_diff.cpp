@@ -54,3 +54,35 @@ TEST_CASE("diff of a trace with itself is all zeros", "[diff]") {
   for (const RowDelta& r : d.by_op) CHECK(r.delta_ms == 0);
   CHECK(format_diff(d).find("step_time_ms") != std::string::npos);
 }
+
+TEST_CASE("diff: a metric or row that is 0 in both traces reads '=', 0 to nonzero 'new'",
+          "[diff]") {
+  Metrics a, b;
+  a.total.step_time_ms = 10;
+  b.total.step_time_ms = 10;  // unchanged, nonzero: +0.0%
+  a.total.comm_ms = 0;
+  b.total.comm_ms = 0;  // 0 -> 0: "=" (was "new")
+  a.total.idle_ms = 0;
+  b.total.idle_ms = 2;  // 0 -> 2: "new"
+  a.by_op = {{"tick", 4, 0, 0, 0}, {"gemm", 1, 3, 3, 3}};
+  b.by_op = {{"tick", 5, 0, 0, 0}, {"gemm", 1, 3, 3, 3}, {"copy", 1, 1, 1, 1}};
+  const MetricsDiff d = diff_metrics(a, b);
+  const std::string text = format_diff(d);
+  // The change column is the last field of the line that starts with `name`.
+  const auto change_of = [&](const std::string& name) {
+    const size_t at = text.find("\n" + name + " ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+    return line.substr(line.find_last_of(' ') + 1);
+  };
+  CHECK(change_of("comm_ms") == "=");
+  CHECK(change_of("exposed_comm_ms") == "=");
+  CHECK(change_of("idle_ms") == "new");
+  CHECK(change_of("step_time_ms") == "+0.0%");
+  CHECK(change_of("tick") == "=");  // 0 ms in both, though counted 4 and 5 times
+  CHECK(change_of("copy") == "new");
+  CHECK(change_of("gemm") == "+0.0%");
+  // The JSON keeps relative null for 0 -> 0 (0 / 0 is undefined).
+  for (const MetricDelta& m : d.metrics)
+    if (m.name == "comm_ms") CHECK_FALSE(m.has_relative);
+}
