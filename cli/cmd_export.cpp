@@ -16,8 +16,9 @@ constexpr const char* kUsage =
     "usage: shardscope export TRACE --chrome OUT [--per-rank]\n\n"
     "Writes TRACE as a Chrome trace JSON that is also Kineto-compatible: one\n"
     "process per rank, one thread per stream, memory counters, flows, ProfilerStep#N.\n\n"
-    "  --chrome OUT   output file (all ranks in one file), or with --per-rank a\n"
-    "                 folder (created when missing) receiving OUT/rank<N>.json\n"
+    "  --chrome OUT   output file (all ranks in one file; gzip when it ends in .gz),\n"
+    "                 or with --per-rank a folder (created when missing) receiving\n"
+    "                 OUT/rank<N>.json\n"
     "  --per-rank     one file per rank, each with its own distributedInfo.rank\n";
 
 }  // namespace

@@ -13,9 +13,11 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: shardscope import --kineto FILE... --out OUT\n\n"
-    "Imports PyTorch profiler (Kineto) JSON traces, one per rank (rank from\n"
-    "distributedInfo.rank, else the position on the command line): GPU kernels,\n"
-    "NCCL collectives, memcpy/memset, [memory] events and ProfilerStep#N steps.\n\n"
+    "Imports PyTorch profiler (Kineto) JSON traces, .json or .json.gz, one per\n"
+    "rank (rank from distributedInfo.rank, else the position on the command\n"
+    "line): device kernels (CUDA, ROCm, MTIA), NCCL collectives, memcpy/memset,\n"
+    "host ops and runtime calls linked to the kernels they launched (FLOPs from\n"
+    "record_shapes), [memory] events and ProfilerStep#N steps (docs/traces.md).\n\n"
     "  --kineto FILE  a Kineto JSON; more files may follow it (or repeat --kineto)\n"
     "  --out OUT      the trace to write: native JSON when OUT ends in .json,\n"
     "                 else the binary form\n";
@@ -32,10 +34,25 @@ int cmd_import(int argc, char** argv) {
   if (files.empty()) throw UsageError("missing --kineto FILE");
   for (const std::string& p : args.positionals()) files.push_back(p);
   const std::string out = args.require("out");
-  const traces::Trace trace = traces::import_kineto(files);
+  traces::KinetoImportSummary summary;
+  const traces::Trace trace = traces::import_kineto(files, &summary);
   traces::save_trace(trace, out);
   std::printf("wrote %s (%zu ranks, %zu events)\n", out.c_str(), trace.ranks.size(),
               trace.event_count());
+  std::printf(
+      "  device events %lld (%lld linked to the host call that launched them, %lld not), host "
+      "events %lld, kernels with FLOPs from input shapes %lld, memory records %lld\n",
+      static_cast<long long>(summary.device_events), static_cast<long long>(summary.launch_links),
+      static_cast<long long>(summary.unlinked_device), static_cast<long long>(summary.host_events),
+      static_cast<long long>(summary.kernels_with_flops),
+      static_cast<long long>(summary.memory_records));
+  if (!summary.skipped.empty()) {
+    std::string skipped;
+    for (const auto& [cat, n] : summary.skipped)
+      skipped += (skipped.empty() ? "" : ", ") + cat + " " + std::to_string(n);
+    std::printf("  not imported (Kineto categories without device or launch work): %s\n",
+                skipped.c_str());
+  }
   return 0;
 }
 

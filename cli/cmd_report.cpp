@@ -14,25 +14,56 @@ namespace shardscope::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: shardscope report TRACE [--json]\n\n"
+    "usage: shardscope report TRACE [--json] [--step-rule RULE]\n\n"
     "Metrics of a trace: step time, peak allocated/reserved memory, compute,\n"
-    "communication, exposed communication, overlap and idle time, per rank and\n"
-    "overall, with per-unit and per-op-type breakdowns (docs/traces.md).\n"
-    "TRACE: a shardscope trace (binary or .json) or a PyTorch profiler JSON.\n\n"
-    "  --json   print the metrics JSON (ARCHITECTURE.md, output contracts)\n";
+    "communication, exposed communication, overlap, idle time and device span\n"
+    "(HTA's temporal breakdown), per rank, per step and overall, with per-unit\n"
+    "and per-op-type breakdowns (docs/traces.md). Notes say which steps are\n"
+    "reported and why others are left out.\n"
+    "TRACE: a shardscope trace (binary or .json) or a PyTorch profiler JSON\n"
+    "(.json or .json.gz).\n\n"
+    "  --json            print the metrics JSON (ARCHITECTURE.md, output contracts)\n"
+    "  --step-rule RULE  which step an event belongs to: launch (HTA: a kernel\n"
+    "                    belongs to the step of the host call that launched it;\n"
+    "                    needs launch links, as profiler traces have), markers\n"
+    "                    (the step it starts in), or automatic (default: launch\n"
+    "                    when the trace has launch links, else markers)\n";
 
 }  // namespace
 
 int cmd_report(int argc, char** argv) {
-  Args args(argc, argv, {{"json", false, false}}, true);
+  Args args(argc, argv, {{"json", false, false}, {"step-rule", true, false}}, true);
   if (args.help()) {
     std::printf("%s", kUsage);
     return 0;
   }
   if (args.positionals().size() != 1) throw UsageError("expected exactly one TRACE");
   const std::string& path = args.positionals()[0];
+  traces::MetricsOptions options;
+  const std::string rule = args.get("step-rule", "automatic");
+  if (rule == "launch") {
+    options.step_rule = traces::StepRule::launch;
+  } else if (rule == "markers") {
+    options.step_rule = traces::StepRule::markers;
+  } else if (rule != "automatic") {
+    throw UsageError("--step-rule: expected automatic, launch or markers, got \"" + rule + "\"");
+  }
   const traces::Trace trace = traces::load_trace(path);
-  const traces::Metrics metrics = traces::compute_metrics(trace);
+  size_t memory_records = 0;
+  for (const traces::RankTrace& r : trace.ranks) memory_records += r.memory.size();
+  if (trace.event_count() == 0 && memory_records == 0) {
+    std::fprintf(stderr,
+                 "shardscope report: %s: nothing to measure: the trace has no events and no "
+                 "memory records\n",
+                 path.c_str());
+    return 2;
+  }
+  traces::Metrics metrics;
+  try {
+    metrics = traces::compute_metrics(trace, options);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--step-rule: ") + e.what());
+  }
   if (args.has("json")) {
     std::printf("%s\n", traces::metrics_to_json(metrics).dump(2).c_str());
   } else {

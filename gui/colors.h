@@ -35,6 +35,7 @@ constexpr Rgb kCategoryColors[traces::kCategoryCount] = {
     {150, 150, 150},  // memset
     {105, 105, 130},  // sync
     {235, 225, 80},   // marker
+    {175, 140, 110},  // host
 };
 constexpr Rgb category_color(traces::Category c) {
   return kCategoryColors[static_cast<int>(c)];

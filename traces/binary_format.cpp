@@ -260,10 +260,11 @@ class BinaryReader {
     if (n < sizeof head) in_.fail(ErrorKind::truncated, n, "file ends inside the header");
     FileHeader fh{};
     std::memcpy(&fh, head, sizeof fh);
-    if (fh.version != kBinaryVersion)
+    if (fh.version < kOldestBinaryVersion || fh.version > kBinaryVersion)
       in_.fail(ErrorKind::unsupported_version, 8,
                "unsupported binary trace version " + std::to_string(fh.version) +
-                   " (this build reads version " + std::to_string(kBinaryVersion) + ")");
+                   " (this build reads versions " + std::to_string(kOldestBinaryVersion) + " to " +
+                   std::to_string(kBinaryVersion) + ")");
     if (fh.header_bytes != sizeof(FileHeader))
       in_.fail(ErrorKind::malformed, 12, "header size " + std::to_string(fh.header_bytes));
     if (fh.reserved != 0) in_.fail(ErrorKind::malformed, 24, "reserved header bytes not zero");
@@ -287,6 +288,16 @@ class BinaryReader {
     if (in_.left() != 0)
       in_.fail(ErrorKind::malformed, in_.pos(),
                std::to_string(in_.left()) + " trailing bytes after the end section");
+    if (fh.version < 2) {
+      // Category::host did not exist in version 1.
+      for (size_t ri = 0; ri < trace_.ranks.size(); ++ri)
+        for (size_t i = 0; i < trace_.ranks[ri].events.size(); ++i)
+          if (trace_.ranks[ri].events[i].category == Category::host)
+            throw TraceError(
+                ErrorKind::schema, in_.name(),
+                "/ranks/" + std::to_string(ri) + "/events/" + std::to_string(i) + "/cat",
+                "category 11 (host) in a version 1 file, which has no such category");
+    }
     validate(trace_, in_.name());
     return std::move(trace_);
   }

@@ -13,7 +13,10 @@
 
 namespace shardscope::traces {
 
-constexpr uint32_t kBinaryVersion = 1;
+// Version 2 added Category::host (host-side events of imported profiler
+// traces); version 1 files read unchanged (their categories are a subset).
+constexpr uint32_t kBinaryVersion = 2;
+constexpr uint32_t kOldestBinaryVersion = 1;
 // First 8 bytes of every binary trace: \x89 S S T R C \r \n (PNG-style: a
 // high byte and a CR LF catch text-mode transfers).
 constexpr char kBinaryMagic[8] = {'\x89', 'S', 'S', 'T', 'R', 'C', '\r', '\n'};

@@ -97,7 +97,7 @@ class Exporter {
     }
     out_.put("],\n\"distributedInfo\":{\"backend\":\"");
     out_.put(t_.meta.source == Source::engine_cpu ? "gloo" : "nccl");
-    out_.put("\",\"rank\":");
+    out_.put("\",\"rank\": ");  // HTA finds the rank with "rank":\s+(\d+): keep the blank
     out_.put_int(chosen.empty() ? 0 : chosen.front()->rank);
     out_.put(",\"world_size\":");
     out_.put_int(t_.world_size());
@@ -185,27 +185,8 @@ class Exporter {
         host = static_cast<int32_t>(l);
         break;
       }
-    // gpu_user_annotation per step on each device lane that has events in it.
-    for (size_t l = 0; l < r.lanes.size() && !r.steps.empty(); ++l) {
-      if (r.lanes[l].kind == LaneKind::host) continue;
-      std::vector<Item> spans(r.steps.size(), Item{0, 0, kNoEvent, 0, 0});
-      std::vector<bool> used(r.steps.size(), false);
-      for (const Item& it : items[l]) {
-        auto s = std::upper_bound(r.steps.begin(), r.steps.end(), it.start,
-                                  [](int64_t x, const Step& st) { return x < st.start_ns; });
-        if (s == r.steps.begin()) continue;
-        const size_t k = static_cast<size_t>(s - r.steps.begin()) - 1;
-        if (!used[k]) {
-          spans[k] = Item{it.start, it.end, kNoEvent, r.steps[k].number, 0};
-          used[k] = true;
-        } else {
-          spans[k].start = std::min(spans[k].start, it.start);
-          spans[k].end = std::max(spans[k].end, it.end);
-        }
-      }
-      for (size_t k = 0; k < spans.size(); ++k)
-        if (used[k]) items[l].push_back(spans[k]);
-    }
+    // No gpu_user_annotation copy of the steps on device lanes: HTA takes any
+    // "ProfilerStep" row as a step and would move its last-step cutoff.
     std::vector<Item> host_synth;
     const bool need_host = host < 0 && (!r.steps.empty() || !r.memory.empty());
     std::vector<Item>& host_items = host >= 0 ? items[static_cast<size_t>(host)] : host_synth;
@@ -233,6 +214,7 @@ class Exporter {
       }
     }
     const int host_tid = need_host ? 1 : (host >= 0 ? tid_of[static_cast<size_t>(host)][0] : 0);
+    const std::vector<Launch> launches = plan_launches(r);
 
     const std::string process = "rank " + std::to_string(r.rank);
     metadata("process_name", pid, 0, "name", &process, 0);
@@ -250,9 +232,72 @@ class Exporter {
       for (const Item& it : items[l]) write_item(r, l, it, tid_of[l][it.sub]);
     for (const Item& it : host_synth)
       write_step_annotation(pid, 1 + static_cast<int>(it.sub), it, false);
+    if (!launches.empty()) {
+      const int tid = next_tid++;
+      const std::string name = "launches (synthesized)";
+      metadata("thread_name", pid, tid, "name", &name, 0);
+      metadata("thread_sort_index", pid, tid, "sort_index", nullptr,
+               static_cast<int64_t>(threads.size()));
+      for (const Launch& l : launches) write_launch(r, l, tid);
+    }
 
     write_memory(r, host_tid);
     write_flows(r, items, tid_of);
+  }
+
+  struct Launch {
+    int64_t ts;
+    uint32_t event;
+  };
+
+  // Kineto readers (HTA) find a kernel's step through the host call that
+  // launched it. Device work without a launch in the trace (simulated and
+  // engine runs) gets a synthesized cuda_runtime call with its correlation
+  // id, at the kernel's start clamped into the host range of its step
+  // (steps[k].start <= ts < steps[k].end, HTA's host rule), so HTA puts it
+  // in the step the trace does. The importer drops them again
+  // (args.shardscope_synthesized). Fills correlation_ for every event.
+  std::vector<Launch> plan_launches(const RankTrace& r) {
+    correlation_.assign(r.events.size(), 0);
+    std::vector<bool> launched(r.events.size(), false);
+    for (const Flow& f : r.flows)
+      if (is_launch_flow(r, f)) launched[f.to] = true;
+    uint32_t next = 1;
+    for (const Event& e : r.events) next = std::max(next, e.correlation + 1);
+    std::vector<Launch> out;
+    for (uint32_t i = 0; i < r.events.size(); ++i) {
+      const Event& e = r.events[i];
+      correlation_[i] = e.correlation;
+      if (r.lanes[e.lane].kind == LaneKind::host || launched[i]) continue;
+      if (e.category == Category::marker || e.category == Category::sync ||
+          e.category == Category::host)
+        continue;
+      if (!correlation_[i]) correlation_[i] = next++;
+      int64_t ts = e.start_ns;
+      auto s = std::upper_bound(r.steps.begin(), r.steps.end(), e.start_ns,
+                                [](int64_t x, const Step& st) { return x < st.start_ns; });
+      if (s != r.steps.begin()) {
+        const Step& step = *(s - 1);
+        const int64_t hi = std::max(step.start_ns, step.end_ns - 1000);
+        ts = std::min(std::max(ts, step.start_ns), hi);
+      }
+      out.push_back(Launch{ts, i});
+    }
+    std::stable_sort(out.begin(), out.end(),
+                     [](const Launch& a, const Launch& b) { return a.ts < b.ts; });
+    return out;
+  }
+
+  void write_launch(const RankTrace& r, const Launch& l, int tid) {
+    begin_event();
+    out_.put("{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\"");
+    put_where(r.rank, tid);
+    put_ts(l.ts);
+    out_.put(",\"dur\":0.000,\"args\":{\"correlation\":");
+    out_.put_uint(correlation_[l.event]);
+    // 1: the correlation id was made up too (the kernel had none), 2: the kernel's own.
+    out_.put(r.events[l.event].correlation ? ",\"shardscope_synthesized\":2}}"
+                                           : ",\"shardscope_synthesized\":1}}");
   }
 
   void write_step_annotation(int32_t pid, int tid, const Item& it, bool device) {
@@ -278,7 +323,7 @@ class Exporter {
     }
     const Event& e = r.events[it.event];
     const std::string_view name = t_.str(e.name);
-    const KinetoShown shown = kineto_shown_as(e, name, device);
+    const KinetoShown shown = kineto_shown_as(e, name, t_.str(e.op), device);
     begin_event();
     out_.put("{\"ph\":\"X\",\"cat\":\"");
     out_.put(shown.cat);
@@ -289,14 +334,28 @@ class Exporter {
     out_.put(",\"dur\":");
     out_.put_micros(e.dur_ns);
     out_.put(",\"args\":{");
-    if (device) {
+    // Markers and syncs on device lanes carry no stream: HTA counts every row
+    // with a stream as device busy time, and they are not.
+    const bool busy = e.category != Category::marker && e.category != Category::sync;
+    if (device && busy) {
       out_.put("\"device\":");
       out_.put_int(r.device >= 0 ? r.device : 0);
       out_.put(",\"stream\":");
       out_.put_int(l.stream >= 0 ? l.stream : 100 + static_cast<int64_t>(lane));
       out_.put(",\"correlation\":");
-      out_.put_uint(e.correlation);
+      out_.put_uint(correlation_[it.event]);
       out_.put(',');
+    } else if (device) {
+      out_.put("\"device\":");
+      out_.put_int(r.device >= 0 ? r.device : 0);
+      out_.put(",\"shardscope_stream\":");
+      out_.put_int(l.stream >= 0 ? l.stream : 100 + static_cast<int64_t>(lane));
+      out_.put(',');
+      if (e.correlation) {
+        out_.put("\"correlation\":");
+        out_.put_uint(e.correlation);
+        out_.put(',');
+      }
     } else if (e.correlation) {
       out_.put("\"correlation\":");
       out_.put_uint(e.correlation);
@@ -359,18 +418,25 @@ class Exporter {
       const uint64_t id = ++flow_id_;
       const Event& from = r.events[f.from];
       const Event& to = r.events[f.to];
+      // Launches as Kineto draws them (cat ac2g); other links as dependencies.
+      const char* what = is_launch_flow(r, f) ? "\"cat\":\"ac2g\",\"name\":\"ac2g\""
+                                              : "\"cat\":\"flow\",\"name\":\"dependency\"";
       begin_event();
       out_.put("{\"ph\":\"s\",\"id\":");
       out_.put_uint(id);
       put_where(r.rank, event_tid[f.from]);
       put_ts(from.start_ns);
-      out_.put(",\"cat\":\"flow\",\"name\":\"dependency\"}");
+      out_.put(',');
+      out_.put(what);
+      out_.put('}');
       begin_event();
       out_.put("{\"ph\":\"f\",\"id\":");
       out_.put_uint(id);
       put_where(r.rank, event_tid[f.to]);
       put_ts(to.start_ns);
-      out_.put(",\"cat\":\"flow\",\"name\":\"dependency\",\"bp\":\"e\"}");
+      out_.put(',');
+      out_.put(what);
+      out_.put(",\"bp\":\"e\"}");
     }
   }
 
@@ -379,6 +445,7 @@ class Exporter {
   int64_t base_ = 0;
   bool first_event_ = true;
   uint64_t flow_id_ = 0;
+  std::vector<uint32_t> correlation_;  // per event of the rank being written
 };
 
 }  // namespace

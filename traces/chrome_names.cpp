@@ -25,8 +25,12 @@ bool contains_ci(std::string_view s, std::string_view needle) {
 
 }  // namespace
 
-KinetoShown kineto_shown_as(const Event& e, std::string_view name, bool device) {
-  if (!device) {
+KinetoShown kineto_shown_as(const Event& e, std::string_view name, std::string_view op,
+                            bool device) {
+  if (!device || e.category == Category::host) {
+    for (const char* cat :
+         {"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "mtia_runtime"})
+      if (op == cat) return {cat, std::string(name), false};
     switch (e.category) {
       case Category::marker:
         return {"user_annotation", std::string(name), false};
@@ -65,6 +69,8 @@ KinetoShown kineto_shown_as(const Event& e, std::string_view name, bool device) 
       return {"cuda_sync", std::string(name), false};
     case Category::marker:
       return {"gpu_user_annotation", std::string(name), false};
+    case Category::host:
+      break;  // handled above
   }
   return {"kernel", std::string(name), false};
 }

@@ -16,7 +16,11 @@ struct KinetoShown {
   bool renamed;      // name differs from the event's (the original goes to args)
 };
 
-// `device`: the event is on a device lane (not the host).
-KinetoShown kineto_shown_as(const Event& e, std::string_view name, bool device);
+// `device`: the event is on a device lane (not the host). `op`: the event's
+// op string; for host events imported from Kineto it holds their Kineto
+// category (cpu_op, user_annotation, cuda_runtime, cuda_driver,
+// mtia_runtime), which the export keeps.
+KinetoShown kineto_shown_as(const Event& e, std::string_view name, std::string_view op,
+                            bool device);
 
 }  // namespace shardscope::traces

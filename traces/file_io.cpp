@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "traces/error.h"
+#include "traces/gzip.h"
 
 namespace shardscope::traces {
 
@@ -62,6 +63,7 @@ std::string read_file(const std::string& path) {
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed) throw TraceError(ErrorKind::io, path, "", "read failed");
+  if (is_gzip(data)) return gunzip(data, path);
   return data;
 }
 
@@ -78,20 +80,38 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
   tmp_ = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   file_ = std::fopen(tmp_.c_str(), "wb");
   if (!file_) throw TraceError(ErrorKind::io, path, "", "cannot create: " + errno_text());
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0)
+    gzip_ = std::make_unique<GzipDeflater>();
 }
 
 AtomicFile::~AtomicFile() {
   abandon();
 }
 
-void AtomicFile::write(const void* data, size_t n) {
-  if (!file_) throw TraceError(ErrorKind::io, path_, "", "write after close");
+void AtomicFile::put_raw(const void* data, size_t n) {
   if (n && std::fwrite(data, 1, n, file_) != n)
     throw TraceError(ErrorKind::io, path_, "", "write failed: " + errno_text());
 }
 
+void AtomicFile::write(const void* data, size_t n) {
+  if (!file_) throw TraceError(ErrorKind::io, path_, "", "write after close");
+  if (!gzip_) {
+    put_raw(data, n);
+    return;
+  }
+  compressed_.clear();
+  gzip_->write(data, n, compressed_);
+  put_raw(compressed_.data(), compressed_.size());
+}
+
 void AtomicFile::commit() {
   if (!file_) throw TraceError(ErrorKind::io, path_, "", "commit after close");
+  if (gzip_) {
+    compressed_.clear();
+    gzip_->finish(compressed_);
+    put_raw(compressed_.data(), compressed_.size());
+    gzip_.reset();
+  }
   const bool flushed = std::fflush(file_) == 0;
   const bool closed = std::fclose(file_) == 0;
   file_ = nullptr;

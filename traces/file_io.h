@@ -6,12 +6,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <string_view>
 
 namespace shardscope::traces {
 
-// The whole file; throws TraceError(io) naming the path.
+class GzipDeflater;
+
+// The whole file, decompressed when it is gzip (magic bytes 1f 8b, whatever
+// its name); throws TraceError(io) naming the path, or gunzip's errors.
 std::string read_file(const std::string& path);
 
 // Bytes in the file; throws TraceError(io).
@@ -19,7 +23,8 @@ uint64_t file_size_of(const std::string& path);
 
 class AtomicFile {
  public:
-  // Opens "<path>.tmp.<pid>.<n>"; throws TraceError(io).
+  // Opens "<path>.tmp.<pid>.<n>"; throws TraceError(io). A path ending in
+  // ".gz" is written gzip-compressed.
   explicit AtomicFile(const std::string& path);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
@@ -35,8 +40,11 @@ class AtomicFile {
 
  private:
   std::string path_;
+  void put_raw(const void* data, size_t n);
   std::string tmp_;
   FILE* file_ = nullptr;
+  std::unique_ptr<GzipDeflater> gzip_;  // set for ".gz" paths
+  std::string compressed_;
 };
 
 // Buffers small writes (the JSON writers emit many) and hands them to an

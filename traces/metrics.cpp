@@ -19,6 +19,8 @@ struct Values {
   double exposed_ns = 0;
   double overlap = 0;
   double idle_ns = 0;
+  double device_span_ns = 0;
+  double non_compute_ns = 0;
 };
 
 template <typename Get>
@@ -42,6 +44,8 @@ Values median(const std::vector<Values>& v) {
   m.exposed_ns = median_of(v, [](const Values& e) { return e.exposed_ns; });
   m.overlap = median_of(v, [](const Values& e) { return e.overlap; });
   m.idle_ns = median_of(v, [](const Values& e) { return e.idle_ns; });
+  m.device_span_ns = median_of(v, [](const Values& e) { return e.device_span_ns; });
+  m.non_compute_ns = median_of(v, [](const Values& e) { return e.non_compute_ns; });
   return m;
 }
 
@@ -59,6 +63,8 @@ Values aggregate(const std::vector<std::pair<Values, double>>& per_rank) {
     a.exposed_ns += w * v.exposed_ns;
     a.overlap += w * v.overlap;
     a.idle_ns += w * v.idle_ns;
+    a.device_span_ns += w * v.device_span_ns;
+    a.non_compute_ns += w * v.non_compute_ns;
     weight += w;
   }
   if (weight > 0) {
@@ -67,6 +73,8 @@ Values aggregate(const std::vector<std::pair<Values, double>>& per_rank) {
     a.exposed_ns /= weight;
     a.overlap /= weight;
     a.idle_ns /= weight;
+    a.device_span_ns /= weight;
+    a.non_compute_ns /= weight;
   }
   return a;
 }
@@ -86,6 +94,8 @@ void to_metric_values(const Values& v, MetricValues* out) {
   out->exposed_comm_ms = v.exposed_ns / 1e6;
   out->overlap = v.overlap;
   out->idle_ms = v.idle_ns / 1e6;
+  out->device_span_ms = v.device_span_ns / 1e6;
+  out->non_compute_ms = v.non_compute_ns / 1e6;
 }
 
 // Unsigned: sums of extreme durations wrap instead of overflowing.
@@ -113,6 +123,88 @@ std::vector<BreakdownRow> to_rows(const std::map<std::string, RowAcc>& acc) {
   return rows;
 }
 
+// "3..7", "3", "2, 4..6" for sorted step numbers.
+std::string step_list(const std::vector<int64_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(v[i]);
+    if (j > i) out += ".." + std::to_string(v[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// What the reported steps of a rank are and why the others are left out.
+std::string steps_note(const RankMetrics& r) {
+  std::vector<int64_t> reported;
+  for (const StepMetrics& s : r.per_step)
+    if (s.reported) reported.push_back(s.step);
+  const size_t n = r.per_step.size();
+  if (n <= 1) return "";
+  const std::string list = step_list(reported);
+  const bool one = list.find_first_of(",.") == std::string::npos;
+  std::string note = (one ? "step " : "steps ") + list + " reported";
+  std::vector<std::string> out;
+  const StepMetrics& first = r.per_step.front();
+  const StepMetrics& last = r.per_step.back();
+  if (!first.reported) out.push_back("step " + std::to_string(first.step) + " (first: warm-up)");
+  if (!last.reported)
+    out.push_back("step " + std::to_string(last.step) +
+                  " (last: the profiler stopped inside it, so its device work is cut off; HTA "
+                  "drops it too)");
+  if (r.rule == StepRule::launch && n == 2)
+    note += " (only one complete step: it is also the first)";
+  for (size_t i = 0; i < out.size(); ++i) note += (i ? " and " : "; left out: ") + out[i];
+  return note;
+}
+
+void add_notes(Metrics& m) {
+  bool any_launch = false, any_markers = false;
+  int64_t device_events = 0;
+  for (const RankMetrics& r : m.ranks) {
+    (r.rule == StepRule::launch ? any_launch : any_markers) = true;
+    device_events += r.device_events + r.outside_steps_device_events;
+  }
+  if (any_launch)
+    m.notes.push_back(
+        "step rule: launch (HTA): a device event belongs to the step of the host call that "
+        "launched it");
+  if (any_markers)
+    m.notes.push_back("step rule: markers: the trace's own step markers (it has no launch links)");
+  // Step notes: one line when every rank says the same.
+  std::map<std::string, std::vector<int32_t>> by_text;
+  for (const RankMetrics& r : m.ranks) {
+    const std::string note = steps_note(r);
+    if (!note.empty()) by_text[note].push_back(r.rank);
+  }
+  for (const auto& [text, ranks] : by_text) {
+    if (by_text.size() == 1) {
+      m.notes.push_back(text);
+      continue;
+    }
+    std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); ++i) who += (i ? "," : "") + std::to_string(ranks[i]);
+    m.notes.push_back(who + ": " + text);
+  }
+  for (const RankMetrics& r : m.ranks) {
+    if (r.outside_steps_device_events == 0) continue;
+    m.notes.push_back(
+        "rank " + std::to_string(r.rank) + ": " + std::to_string(r.outside_steps_device_events) +
+        (r.rule == StepRule::launch
+             ? " device events were launched outside every step (or by no host call in the "
+               "trace) and count in no step"
+             : " device events start before the first step and count in no step"));
+  }
+  m.device_measured = device_events > 0;
+  if (!m.device_measured)
+    m.notes.push_back(
+        "no device events (a CPU-only or host-only trace): device span, compute, non-compute "
+        "and idle are not measured");
+}
+
 }  // namespace
 
 MetricsAccumulator::MetricsAccumulator(MetricsOptions options) : options_(options) {}
@@ -128,8 +220,35 @@ void MetricsAccumulator::add_rank(int32_t rank, const std::vector<int32_t>& repr
   rank_state(rank).represents = represents;
 }
 
-int32_t MetricsAccumulator::window_of(const RankState& r, int64_t t) {
+void MetricsAccumulator::set_step_rule(int32_t rank, StepRule rule) {
+  if (rule == StepRule::automatic)
+    throw std::invalid_argument("rank " + std::to_string(rank) +
+                                ": a rank's step rule is launch or markers");
+  RankState& r = rank_state(rank);
+  if (!r.steps.empty() || r.latest != INT64_MIN)
+    throw std::invalid_argument("rank " + std::to_string(rank) +
+                                ": set the step rule before adding steps and events");
+  r.rule = rule;
+}
+
+int32_t MetricsAccumulator::window_by_start(const RankState& r, int64_t t) {
   if (r.steps.empty() || t < r.steps.front().start_ns) return -1;
+  if (t >= r.steps.back().start_ns) return static_cast<int32_t>(r.steps.size() - 1);
+  auto it = std::upper_bound(r.steps.begin(), r.steps.end(), t,
+                             [](int64_t x, const Step& s) { return x < s.start_ns; });
+  return static_cast<int32_t>(it - r.steps.begin()) - 1;
+}
+
+int32_t MetricsAccumulator::window_of(const RankState& r, int64_t t) {
+  if (t == kNoStep) return -1;
+  if (r.steps.empty() || t < r.steps.front().start_ns) return -1;
+  if (r.rule == StepRule::launch) {
+    // HTA's host rule: start <= t < end of the latest step starting at or before t.
+    auto it = std::upper_bound(r.steps.begin(), r.steps.end(), t,
+                               [](int64_t x, const Step& s) { return x < s.start_ns; });
+    const auto k = static_cast<int32_t>(it - r.steps.begin()) - 1;
+    return t < r.steps[static_cast<size_t>(k)].end_ns ? k : -1;
+  }
   if (t >= r.steps.back().start_ns) return static_cast<int32_t>(r.steps.size() - 1);
   auto it = std::upper_bound(r.steps.begin(), r.steps.end(), t,
                              [](int64_t x, const Step& s) { return x < s.start_ns; });
@@ -152,20 +271,28 @@ void MetricsAccumulator::add_step(int32_t rank, const Step& step) {
 }
 
 void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event& e) {
+  add_event(rank, lane_kind, e, e.start_ns);
+}
+
+void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event& e,
+                                   int64_t step_time_ns) {
   if (e.dur_ns < 0 || e.start_ns > std::numeric_limits<int64_t>::max() - e.dur_ns)
     throw std::invalid_argument("rank " + std::to_string(rank) +
                                 ": event with a negative or overflowing duration");
   RankState& r = rank_state(rank);
-  const int32_t index = window_of(r, e.start_ns);
+  const int32_t index = window_of(r, step_time_ns);
   Window& w = window(r, index);
-  r.latest = std::max(r.latest, e.start_ns);
+  if (step_time_ns != kNoStep) r.latest = std::max(r.latest, step_time_ns);
   const int64_t end = e.start_ns + e.dur_ns;
   w.first_start = std::min(w.first_start, e.start_ns);
   w.last_end = std::max(w.last_end, end);
   if (is_compute(e.category)) w.comp.add(e.start_ns, end);
   if (is_comm(e.category)) w.comm.add(e.start_ns, end);
-  if (lane_kind != LaneKind::host && e.category != Category::sync && e.category != Category::marker)
+  if (lane_kind != LaneKind::host && e.category != Category::sync &&
+      e.category != Category::marker && e.category != Category::host) {
     w.device.add(e.start_ns, end);
+    ++w.device_events;
+  }
   if (options_.breakdown) {
     r.lanes[e.lane].push_back(
         SelfRecord{e.start_ns, end, e.unit, e.op != kNoString ? e.op : e.name, index, e.category});
@@ -174,7 +301,7 @@ void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event
 
 void MetricsAccumulator::add_memory(int32_t rank, const MemoryEvent& m) {
   RankState& r = rank_state(rank);
-  Window& w = window(r, window_of(r, m.time_ns));
+  Window& w = window(r, window_by_start(r, m.time_ns));  // memory is not launched: by time
   r.latest = std::max(r.latest, m.time_ns);
   if (!w.has_memory) {
     w.has_memory = true;
@@ -214,14 +341,24 @@ Metrics MetricsAccumulator::finish() const {
       return r.steps.empty() ? r.before : r.windows[k];
     };
     // Windows in the median: steps 2..S when S > 1.
+    // Windows in the median: steps 2..S when S > 1 (the first warms up).
+    // The launch rule (profiler traces) also drops the last step, as HTA
+    // does: the profiler stopped inside it, so its device work is cut off.
+    const auto nsteps = static_cast<int32_t>(r.steps.size());
     auto reported = [&](int32_t index) {
-      if (r.steps.empty()) return index == -1;
-      if (r.steps.size() == 1) return index == 0;
+      if (nsteps == 0) return index == -1;
+      if (r.rule == StepRule::launch && nsteps > 1) {
+        if (nsteps == 2) return index == 0;
+        return index >= 1 && index <= nsteps - 2;
+      }
+      if (nsteps == 1) return index == 0;
       return index >= 1;
     };
 
     std::vector<Values> all;
     std::vector<Values> in_median;
+    std::vector<StepMetrics> per_step;
+    int64_t device_events = 0;
     // Memory carried into a window: the latest record before it.
     bool carry = !r.steps.empty() && r.before.has_memory;
     int64_t carry_allocated = carry ? r.before.last_allocated : 0;
@@ -240,7 +377,14 @@ Metrics MetricsAccumulator::finish() const {
       v.comm_ns = static_cast<double>(comm_ns);
       v.exposed_ns = static_cast<double>(comm_ns - both_ns);
       v.overlap = comm_ns > 0 ? static_cast<double>(both_ns) / static_cast<double>(comm_ns) : 0;
-      v.idle_ns = v.step_ns - static_cast<double>(w.device.length());
+      const auto& device = w.device.intervals();
+      const uint64_t device_ns = w.device.length();
+      v.device_span_ns =
+          device.empty()
+              ? 0
+              : static_cast<double>(Interval{device.front().start, device.back().end}.length());
+      v.idle_ns = v.device_span_ns - static_cast<double>(device_ns);
+      v.non_compute_ns = static_cast<double>(device_ns - intersection_length(device, comp));
       int64_t peak_allocated = carry ? carry_allocated : 0;
       int64_t peak_reserved = carry ? carry_reserved : 0;
       if (w.has_memory) {
@@ -258,6 +402,13 @@ Metrics MetricsAccumulator::finish() const {
       const int64_t number = r.steps.empty() ? 0 : r.steps[k].number;
       step_values[number].emplace_back(v, weight);
       step_reported[number] = step_reported[number] || reported(index);
+      StepMetrics sm;
+      to_metric_values(v, &sm);
+      sm.step = number;
+      sm.reported = reported(index);
+      sm.device_events = w.device_events;
+      per_step.push_back(sm);
+      device_events += w.device_events;
     }
     const Values rv = median(in_median);
     RankMetrics rm;
@@ -265,6 +416,10 @@ Metrics MetricsAccumulator::finish() const {
     rm.rank = rank;
     rm.represents = r.represents;
     rm.steps = static_cast<int64_t>(nwindows);
+    rm.rule = r.rule;
+    rm.per_step = std::move(per_step);
+    rm.device_events = device_events;
+    rm.outside_steps_device_events = r.steps.empty() ? 0 : r.before.device_events;
     out.ranks.push_back(std::move(rm));
     rank_values.emplace_back(rv, weight);
 
@@ -311,6 +466,7 @@ Metrics MetricsAccumulator::finish() const {
     out.steps.push_back(s);
   }
   out.world_size = world_size_ > 0 ? world_size_ : static_cast<int32_t>(world);
+  add_notes(out);
   if (options_.breakdown) {
     std::map<std::string, RowAcc> by_unit, by_op;
     for (const auto& [id, a] : by_unit_id)
@@ -326,16 +482,47 @@ Metrics MetricsAccumulator::finish() const {
   return out;
 }
 
+const char* step_rule_name(StepRule r) {
+  switch (r) {
+    case StepRule::automatic:
+      return "automatic";
+    case StepRule::launch:
+      return "launch";
+    case StepRule::markers:
+      return "markers";
+  }
+  return "invalid";
+}
+
 Metrics compute_metrics(const Trace& t, MetricsOptions options) {
+  bool any_launch = false;
+  for (const RankTrace& r : t.ranks)
+    for (const Flow& f : r.flows) any_launch = any_launch || is_launch_flow(r, f);
+  StepRule rule = options.step_rule;
+  if (rule == StepRule::automatic) rule = any_launch ? StepRule::launch : StepRule::markers;
+  if (rule == StepRule::launch && !any_launch)
+    throw std::invalid_argument(
+        "the launch step rule needs launch links (host calls carrying their kernels' "
+        "correlation ids, as in PyTorch profiler traces); this trace has none, so its steps are "
+        "its own step markers (--step-rule markers)");
   MetricsAccumulator acc(t.strings, options);
   acc.set_source(t.meta.source);
   acc.set_world_size(t.meta.world_size);
+  std::vector<int64_t> launched_at;
   for (const RankTrace& r : t.ranks) {
     acc.add_rank(r.rank, r.represents);
+    acc.set_step_rule(r.rank, rule);
     for (const Step& s : r.steps) acc.add_step(r.rank, s);
-    for (const Event& e : r.events) {
+    if (rule == StepRule::launch) {
+      launched_at.assign(r.events.size(), MetricsAccumulator::kNoStep);
+      for (const Flow& f : r.flows)
+        if (is_launch_flow(r, f)) launched_at[f.to] = r.events[f.from].start_ns;
+    }
+    for (size_t i = 0; i < r.events.size(); ++i) {
+      const Event& e = r.events[i];
       const LaneKind kind = e.lane < r.lanes.size() ? r.lanes[e.lane].kind : LaneKind::other;
-      acc.add_event(r.rank, kind, e);
+      const bool by_launch = rule == StepRule::launch && kind != LaneKind::host;
+      acc.add_event(r.rank, kind, e, by_launch ? launched_at[i] : e.start_ns);
     }
     for (const MemoryEvent& m : r.memory) acc.add_memory(r.rank, m);
   }

@@ -42,19 +42,47 @@ struct MetricValues {
   double exposed_comm_ms = 0;
   double overlap = 0;  // in [0, 1]
   double idle_ms = 0;
+  // HTA's temporal breakdown: device span = last end - first start of the
+  // busy device events; idle = span - |union(busy)|; compute (above) =
+  // |union(COMP)|; non-compute = |union(busy) \ union(COMP)| (copies,
+  // memsets, collectives not under compute). With COMP on device lanes only
+  // (every profiler trace), compute + non-compute + idle = span.
+  double device_span_ms = 0;
+  double non_compute_ms = 0;
+};
+
+// Which step an event belongs to.
+enum class StepRule : uint8_t {
+  // Per trace: launch when any rank has launch flows (is_launch_flow), else markers.
+  automatic,
+  // Holistic Trace Analysis' rule, for profiler traces: a host event belongs
+  // to the step whose range holds its start (start <= t < end); a device
+  // event to the step of the host call that launched it, and to none when
+  // it has no launcher. The last step is not reported (unfinished).
+  launch,
+  // The trace's own step markers: an event belongs to the step it starts
+  // in (steps[i].start <= start < steps[i+1].start; the last is open-ended).
+  markers,
+};
+const char* step_rule_name(StepRule r);  // "automatic", "launch", "markers"
+
+// One step number: of one rank (RankMetrics::per_step), or aggregated over
+// the ranks that have it (Metrics::steps; max / mean as at the top level).
+struct StepMetrics : MetricValues {
+  int64_t step = 0;       // the recorded number; 0 for the implicit step of a trace without steps
+  bool reported = false;  // part of the median
+  int64_t device_events = 0;  // per rank: busy device events in the step
 };
 
 struct RankMetrics : MetricValues {
   int32_t rank = 0;
   std::vector<int32_t> represents;  // empty: itself
   int64_t steps = 0;                // windows seen (1 for a rank without steps)
-};
-
-// One step number, aggregated over the ranks that have it (max / mean as at
-// the top level).
-struct StepMetrics : MetricValues {
-  int64_t step = 0;       // the recorded number; 0 for the implicit step of a trace without steps
-  bool reported = false;  // part of the median (steps 2..S)
+  StepRule rule = StepRule::markers;
+  std::vector<StepMetrics> per_step;  // every step of this rank, in order
+  int64_t device_events = 0;          // busy device events in any step (or all, without steps)
+  int64_t outside_steps_device_events =
+      0;  // in no step (before the first; launch rule: unlaunched)
 };
 
 struct BreakdownRow {
@@ -75,6 +103,11 @@ struct Metrics {
   std::vector<BreakdownRow> by_unit;
   std::vector<BreakdownRow> by_op;
   std::vector<BreakdownRow> by_category;
+  // What a reader must know to read the numbers right: the step rule, steps
+  // left out, values that are not measured (no device events). Also in
+  // format_metrics and metrics_to_json ("notes").
+  std::vector<std::string> notes;
+  bool device_measured = true;  // some rank has busy device events
 };
 
 struct MetricsOptions {
@@ -82,6 +115,9 @@ struct MetricsOptions {
   // find nesting for self time); sweeps that only need the totals turn them
   // off and keep memory proportional to the busy-interval unions.
   bool breakdown = true;
+  // compute_metrics: which step rule. launch on a trace without launch
+  // flows is an error (std::invalid_argument), never a quiet fallback.
+  StepRule step_rule = StepRule::automatic;
 };
 
 // Streaming metrics. Feed, for each rank, its steps and its events and memory
@@ -102,8 +138,16 @@ class MetricsAccumulator {
   // Optional: declares a rank and the ranks it stands for (weights of the
   // means). Ranks are also declared by their first event.
   void add_rank(int32_t rank, const std::vector<int32_t>& represents = {});
+  // Optional, before the rank's first step or event: launch or markers
+  // (the default).
+  void set_step_rule(int32_t rank, StepRule rule);
   void add_step(int32_t rank, const Step& step);
   void add_event(int32_t rank, LaneKind lane_kind, const Event& e);
+  // `step_time_ns` decides the step instead of e.start_ns: under the launch
+  // rule, the start of the host call that launched a device event, or
+  // kNoStep for device work with no launcher (it belongs to no step).
+  void add_event(int32_t rank, LaneKind lane_kind, const Event& e, int64_t step_time_ns);
+  static constexpr int64_t kNoStep = INT64_MIN;
   void add_memory(int32_t rank, const MemoryEvent& m);
 
   Metrics finish() const;
@@ -119,6 +163,7 @@ class MetricsAccumulator {
     int64_t last_time = 0;  // latest memory record in the window
     int64_t last_allocated = 0;
     int64_t last_reserved = 0;
+    int64_t device_events = 0;  // busy events on device lanes
   };
   struct SelfRecord {
     int64_t start;
@@ -129,6 +174,7 @@ class MetricsAccumulator {
     Category category;
   };
   struct RankState {
+    StepRule rule = StepRule::markers;
     std::vector<int32_t> represents;
     std::vector<Step> steps;
     std::deque<Window> windows;  // one per step
@@ -138,8 +184,10 @@ class MetricsAccumulator {
   };
 
   RankState& rank_state(int32_t rank);
-  // -1 = before the first step.
+  // -1 = in no step (before the first; launch rule: outside every step's range).
   static int32_t window_of(const RankState& r, int64_t t);
+  // Markers rule whatever the rank's rule (memory records).
+  static int32_t window_by_start(const RankState& r, int64_t t);
   static Window& window(RankState& r, int32_t index) {
     return index < 0 ? r.before : r.windows[static_cast<size_t>(index)];
   }

@@ -18,15 +18,20 @@ json time_value(double v, TimeFields times) {
   return times == TimeFields::values ? json(v) : json();
 }
 
-void put_values(const MetricValues& v, TimeFields times, json& j) {
+// `device`: false when the trace has no device events, so the device-side
+// times are not measured (null, never a silent 0).
+void put_values(const MetricValues& v, TimeFields times, bool device, json& j) {
+  const TimeFields device_times = device ? times : TimeFields::withheld;
   j["step_time_ms"] = time_value(v.step_time_ms, times);
   j["peak_allocated_bytes"] = v.peak_allocated_bytes;
   j["peak_reserved_bytes"] = v.peak_reserved_bytes;
-  j["compute_ms"] = time_value(v.compute_ms, times);
+  j["compute_ms"] = time_value(v.compute_ms, device_times);
   j["comm_ms"] = time_value(v.comm_ms, times);
   j["exposed_comm_ms"] = time_value(v.exposed_comm_ms, times);
   j["overlap"] = time_value(v.overlap, times);
-  j["idle_ms"] = time_value(v.idle_ms, times);
+  j["idle_ms"] = time_value(v.idle_ms, device_times);
+  j["device_span_ms"] = time_value(v.device_span_ms, device_times);
+  j["non_compute_ms"] = time_value(v.non_compute_ms, device_times);
 }
 
 json rows_json(const std::vector<BreakdownRow>& rows, int limit, TimeFields times) {
@@ -42,11 +47,22 @@ json rows_json(const std::vector<BreakdownRow>& rows, int limit, TimeFields time
   return a;
 }
 
-void append_row(std::string& out, const std::string& label, const MetricValues& v) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%-10s %10.3f %11.3f %9.3f %11.3f %8.3f %9.3f %15s %15s\n",
-                label.c_str(), v.step_time_ms, v.compute_ms, v.comm_ms, v.exposed_comm_ms,
-                v.overlap, v.idle_ms,
+std::string ms_cell(double v, bool measured, int width) {
+  char buf[64];
+  if (measured) {
+    std::snprintf(buf, sizeof buf, "%*.3f", width, v);
+  } else {
+    std::snprintf(buf, sizeof buf, "%*s", width, "-");
+  }
+  return buf;
+}
+
+void append_row(std::string& out, const std::string& label, const MetricValues& v, bool device) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%-10s %10.3f %11s %9.3f %11.3f %8.3f %9s %11s %15s %15s\n",
+                label.c_str(), v.step_time_ms, ms_cell(v.compute_ms, device, 11).c_str(), v.comm_ms,
+                v.exposed_comm_ms, v.overlap, ms_cell(v.idle_ms, device, 9).c_str(),
+                ms_cell(v.device_span_ms, device, 11).c_str(),
                 human_bytes(static_cast<double>(v.peak_allocated_bytes), ByteUnit::tib).c_str(),
                 human_bytes(static_cast<double>(v.peak_reserved_bytes), ByteUnit::tib).c_str());
   out += buf;
@@ -79,14 +95,35 @@ json metrics_to_json(const Metrics& m, int breakdown_rows, TimeFields times) {
   json j = json::object();
   j["source"] = source_name(m.source);
   j["world_size"] = m.world_size;
-  put_values(m.total, times, j);
+  put_values(m.total, times, m.device_measured, j);
+  std::string rule;
+  for (const RankMetrics& r : m.ranks) {
+    const std::string name = step_rule_name(r.rule);
+    rule = rule.empty() || rule == name ? name : "mixed";
+  }
+  j["step_rule"] = rule.empty() ? std::string("markers") : rule;
+  json reported = json::array();
+  for (const StepMetrics& s : m.steps)
+    if (s.reported) reported.push_back(s.step);
+  j["reported_steps"] = std::move(reported);
+  j["notes"] = m.notes;
   json ranks = json::array();
   for (const RankMetrics& r : m.ranks) {
     json e = json::object();
     e["rank"] = r.rank;
-    put_values(r, times, e);
+    put_values(r, times, m.device_measured, e);
     e["steps"] = r.steps;
     if (!r.represents.empty()) e["represents"] = r.represents;
+    json per_step = json::array();
+    for (const StepMetrics& s : r.per_step) {
+      json v = json::object();
+      v["step"] = s.step;
+      put_values(s, times, m.device_measured, v);
+      v["reported"] = s.reported;
+      v["device_events"] = s.device_events;
+      per_step.push_back(std::move(v));
+    }
+    e["step_values"] = std::move(per_step);
     ranks.push_back(std::move(e));
   }
   j["ranks"] = std::move(ranks);
@@ -94,7 +131,7 @@ json metrics_to_json(const Metrics& m, int breakdown_rows, TimeFields times) {
   for (const StepMetrics& s : m.steps) {
     json e = json::object();
     e["step"] = s.step;
-    put_values(s, times, e);
+    put_values(s, times, m.device_measured, e);
     e["reported"] = s.reported;
     steps.push_back(std::move(e));
   }
@@ -121,13 +158,16 @@ std::string format_metrics(const Metrics& m, int breakdown_rows) {
     std::snprintf(buf, sizeof buf, "; median over steps %" PRId64 "..%" PRId64, first, last);
     out += buf;
   }
-  out += "\n\n";
-  std::snprintf(buf, sizeof buf, "%-10s %10s %11s %9s %11s %8s %9s %15s %15s\n", "", "step ms",
-                "compute ms", "comm ms", "exposed ms", "overlap", "idle ms", "peak allocated",
-                "peak reserved");
+  out += "\n";
+  for (const std::string& note : m.notes) out += "note: " + note + "\n";
+  out += "\n";
+  std::snprintf(buf, sizeof buf, "%-10s %10s %11s %9s %11s %8s %9s %11s %15s %15s\n", "", "step ms",
+                "compute ms", "comm ms", "exposed ms", "overlap", "idle ms", "device ms",
+                "peak allocated", "peak reserved");
   out += buf;
-  append_row(out, "all", m.total);
-  for (const RankMetrics& r : m.ranks) append_row(out, "rank " + std::to_string(r.rank), r);
+  append_row(out, "all", m.total, m.device_measured);
+  for (const RankMetrics& r : m.ranks)
+    append_row(out, "rank " + std::to_string(r.rank), r, m.device_measured);
   append_breakdown(out, "by unit", m.by_unit, breakdown_rows);
   append_breakdown(out, "by op type", m.by_op, breakdown_rows);
   append_breakdown(out, "by category", m.by_category, breakdown_rows);

@@ -11,10 +11,18 @@ namespace shardscope::traces {
 
 namespace {
 
-const char* const kCategoryNames[kCategoryCount] = {
-    "compute",    "comm.all_gather", "comm.reduce_scatter", "comm.all_reduce", "comm.other",
-    "memcpy.h2d", "memcpy.d2h",      "memcpy.d2d",          "memset",          "sync",
-    "marker"};
+const char* const kCategoryNames[kCategoryCount] = {"compute",
+                                                    "comm.all_gather",
+                                                    "comm.reduce_scatter",
+                                                    "comm.all_reduce",
+                                                    "comm.other",
+                                                    "memcpy.h2d",
+                                                    "memcpy.d2h",
+                                                    "memcpy.d2d",
+                                                    "memset",
+                                                    "sync",
+                                                    "marker",
+                                                    "host"};
 const char* const kLaneKindNames[kLaneKindCount] = {"host", "compute", "comm", "copy", "other"};
 const char* const kSourceNames[kSourceCount] = {"unknown", "simulator", "engine-cpu", "engine-cuda",
                                                 "kineto"};
@@ -161,6 +169,15 @@ int32_t Trace::world_size() const {
   size_t n = 0;
   for (const RankTrace& r : ranks) n += r.represents.empty() ? 1 : r.represents.size();
   return static_cast<int32_t>(n);
+}
+
+bool is_launch_flow(const RankTrace& r, const Flow& f) {
+  if (f.from >= r.events.size() || f.to >= r.events.size()) return false;
+  const Event& from = r.events[f.from];
+  const Event& to = r.events[f.to];
+  if (from.lane >= r.lanes.size() || to.lane >= r.lanes.size()) return false;
+  return r.lanes[from.lane].kind == LaneKind::host && r.lanes[to.lane].kind != LaneKind::host &&
+         from.correlation != 0 && from.correlation == to.correlation;
 }
 
 Event& add_event(RankTrace& r, uint32_t lane, uint32_t name, Category category, int64_t start_ns,

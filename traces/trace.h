@@ -44,10 +44,13 @@ enum class Category : uint8_t {
   memcpy_d2h = 6,
   memcpy_d2d = 7,
   memset = 8,
-  sync = 9,    // waiting: stream waits on an event, host blocks on a stream
-  marker = 10  // annotations and instants; never counted as busy time
+  sync = 9,     // waiting: stream waits on an event, host blocks on a stream
+  marker = 10,  // annotations and instants; never counted as busy time
+  host = 11     // host-side work: framework ops (cpu_op), user annotations, runtime and
+                // driver calls (launches, synchronizations, memcpy calls); never device
+                // time, so HTA's compute / non-compute split is unchanged by it
 };
-constexpr int kCategoryCount = 11;
+constexpr int kCategoryCount = 12;
 
 // "compute", "comm.all_gather", ..., "memcpy.h2d", "memset", "sync", "marker".
 const char* category_name(Category c);
@@ -159,7 +162,10 @@ struct MemoryEvent {
   uint8_t reserved_pad[3] = {0, 0, 0};  // zero
 };
 
-// `to` waited for `from` (indices into RankTrace::events of the same rank).
+// A link between two events of one rank (indices into RankTrace::events):
+// `to` waited for `from` (stream and event waits), or, when `from` is a host
+// event and `to` a device event with the same correlation id, `from`
+// launched `to` (a runtime call and its kernel: is_launch_flow).
 struct Flow {
   uint32_t from = 0;
   uint32_t to = 0;
@@ -217,6 +223,10 @@ struct Trace {
   // World size as recorded, else the number of ranks represented.
   int32_t world_size() const;
 };
+
+// True when `f` is a launch: `from` on a host lane, `to` on a device lane,
+// both with the same non-zero correlation id (the Kineto importer's links).
+bool is_launch_flow(const RankTrace& r, const Flow& f);
 
 // Appends an event and returns it for setting args (unit, op, bytes, ...).
 // The reference is valid until the next append.

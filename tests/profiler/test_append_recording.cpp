@@ -235,9 +235,10 @@ TEST_CASE("append_recording: metrics of the result in closed form",
   CHECK(v.exposed_comm_ms == Approx(50e-6));
   // Step: first start 850 (the NVTX range) to last end 1260 (the device sync).
   CHECK(v.step_time_ms == Approx(410e-6));
-  // Busy device lanes: copy [900, 950) + kernels [1000, 1150) + memset [1200, 1210) = 210 ns;
-  // markers and syncs are never busy.
-  CHECK(v.idle_ms == Approx(200e-6));
+  // Busy device lanes: copy [900, 950) + kernels [1000, 1150) + memset [1200, 1210) = 210 ns
+  // over the device span [900, 1210) = 310 ns; markers and syncs are never busy.
+  CHECK(v.device_span_ms == Approx(310e-6));
+  CHECK(v.idle_ms == Approx(100e-6));
   CHECK(v.peak_allocated_bytes == int64_t(4 * kMiB));
   CHECK(v.peak_reserved_bytes == int64_t(4 * kMiB));
 }

@@ -62,10 +62,12 @@ TEST_CASE("export: Kineto top level, one process per rank, threads in lane order
   }
   CHECK(processes == std::map<int, std::string>{{0, "rank 0"}, {1, "rank 1"}});
   // Host first, then compute, communication, copies.
-  std::vector<std::string> order(4);
+  // Last, the launches synthesized for HTA (the sample has no launch links).
+  std::vector<std::string> order(5);
   for (const auto& [key, name] : threads)
     if (key.first == 0) order.at(static_cast<size_t>(sort_index.at(key))) = name;
-  CHECK(order == std::vector<std::string>{"host", "compute", "comm", "h2d"});
+  CHECK(order ==
+        std::vector<std::string>{"host", "compute", "comm", "h2d", "launches (synthesized)"});
 }
 
 TEST_CASE("export: kernels, NCCL names, memcpy/memset categories and device args", "[chrome]") {
@@ -130,7 +132,8 @@ TEST_CASE("export: partially overlapping events move to extra threads", "[chrome
     names[e["tid"]] = e["args"]["name"];
   std::set<std::string> thread_names;
   for (const auto& [tid, name] : names) thread_names.insert(name);
-  CHECK(thread_names == std::set<std::string>{"compute", "compute (2)", "compute (3)"});
+  CHECK(thread_names ==
+        std::set<std::string>{"compute", "compute (2)", "compute (3)", "launches (synthesized)"});
   std::map<std::string, std::string> thread_of;
   for (const json& e : events_where(doc, "ph", "X")) thread_of[e["name"]] = names[e["tid"]];
   CHECK(thread_of["a"] == "compute");
@@ -162,7 +165,18 @@ TEST_CASE("export: memory counters, [memory] instants, flows and step annotation
   for (const json& e : steps)
     if (e["name"] == "ProfilerStep#1" || e["name"] == "ProfilerStep#2") ++profiler_steps;
   CHECK(profiler_steps == 2);
-  CHECK(events_where(doc, "cat", "gpu_user_annotation").size() == 6);  // 2 steps x 3 device lanes
+  // Steps only on the host: HTA takes any "ProfilerStep" row as a step.
+  CHECK(events_where(doc, "cat", "gpu_user_annotation").empty());
+  // HTA finds the rank with the pattern "rank":\s+(\d+): the blank matters.
+  CHECK(chrome_trace_string(testing::sample_trace(), {1}).find("\"rank\": 1,") !=
+        std::string::npos);
+  // The sync on the compute stream carries no "stream" (HTA would count it
+  // busy); its stream stays in shardscope_stream.
+  for (const json& e : doc["traceEvents"])
+    if (e.contains("name") && e["name"] == "wait rs") {
+      CHECK_FALSE(e["args"].contains("stream"));
+      CHECK(e["args"]["shardscope_stream"] == 7);
+    }
 }
 
 TEST_CASE("export: strings are escaped, control characters blanked", "[chrome]") {
@@ -201,10 +215,10 @@ TEST_CASE("export then import keeps events, steps, memory and metrics", "[chrome
     CHECK(b.rank == rank);
     CHECK(b.steps.size() == 2);
     CHECK(b.memory.size() == a.memory.size());
-    // Host events are not imported (Kineto import reads the device side).
-    size_t device_events = 0;
-    for (const Event& e : a.events) device_events += a.lanes[e.lane].kind != LaneKind::host;
-    CHECK(b.events.size() == device_events);
+    // Every event comes back, host ones too; the launches synthesized for HTA
+    // (the sample has no launch links) do not.
+    CHECK(b.events.size() == a.events.size());
+    CHECK(b.flows.empty());
     const Metrics ma = compute_metrics(t);
     const Metrics mb = compute_metrics(back);
     const RankMetrics& x = ma.ranks[static_cast<size_t>(rank)];
@@ -219,7 +233,6 @@ TEST_CASE("export then import keeps events, steps, memory and metrics", "[chrome
     // (control characters become spaces in Chrome exports).
     std::multiset<std::string> names_a, names_b;
     for (const Event& e : a.events) {
-      if (a.lanes[e.lane].kind == LaneKind::host) continue;
       std::string name(t.str(e.name));
       for (char& c : name)
         if (static_cast<unsigned char>(c) < 0x20) c = ' ';
@@ -228,6 +241,11 @@ TEST_CASE("export then import keeps events, steps, memory and metrics", "[chrome
     for (const Event& e : b.events)
       names_b.insert(std::string(back.str(e.name)) + "|" + category_name(e.category));
     CHECK(names_a == names_b);
+    // Device events keep their correlation ids: invented ones are cleared again.
+    std::multiset<uint32_t> corr_a, corr_b;
+    for (const Event& e : a.events) corr_a.insert(e.correlation);
+    for (const Event& e : b.events) corr_b.insert(e.correlation);
+    CHECK(corr_a == corr_b);
   }
 }
 

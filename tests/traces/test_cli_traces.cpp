@@ -146,9 +146,25 @@ TEST_CASE("cli import: Kineto files to a trace that report and diff read", "[cli
           "kineto_rank1.json --out " + (dir / "k.json"));
   REQUIRE(r.status == 0);
   CHECK(load_trace(dir / "k.json") == t);
+  // The fixtures link one kernel to its launch (correlation 101): the launch
+  // rule applies, and step 3 holds aten::mm [1010.5, 1030.75) us, its
+  // cudaLaunchKernel and the GEMM [1020, 1120) -> 109.5 us; step 4, the last,
+  // is dropped.
   r = run("report " + (dir / "k.sstrace") + " --json");
   REQUIRE(r.status == 0);
-  CHECK(nlohmann::json::parse(r.out)["step_time_ms"].get<double>() == Approx(0.35));
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["step_rule"] == "launch");
+  CHECK(j["reported_steps"] == nlohmann::json::array({3}));
+  CHECK(j["step_time_ms"].get<double>() == Approx(0.1095));
+  // Their own step markers: step 4 of rank 0, [1510, 1860) us.
+  r = run("report " + (dir / "k.sstrace") + " --json --step-rule markers");
+  REQUIRE(r.status == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["step_rule"] == "markers");
+  CHECK(j["step_time_ms"].get<double>() == Approx(0.35));
+  r = run("report " + (dir / "k.sstrace") + " --step-rule sideways");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--step-rule") != std::string::npos);
   // Errors: no input, an unreadable input, a broken input. No output file.
   CHECK(run("import --out " + (dir / "x.sstrace")).status == 2);
   CHECK(run("import --kineto " + kFixtures + "kineto_rank0.json").status == 2);

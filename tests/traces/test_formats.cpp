@@ -121,15 +121,39 @@ TEST_CASE("an unknown version is a typed error in both forms", "[formats]") {
   CHECK(error_kind_of([&] { read_trace_json(json); }) == ErrorKind::unsupported_version);
 
   std::string bin = trace_to_binary(testing::sample_trace());
-  const uint32_t v = 2;
+  const uint32_t v = kBinaryVersion + 1;
   std::memcpy(&bin[8], &v, 4);
   try {
     read_trace_binary(bin.data(), bin.size(), "x.bin");
-    FAIL("accepted version 2");
+    FAIL("accepted a version from the future");
   } catch (const TraceError& e) {
     CHECK(e.kind() == ErrorKind::unsupported_version);
-    CHECK(std::string(e.what()).find("version 2") != std::string::npos);
+    CHECK(std::string(e.what()).find("version " + std::to_string(v)) != std::string::npos);
     CHECK(e.position() == "byte 8");
+  }
+}
+
+TEST_CASE("binary version 1 files still read; a host event cannot be in one", "[formats]") {
+  REQUIRE(kBinaryVersion == 2);
+  const uint32_t v1 = 1;
+  std::string bin = trace_to_binary(testing::sample_trace());
+  std::memcpy(&bin[8], &v1, 4);
+  CHECK(read_trace_binary(bin.data(), bin.size(), "v1.bin") == testing::sample_trace());
+
+  Trace t = testing::sample_trace();
+  RankTrace& r = t.ranks[1];
+  testing::ev(t, r, 0, "aten::mm", Category::host, 1'000'000'010, 5);
+  sort_events(r);
+  std::string with_host = trace_to_binary(t);
+  CHECK(read_trace_binary(with_host.data(), with_host.size(), "v2.bin") == t);
+  std::memcpy(&with_host[8], &v1, 4);
+  try {
+    read_trace_binary(with_host.data(), with_host.size(), "v1.bin");
+    FAIL("accepted category host in a version 1 file");
+  } catch (const TraceError& e) {
+    CHECK(e.kind() == ErrorKind::schema);
+    CHECK(e.position().rfind("/ranks/1/events/", 0) == 0);
+    CHECK(std::string(e.what()).find("version 1") != std::string::npos);
   }
 }
 

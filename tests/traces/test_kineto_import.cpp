@@ -3,6 +3,7 @@
 // worked out in the comments from the fixture timestamps (microseconds).
 #include <catch2/catch.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "traces/chrome_check.h"
 #include "traces/chrome_export.h"
@@ -41,8 +42,10 @@ TEST_CASE("Kineto import: GPU events on their streams, NCCL kernels by collectiv
   const RankTrace& r0 = t.ranks[0];
   CHECK(r0.rank == 0);
   CHECK(r0.device == 0);
-  // cpu_op, cuda_runtime, flows, gpu_user_annotation, Trace spans: not imported.
-  CHECK(r0.events.size() == 13);
+  // 13 device events and 2 host ones (aten::mm, cudaLaunchKernel); the
+  // ProfilerStep ranges become steps; flow events and the Trace span are not
+  // imported.
+  CHECK(r0.events.size() == 15);
   const auto n = count_categories(r0);
   CHECK(n.at("compute") == 4);
   CHECK(n.at("comm.all_gather") == 2);
@@ -52,15 +55,40 @@ TEST_CASE("Kineto import: GPU events on their streams, NCCL kernels by collectiv
   CHECK(n.at("memcpy.h2d") == 1);
   CHECK(n.at("memcpy.d2h") == 1);
   CHECK(n.at("memset") == 1);
-  // Lanes: compute, comm, copy order; named after the thread (or "stream N").
-  REQUIRE(r0.lanes.size() == 3);
-  CHECK(t.str(r0.lanes[0].name) == "stream 7");
-  CHECK(r0.lanes[0].kind == LaneKind::compute);
-  CHECK(r0.lanes[0].stream == 7);
-  CHECK(t.str(r0.lanes[1].name) == "stream 13");
-  CHECK(r0.lanes[1].kind == LaneKind::comm);
-  CHECK(t.str(r0.lanes[2].name) == "stream 21");
-  CHECK(r0.lanes[2].kind == LaneKind::copy);
+  CHECK(n.at("host") == 2);
+  // Lanes: host, compute, comm, copy order; named after the thread (or
+  // "stream N", "host thread N").
+  REQUIRE(r0.lanes.size() == 4);
+  CHECK(t.str(r0.lanes[0].name) == "host thread 4242");
+  CHECK(r0.lanes[0].kind == LaneKind::host);
+  CHECK(t.str(r0.lanes[1].name) == "stream 7");
+  CHECK(r0.lanes[1].kind == LaneKind::compute);
+  CHECK(r0.lanes[1].stream == 7);
+  CHECK(t.str(r0.lanes[2].name) == "stream 13");
+  CHECK(r0.lanes[2].kind == LaneKind::comm);
+  CHECK(t.str(r0.lanes[3].name) == "stream 21");
+  CHECK(r0.lanes[3].kind == LaneKind::copy);
+  // Host events keep their Kineto category in op; the launch is linked to its
+  // kernel by correlation 101.
+  const Event& mm = r0.events[1];
+  CHECK(t.str(mm.name) == "aten::mm");
+  CHECK(mm.category == Category::host);
+  CHECK(t.str(mm.op) == "cpu_op");
+  CHECK(mm.start_ns == us(1010.5));
+  CHECK(mm.dur_ns == 20'250);
+  const Event& launch = r0.events[2];
+  CHECK(t.str(launch.op) == "cuda_runtime");
+  CHECK(launch.correlation == 101);
+  REQUIRE(r0.flows.size() == 1);
+  CHECK(r0.flows[0].from == 2);
+  const Event& gemm = r0.events[r0.flows[0].to];
+  CHECK(gemm.correlation == 101);
+  CHECK(gemm.start_ns == us(1020));
+  CHECK(is_launch_flow(r0, r0.flows[0]));
+  // aten::mm [4096, 4096] x [4096, 4096] in bf16: 2 * 4096^3 FLOPs; bytes =
+  // two inputs and the output, 3 * 4096^2 * 2.
+  CHECK(gemm.flops == 2ull * 4096 * 4096 * 4096);
+  CHECK(gemm.bytes == 3ull * 4096 * 4096 * 2);
   // The first event (sorted by start): the H2D copy at 1005 us, 10 us, 1 MiB, correlation 100.
   const Event& copy = r0.events[0];
   CHECK(t.str(copy.name) == "Memcpy HtoD (Pageable -> Device)");
@@ -68,7 +96,7 @@ TEST_CASE("Kineto import: GPU events on their streams, NCCL kernels by collectiv
   CHECK(copy.dur_ns == 10'000);
   CHECK(copy.bytes == 1048576);
   CHECK(copy.correlation == 100);
-  CHECK(copy.lane == 2);
+  CHECK(copy.lane == 3);
   // Steps from ProfilerStep#N (CPU annotation), absolute with baseTimeNanoseconds.
   REQUIRE(r0.steps.size() == 2);
   CHECK(r0.steps[0].number == 3);
@@ -90,12 +118,17 @@ TEST_CASE("Kineto import: GPU events on their streams, NCCL kernels by collectiv
 
 TEST_CASE("Kineto import: metrics of the fixtures, worked out by hand", "[kineto]") {
   const Trace t = import_kineto({kFixtures + "kineto_rank1.json", kFixtures + "kineto_rank0.json"});
-  const Metrics m = compute_metrics(t);
+  // Most fixture kernels have no launch in the file, so this test reads them
+  // by their step markers (the launch rule is tested below).
+  MetricsOptions markers;
+  markers.step_rule = StepRule::markers;
+  const Metrics m = compute_metrics(t, markers);
   REQUIRE(m.ranks.size() == 2);
   // Two steps (3, 4): the reported value is step 4 (steps 2..S).
   // Rank 0, step 4: events [1510, 1860) -> 350 us; COMP [1510,1610) [1650,1750) = 200;
   // COMM [1520,1600) [1700,1720) [1760,1860) = 200; COMM ∩ COMP = 80 + 20 = 100;
-  // device busy 300 -> idle 50. Memory: 4 MiB carried in, 12 MiB at 1600; reserved 32 MiB.
+  // device busy 300 over the device span [1510, 1860) -> idle 50, non-compute 100.
+  // Memory: 4 MiB carried in, 12 MiB at 1600; reserved 32 MiB.
   const RankMetrics& r0 = m.ranks[0];
   CHECK(r0.rank == 0);
   CHECK(r0.step_time_ms == Approx(350 * kUsToMs));
@@ -104,6 +137,8 @@ TEST_CASE("Kineto import: metrics of the fixtures, worked out by hand", "[kineto
   CHECK(r0.exposed_comm_ms == Approx(100 * kUsToMs));
   CHECK(r0.overlap == Approx(0.5));
   CHECK(r0.idle_ms == Approx(50 * kUsToMs));
+  CHECK(r0.device_span_ms == Approx(350 * kUsToMs));
+  CHECK(r0.non_compute_ms == Approx(100 * kUsToMs));
   CHECK(r0.peak_allocated_bytes == 12 * kMiB);
   CHECK(r0.peak_reserved_bytes == 32 * kMiB);
   // Rank 1, step 4: [1500, 1800) -> 300; COMP 200, COMM 200, ∩ 100; busy 300 -> idle 0.
@@ -158,7 +193,19 @@ TEST_CASE("Kineto import: errors name the file and JSON path", "[kineto]") {
   // Not JSON at all, and JSON that is not a trace.
   CHECK_THROWS_AS(import_kineto_text("{\"traceEvents\": [", "cut.json"), TraceError);
   CHECK_THROWS_AS(import_kineto_text("{\"traceEvents\": 3}", "three.json"), TraceError);
-  CHECK_THROWS_AS(import_kineto_text("{\"traceEvents\": [{\"ts\": 31e308}]}"), TraceError);
+  CHECK_THROWS_AS(import_kineto_text("{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", "
+                                     "\"name\": \"k\", \"ts\": 31e308, \"dur\": 1}]}"),
+                  TraceError);
+  // Nothing that can be imported: an error naming what was left out.
+  try {
+    import_kineto_text(R"({"traceEvents": [{"ph": "X", "cat": "python_function", "name": "f",)"
+                       R"( "ts": 1, "dur": 1}]})",
+                       "py.json");
+    FAIL("imported nothing without an error");
+  } catch (const TraceError& e) {
+    CHECK(std::string(e.what()).find("nothing to import") != std::string::npos);
+    CHECK(std::string(e.what()).find("python_function 1") != std::string::npos);
+  }
   CHECK_THROWS_AS(import_kineto_text("{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", "
                                      "\"name\": \"k\", \"ts\": 1e300, \"dur\": 1}]}"),
                   TraceError);
@@ -186,11 +233,18 @@ TEST_CASE("Kineto fixtures survive export -> checker -> import", "[kineto][chrom
   const auto issues = check_chrome_trace(chrome);
   INFO(format_chrome_issues(issues));
   CHECK(issues.empty());
-  Trace back = import_kineto_text(chrome, "exported.json");
-  // One document holds both ranks' events: re-import reads it as one rank
-  // with every lane; per-rank exports are what round-trip rank by rank.
+  // The combined export (one process per rank) reads back as the same ranks.
+  const Trace both = import_kineto_text(chrome, "exported.json");
+  REQUIRE(both.ranks.size() == 2);
+  for (size_t k = 0; k < 2; ++k) {
+    CHECK(both.ranks[k].rank == t.ranks[k].rank);
+    CHECK(both.ranks[k].events.size() == t.ranks[k].events.size());
+    CHECK(both.ranks[k].steps.size() == t.ranks[k].steps.size());
+    CHECK(both.ranks[k].memory.size() == t.ranks[k].memory.size());
+    CHECK(both.ranks[k].flows.size() == t.ranks[k].flows.size());  // the launch link of rank 0
+  }
   const std::string r0 = chrome_trace_string(t, {0});
-  back = import_kineto_text(r0, "r0.json");
+  Trace back = import_kineto_text(r0, "r0.json");
   const Metrics a = compute_metrics(t);
   const Metrics b = compute_metrics(back);
   CHECK(b.ranks.at(0).step_time_ms == Approx(a.ranks.at(0).step_time_ms));
@@ -198,4 +252,39 @@ TEST_CASE("Kineto fixtures survive export -> checker -> import", "[kineto][chrom
   CHECK(b.ranks.at(0).peak_allocated_bytes == a.ranks.at(0).peak_allocated_bytes);
   CHECK(back.ranks.at(0).events.size() == t.ranks.at(0).events.size());
   CHECK(back.ranks.at(0).steps.size() == 2);
+}
+
+TEST_CASE("Kineto import: a CPU-only gloo trace gives host ops and host collectives", "[kineto]") {
+  // Recorded with torch 2.9.1 on CPU, 2 ranks (bench/torch_reference/gloo_profile.py).
+  const Trace t =
+      import_kineto({kFixtures + "gloo_cpu_rank0.json", kFixtures + "gloo_cpu_rank1.json"});
+  REQUIRE(t.ranks.size() == 2);
+  for (const RankTrace& r : t.ranks) {
+    CHECK(r.steps.size() == 4);
+    CHECK(r.device == -1);
+    for (const Lane& l : r.lanes) CHECK(l.kind == LaneKind::host);
+    const auto n = count_categories(r);
+    CHECK(n.at("comm.all_reduce") == 8);  // gloo:all_reduce, two per step
+    CHECK(n.at("host") == 340);           // 332 cpu_op + 20 user_annotation - 4 steps - 8
+  }
+  const Metrics m = compute_metrics(t);
+  // No launch links: the trace's own step markers. Per step, COMM = the union
+  // of the gloo:all_reduce ranges (worked out from the file's decimal text):
+  // rank 0 steps 1..3 = 25543.095, 11882.430, 7130.055 us -> median 11882.430;
+  // rank 1 = 18048.456, 5026.649, 9177.256 -> 9177.256.
+  CHECK(m.ranks[0].rule == StepRule::markers);
+  CHECK(m.ranks[0].comm_ms == Approx(11.882430));
+  CHECK(m.ranks[1].comm_ms == Approx(9.177256));
+  CHECK(m.ranks[0].exposed_comm_ms == Approx(11.882430));
+  // Nothing ran on a device: those values are not measured, and say so.
+  CHECK_FALSE(m.device_measured);
+  const nlohmann::json j = metrics_to_json(m);
+  CHECK(j["compute_ms"].is_null());
+  CHECK(j["idle_ms"].is_null());
+  CHECK(j["device_span_ms"].is_null());
+  CHECK(j["comm_ms"].get<double>() > 0);
+  bool said = false;
+  for (const auto& note : j["notes"])
+    said = said || note.get<std::string>().find("no device events") != std::string::npos;
+  CHECK(said);
 }

@@ -78,8 +78,13 @@ TEST_CASE("host lanes, sync and markers count for step time but are never busy",
   CHECK(m.total.compute_ms == Approx(1000 * kNsToMs));
   CHECK(m.total.comm_ms == 0);
   CHECK(m.total.overlap == 0);  // no COMM: defined as 0
-  // Device busy: [100,200) + [600,650) = 150 -> idle 850.
-  CHECK(m.total.idle_ms == Approx(850 * kNsToMs));
+  // Device busy: [100,200) + [600,650) = 150 over the device span [100,650)
+  // (HTA's kernel time: host, sync and marker events do not open it) -> idle 400.
+  CHECK(m.total.device_span_ms == Approx(550 * kNsToMs));
+  CHECK(m.total.idle_ms == Approx(400 * kNsToMs));
+  // Non-compute = busy minus COMP: both device intervals lie under the host
+  // compute event [0,1000), so none.
+  CHECK(m.total.non_compute_ms == 0);
 }
 
 TEST_CASE("comm with no compute is fully exposed", "[metrics]") {
@@ -326,9 +331,15 @@ TEST_CASE("sample trace: metrics worked out by hand", "[metrics]") {
   // COMM ∩ COMP = [3000,3600) = 600 -> exposed 3200.
   CHECK(m.total.exposed_comm_ms == Approx(3200 * kNsToMs));
   CHECK(m.total.overlap == Approx(600.0 / 3800.0));
-  // Device busy: copy [50,90) + [100,5500) + [6000,6300) + [7000,7020) = 40+5400+300+20;
-  // the sync on compute is not busy.
-  CHECK(m.total.idle_ms == Approx((7020 - 5760) * kNsToMs));
+  // Device busy: copy [50,90) + [100,5500) + [6000,6300) + [7000,7020) = 40+5400+300+20
+  // = 5760 over the device span [50,7020) = 6970 (the host marker at 0 and the
+  // sync on compute do not count) -> idle 1210.
+  CHECK(m.total.device_span_ms == Approx(6970 * kNsToMs));
+  CHECK(m.total.idle_ms == Approx((6970 - 5760) * kNsToMs));
+  // Non-compute = busy \ COMP = 5760 - 2500; compute + non-compute + idle = span.
+  CHECK(m.total.non_compute_ms == Approx(3260 * kNsToMs));
+  CHECK(m.total.compute_ms + m.total.non_compute_ms + m.total.idle_ms ==
+        Approx(m.total.device_span_ms));
   // Memory: 1 MiB + 3 MiB live at once; reserved 8 MiB.
   CHECK(m.total.peak_allocated_bytes == 4 << 20);
   CHECK(m.total.peak_reserved_bytes == 8 << 20);
