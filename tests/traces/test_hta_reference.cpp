@@ -115,3 +115,59 @@ TEST_CASE("report equals HTA per iteration on every shared Kineto trace", "[hta]
   // a100 x2 (and together), eight-rank (5), v100 (4), nccl-float-ts (2), mtia, amd.
   CHECK(compared == 2 + 2 + 5 + 4 + 2 + 1 + 1);
 }
+
+TEST_CASE("shared traces: exact times leave no overlap on a CUDA stream", "[kineto]") {
+  // Through a double, v100-allreduce-memory-rank1's epoch microseconds
+  // snapped to 256 ns and made 107 overlaps on one stream (and an extra
+  // "stream 7 (2)" thread in exports). A CUDA stream runs one thing at a time.
+  const std::string dir = traces_dir();
+  if (dir.empty()) FAIL("the shared Kineto traces are not next to the checkout");
+  for (const char* name : {"v100-allreduce-memory-rank1", "a100-sendrecv-rank0",
+                           "eight-rank-job-rank3", "nccl-float-ts-rank0"}) {
+    INFO(name);
+    const Trace t = import_kineto({dir + "/" + name + ".json.gz"});
+    const RankTrace& r = t.ranks.at(0);
+    std::vector<int64_t> last_end(r.lanes.size(), INT64_MIN);
+    int overlaps = 0, device_events = 0;
+    for (const Event& e : r.events) {  // sorted by start
+      if (r.lanes[e.lane].kind == LaneKind::host || e.category == Category::marker) continue;
+      ++device_events;
+      if (e.start_ns < last_end[e.lane]) ++overlaps;
+      last_end[e.lane] = std::max(last_end[e.lane], e.start_ns + e.dur_ns);
+    }
+    CHECK(device_events > 1000);
+    CHECK(overlaps == 0);
+  }
+}
+
+TEST_CASE("shared traces: MTIA device events on their own lanes, ROCm kernels as kernels",
+          "[kineto]") {
+  const std::string dir = traces_dir();
+  if (dir.empty()) FAIL("the shared Kineto traces are not next to the checkout");
+  KinetoImportSummary summary;
+  const Trace mtia = import_kineto({dir + "/mtia-rank0.json.gz"}, &summary);
+  const RankTrace& m = mtia.ranks.at(0);
+  CHECK(m.device == 9);                   // "MTIA 9"
+  CHECK(summary.device_events == 25814);  // every mtia_ccp_events record
+  CHECK(summary.launch_links == 3453);    // the ones with a correlation (mtia_runtime)
+  int device_lanes = 0;
+  for (const Lane& l : m.lanes) device_lanes += l.kind != LaneKind::host;
+  CHECK(device_lanes >= 3);
+  int dma = 0, kernels = 0;
+  for (const Event& e : m.events) {
+    if (m.lanes[e.lane].kind == LaneKind::host) continue;
+    dma += is_copy(e.category);
+    kernels += e.category == Category::compute;
+  }
+  CHECK(dma == 22361);  // dma_request, copies by direction
+  CHECK(kernels == 25814 - 22361);
+  const Trace amd = import_kineto({dir + "/amd-mi250-rank0.json.gz"});
+  const auto n = [&] {
+    int k = 0;
+    for (const Event& e : amd.ranks.at(0).events) k += e.category == Category::compute;
+    return k;
+  }();
+  CHECK(n == 14);  // Cijk_* (rocBLAS) and at::native kernels on stream 0
+  const Metrics am = compute_metrics(amd);
+  CHECK(am.total.compute_ms > 0);  // was 0.000 next to 16 visible kernels
+}
