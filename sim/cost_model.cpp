@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "plan/schedule_costs.h"
+
 namespace shardscope::sim {
 
 GroupSpan group_span(const std::vector<int>& ranks, int64_t gpus_per_node) {
@@ -83,20 +85,11 @@ CostModel::CostModel(const HardwareModel& hw, const plan::Graph& graph,
 }
 
 double CostModel::flops(int index) const {
-  const plan::ScheduleOp& op = schedule_.ops.at(static_cast<size_t>(index));
-  if (op.graph_op < 0) return 0;
-  const auto g = static_cast<size_t>(op.graph_op);
-  return op.kind == plan::OpKind::backward ? sizes_->bwd_flops.at(g) : sizes_->fwd_flops.at(g);
+  return plan::schedule_op_flops(*sizes_, schedule_.ops.at(static_cast<size_t>(index)));
 }
 
 double CostModel::bytes(int index) const {
-  const plan::ScheduleOp& op = schedule_.ops.at(static_cast<size_t>(index));
-  if (op.graph_op < 0) return static_cast<double>(op.bytes);
-  const auto g = static_cast<size_t>(op.graph_op);
-  // Graph bytes are fp32 bytes; the op runs in its dtype.
-  const double scale = plan::dtype_bytes(op.dtype) / 4.0;
-  return scale *
-         (op.kind == plan::OpKind::backward ? sizes_->bwd_bytes.at(g) : sizes_->fwd_bytes.at(g));
+  return plan::schedule_op_bytes(*sizes_, schedule_.ops.at(static_cast<size_t>(index)));
 }
 
 TimeNs CostModel::duration(int index) const {

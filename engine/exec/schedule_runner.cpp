@@ -5,6 +5,7 @@
 #include "alloc/errors.h"
 #include "engine/exec/exec_error.h"
 #include "engine/exec/schedule_info.h"
+#include "plan/schedule_costs.h"
 #include "plan/trace_vocabulary.h"
 #include "profiler/host_clock.h"
 
@@ -20,7 +21,8 @@ ScheduleRunner::ScheduleRunner(const plan::Graph& graph, const plan::UnitPlan& u
       s_(schedule),
       allocator_(allocator),
       backend_(backend),
-      label_errors_(label_errors) {
+      label_errors_(label_errors),
+      sizes_(plan::workload_sizes(graph, schedule.workload)) {
   const size_t nb = s_.buffers.size();
   live_.resize(nb);
   host_.assign(nb, nullptr);
@@ -208,7 +210,10 @@ void ScheduleRunner::record_step(
         plan::trace_category(op.kind), start, std::max<int64_t>(end - start, 0));
     if (op.unit >= 0) e.unit = trace_.intern(up_.units[static_cast<size_t>(op.unit)].name);
     e.op = trace_.intern(op_event_type(g_, op));
-    e.bytes = static_cast<uint64_t>(std::max<int64_t>(op.bytes, 0));
+    // The plan's FLOPs and bytes, as the simulator costs them: engine traces
+    // calibrate compute like profiler traces do.
+    e.flops = static_cast<uint64_t>(std::max(plan::schedule_op_flops(sizes_, op), 0.0));
+    e.bytes = static_cast<uint64_t>(std::max(plan::schedule_op_bytes(sizes_, op), 0.0));
   }
   r.steps.push_back(traces::Step{step, start_ns, end_ns});
 }

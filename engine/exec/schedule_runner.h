@@ -28,6 +28,7 @@
 #include "plan/graph.h"
 #include "plan/schedule.h"
 #include "plan/units.h"
+#include "plan/workload_sizes.h"
 #include "traces/trace.h"
 
 namespace shardscope::engine::exec {
@@ -130,6 +131,7 @@ class ScheduleRunner {
   std::vector<FirstUse> pending_init_;                  // per buffer, until its first user
   std::vector<uint8_t> zero_at_alloc_;                  // per buffer
   int64_t allocated_ = 0, peak_allocated_ = 0, persistent_allocated_ = 0;
+  plan::WorkloadSizes sizes_;  // FLOPs and bytes per graph op, for the recorded events
   traces::Trace trace_;
   std::vector<uint32_t> lanes_;  // per schedule stream
 };

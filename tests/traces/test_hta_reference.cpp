@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../shared_traces.h"
 #include "traces/kineto_import.h"
 #include "traces/metrics.h"
 
@@ -24,13 +25,8 @@ namespace {
 
 const std::string kSource = SHARDSCOPE_SOURCE_DIR;
 
-// The shared traces: $SHARDSCOPE_KINETO_TRACES, else shared/ inside the
-// checkout, else ../shared next to it.
 std::string traces_dir() {
-  if (const char* env = std::getenv("SHARDSCOPE_KINETO_TRACES")) return env;
-  for (const char* rel : {"/shared/traces/kineto-hta", "/../shared/traces/kineto-hta"})
-    if (fs::is_directory(kSource + rel)) return kSource + rel;
-  return "";
+  return shardscope::test::kineto_traces_dir();
 }
 
 json load_json(const std::string& path) {

@@ -71,3 +71,41 @@ TEST_CASE("engine peak allocated equals the simulator's on the gpt2-tiny grid", 
   // Per flavor: 8 unwrapped + 16 wrapped with set_to_none, 8 without.
   CHECK(cases == 2 * (2 * 2 * 2 + 2 * 2 * 2 * 2 + 2 * 2 * 2));
 }
+
+TEST_CASE("engine traces carry the plan's FLOPs and bytes on compute events", "[exec][trace]") {
+  // So that calibrate fits compute from an engine run as from a profiler
+  // trace. gpt2-tiny (n_embd 64), batch 2 x seq 16 = 32 tokens per rank.
+  const plan::Graph g = plan::load_model("gpt2-tiny");
+  engine::exec::TrainConfig c;
+  c.graph = &g;
+  c.policy = plan::policy_from_json({{"flavor", "fsdp2"}, {"batch_size", 2}, {"seq_len", 16}});
+  c.world_size = 2;
+  c.steps = 1;
+  const auto runs = engine::exec::train_threads(c, {});
+  const traces::Trace& t = runs.at(0).trace;
+  const traces::RankTrace& r = t.ranks.at(0);
+  int linear = 0, fc_forward = 0, fc_backward = 0;
+  for (const traces::Event& e : r.events) {
+    if (e.category != traces::Category::compute) continue;
+    const std::string name(t.str(e.name));
+    if (t.str(e.op) == "linear") {
+      ++linear;
+      CHECK(e.flops > 0);
+      CHECK(e.bytes > 0);
+    }
+    // c_fc: [32, 64] x [64, 256] + bias. Forward 2*32*64*256 + 32*256;
+    // backward (input and weight gradients, bias gradient) 2 x 2*32*64*256 + 32*256.
+    if (name == "transformer.h.0.mlp.c_fc.forward") {
+      ++fc_forward;
+      CHECK(e.flops == 2 * 32 * 64 * 256 + 32 * 256);
+    }
+    if (name == "transformer.h.0.mlp.c_fc.backward") {
+      ++fc_backward;
+      CHECK(e.flops == 2 * 2 * 32 * 64 * 256 + 32 * 256);
+    }
+  }
+  // 2 blocks x 4 linears (c_attn, attn.c_proj, c_fc, mlp.c_proj) and lm_head, fwd + bwd.
+  CHECK(linear == (2 * 4 + 1) * 2);
+  CHECK(fc_forward == 1);
+  CHECK(fc_backward == 1);
+}

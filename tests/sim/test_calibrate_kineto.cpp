@@ -1,0 +1,49 @@
+// calibrate on a real PyTorch profiler trace: the kernels' FLOPs come from
+// the Kineto importer (launching operator's record_shapes input dims,
+// traces/op_cost.h), so compute efficiency is fitted from a measured run.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "../shared_traces.h"
+#include "sim/calibrate.h"
+#include "sim/hardware.h"
+#include "traces/kineto_import.h"
+
+using namespace shardscope;
+
+TEST_CASE("calibrate fits compute from an imported profiler trace's FLOPs", "[calibrate][kineto]") {
+  const std::string dir = test::kineto_traces_dir();
+  if (dir.empty()) FAIL("the shared Kineto traces are not next to the checkout");
+  // a100-sendrecv-rank0: A100, record_shapes; 377 kernels get FLOPs from
+  // their aten::mm / addmm / bmm launchers (the rest have none).
+  traces::KinetoImportSummary summary;
+  const traces::Trace t = traces::import_kineto({dir + "/a100-sendrecv-rank0.json.gz"}, &summary);
+  REQUIRE(summary.kernels_with_flops == 377);
+  int64_t kernels = 0, with_flops = 0;
+  for (const traces::Event& e : t.ranks.at(0).events) {
+    if (e.category != traces::Category::compute) continue;
+    ++kernels;
+    with_flops += e.flops > 0;
+  }
+  CHECK(with_flops == 377);
+  sim::CalibrationOptions options;
+  options.base = sim::hardware_preset("a100-sxm");
+  options.name = "a100-fit";
+  options.group_size = 128;  // distributedInfo.world_size (SendRecv: not fitted)
+  const sim::CalibrationResult r = sim::calibrate({{"a100.json.gz", &t}}, {}, options);
+  CHECK(r.report.compute_events == kernels);
+  CHECK(r.report.compute_without_flops == kernels - with_flops);
+  int64_t used = 0, fitted_types = 0;
+  for (const sim::EfficiencyReport& e : r.report.efficiency) {
+    used += e.events + e.memory_bound + e.contended;
+    fitted_types += e.fitted;
+    if (e.fitted) {
+      CHECK(e.efficiency > 0);
+      CHECK(e.efficiency <= 1);
+    }
+  }
+  // Every kernel with FLOPs is used (compute-bound, memory-bound or
+  // contended) unless it started exactly at a collective boundary.
+  CHECK(used + r.report.compute_at_boundary == with_flops);
+  CHECK(fitted_types > 10);
+}
