@@ -46,13 +46,9 @@ int cmd_import(int argc, char** argv) {
       static_cast<long long>(summary.unlinked_device), static_cast<long long>(summary.host_events),
       static_cast<long long>(summary.kernels_with_flops),
       static_cast<long long>(summary.memory_records));
-  if (!summary.skipped.empty()) {
-    std::string skipped;
-    for (const auto& [cat, n] : summary.skipped)
-      skipped += (skipped.empty() ? "" : ", ") + cat + " " + std::to_string(n);
+  if (!summary.skipped.empty())
     std::printf("  not imported (Kineto categories without device or launch work): %s\n",
-                skipped.c_str());
-  }
+                traces::describe_skipped(summary.skipped).c_str());
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "traces/error.h"
+#include "traces/utf8.h"
 
 namespace shardscope::traces {
 
@@ -36,32 +37,6 @@ void put_utf8(std::string& out, uint32_t cp) {
     out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
     out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
   }
-}
-
-// Length of the valid UTF-8 sequence at s[i] (a byte >= 0x80), 0 if invalid.
-size_t utf8_sequence(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xbf;  // allowed range of the second byte
-  if (c >= 0xc2 && c <= 0xdf) {
-    n = 2;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    n = 3;
-    if (c == 0xe0) lo = 0xa0;  // no overlongs
-    if (c == 0xed) hi = 0x9f;  // no surrogates
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4;
-    if (c == 0xf0) lo = 0x90;
-    if (c == 0xf4) hi = 0x8f;  // <= U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k)
-    if (b(i + k) < 0x80 || b(i + k) > 0xbf) return 0;
-  return n;
 }
 
 int hex_value(char c) {
@@ -185,7 +160,7 @@ std::string_view JsonScanner::scan_string() {
       return text_.substr(start, pos_ - 1 - start);
     }
     if (c >= 0x80) {
-      const size_t n = utf8_sequence(text_, pos_);
+      const size_t n = utf8_sequence_length(text_, pos_);
       if (n == 0) fail(pos_, "invalid UTF-8 in a string");
       pos_ += n;
       continue;
@@ -206,7 +181,7 @@ std::string_view JsonScanner::scan_string() {
       return out;
     }
     if (c >= 0x80) {
-      const size_t n = utf8_sequence(text_, pos_);
+      const size_t n = utf8_sequence_length(text_, pos_);
       if (n == 0) fail(pos_, "invalid UTF-8 in a string");
       out.append(text_.data() + pos_, n);
       pos_ += n;

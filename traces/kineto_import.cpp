@@ -176,20 +176,12 @@ class RankBuilder {
     for (uint32_t i : order) any_device = any_device || d_.lanes[i].device;
     std::vector<const RawEvent*> raw;  // by index in r.events
     for (const RawEvent& e : d_.events) {
-      if (new_index[e.lane] == kNoLane) continue;
-      Event out;
-      out.start_ns = shift(e.start_ns, e.offset);
-      out.dur_ns = e.dur_ns;
-      out.bytes = e.bytes;
-      out.flops = e.flops;
-      out.name = e.name;
-      out.unit = e.unit;
-      out.op = e.op;
-      out.correlation = static_cast<uint32_t>(e.correlation);  // low 32 bits; links use all 64
+      if (new_index[e.event.lane] == kNoLane) continue;
+      Event out = e.event;
+      out.start_ns = shift(out.start_ns, e.offset);
+      out.lane = new_index[out.lane];
       if (kineto::is_device_kind(e.kind) && d_.invented_correlations.count(e.correlation))
         out.correlation = 0;
-      out.lane = new_index[e.lane];
-      out.category = e.category;
       if (!any_device && e.host_collective != Category::host && out.category == Category::host)
         out.category = e.host_collective;
       r.events.push_back(out);
@@ -216,9 +208,7 @@ class RankBuilder {
       r.steps.push_back(Step{s.number, shift(s.start_ns, 0), shift(s.end_ns, 0)});
     }
     if (r.events.empty() && r.memory.empty() && r.steps.empty()) {
-      std::string skipped;
-      for (const auto& [cat, n] : d_.skipped)
-        skipped += (skipped.empty() ? "" : ", ") + cat + " " + std::to_string(n);
+      const std::string skipped = describe_skipped(d_.skipped);
       throw TraceError(
           ErrorKind::schema, file_, "/traceEvents",
           "nothing to import: no device or host events, steps or memory records" +
@@ -291,7 +281,7 @@ class RankBuilder {
       if (o.input_types.empty()) types.clear();
       if (!o.concrete_inputs.empty() && !parse_string_list(o.concrete_inputs, &concrete)) continue;
       if (o.concrete_inputs.empty()) concrete.clear();
-      const OpCost cost = op_cost(t_.str(o.name), dims, types, concrete);
+      const OpCost cost = op_cost(t_.str(o.event.name), dims, types, concrete);
       if (!cost.known) continue;
       r.events[kernel].flops = cost.flops;
       if (!r.events[kernel].bytes) r.events[kernel].bytes = cost.bytes;
@@ -343,6 +333,13 @@ class RankBuilder {
 };
 
 }  // namespace
+
+std::string describe_skipped(const std::map<std::string, int64_t>& skipped) {
+  std::string out;
+  for (const auto& [cat, n] : skipped)
+    out += (out.empty() ? "" : ", ") + cat + " " + std::to_string(n);
+  return out;
+}
 
 int32_t import_kineto_rank(Trace& t, std::string_view text, const std::string& name,
                            int32_t fallback_rank, KinetoImportSummary* summary) {

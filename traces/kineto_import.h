@@ -35,6 +35,9 @@ struct KinetoImportSummary {
   std::map<std::string, int64_t> skipped;  // Kineto cat -> complete events not imported
 };
 
+// "python_function 12, Trace 1": categories and counts of what was not imported.
+std::string describe_skipped(const std::map<std::string, int64_t>& skipped);
+
 // Each file is one rank (distributedInfo.rank, else its position in `paths`),
 // except shardscope's combined exports, which hold one rank per process.
 // Throws TraceError naming the file and the position (byte offset or JSON

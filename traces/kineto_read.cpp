@@ -332,20 +332,19 @@ class Reader {
       return;
     }
 
-    RawEvent e;
+    RawEvent raw;
+    raw.kind = kind;
+    raw.offset = offset;
+    raw.correlation = a.correlation;
+    raw.external_id = a.external_id;
+    raw.input_dims = a.input_dims;
+    raw.input_types = a.input_types;
+    raw.concrete_inputs = a.concrete_inputs;
+    Event& e = raw.event;  // bytes, flops, unit and op are already in a.event
+    e = a.event;
     e.start_ns = start;
     e.dur_ns = dur;
-    e.kind = kind;
-    e.offset = offset;
-    e.correlation = a.correlation;
-    e.external_id = a.external_id;
-    e.bytes = a.bytes;
-    e.flops = a.flops;
-    e.unit = a.unit;
-    e.op = a.op;
-    e.input_dims = a.input_dims;
-    e.input_types = a.input_types;
-    e.concrete_inputs = a.concrete_inputs;
+    e.correlation = static_cast<uint32_t>(a.correlation);
     switch (kind) {
       case Kind::kernel:
         e.category = kernel_category(name_);
@@ -376,7 +375,7 @@ class Reader {
         // gloo collectives: comm.* only in a trace without device work (the
         // importer decides per rank, RawEvent::host_collective).
         e.category = Category::host;
-        host_collective(name_, &e.host_collective);
+        host_collective(name_, &raw.host_collective);
         break;
     }
     if (a.has_category) e.category = a.category;  // shardscope's own exports
@@ -394,19 +393,16 @@ class Reader {
     } else {
       ++lane.other;
     }
-    doc_.events.push_back(e);
+    doc_.events.push_back(raw);
   }
 
   struct Args {
+    Event event;  // bytes, flops, unit, op
     uint64_t correlation = 0;
     int64_t external_id = -1;
-    uint64_t bytes = 0;
-    uint64_t flops = 0;
     int64_t device = -1;
     int64_t stream = -1;
     bool has_device = false, has_stream = false;
-    uint32_t unit = kNoString;
-    uint32_t op = kNoString;
     std::string shown_name;  // shardscope_name
     bool has_category = false;
     Category category = Category::compute;
@@ -456,13 +452,13 @@ class Reader {
         a->has_stream = read_int_like(s_, &a->stream);
       } else if (key == "bytes") {
         int64_t v = 0;
-        if (read_int_like(s_, &v) && v >= 0) a->bytes = static_cast<uint64_t>(v);
+        if (read_int_like(s_, &v) && v >= 0) a->event.bytes = static_cast<uint64_t>(v);
       } else if (key == "flops") {
-        need_uint("flops", &a->flops);
+        need_uint("flops", &a->event.flops);
       } else if (key == "unit") {
-        a->unit = t_.intern(need_string("unit"));
+        a->event.unit = t_.intern(need_string("unit"));
       } else if (key == "op") {
-        a->op = t_.intern(need_string("op"));
+        a->event.op = t_.intern(need_string("op"));
       } else if (key == "shardscope_name") {
         a->shown_name = std::string(need_string("shardscope_name"));
       } else if (key == "shardscope_category") {

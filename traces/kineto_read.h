@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -33,27 +34,23 @@ bool is_device_kind(Kind k);
 
 // One complete ("X") event as read.
 struct RawEvent {
-  int64_t start_ns = 0;  // ts * 1000, relative to baseTimeNanoseconds
-  int64_t dur_ns = 0;
-  uint32_t name = kNoString;  // interned in the target trace
-  uint32_t lane = 0;          // index into Document::lanes
+  // As it goes into the rank: start relative to baseTimeNanoseconds, lane =
+  // index into Document::lanes, correlation = the low 32 bits (links use
+  // `correlation` below).
+  Event event;
   Kind kind = Kind::skipped;
-  Category category = Category::compute;  // device events; host events: host
   // A gloo collective on the host ("gloo:all_reduce"): its comm.* category,
   // used when the rank has no device work (CPU-only traces); else host.
   Category host_collective = Category::host;
-  uint64_t bytes = 0;
-  uint64_t flops = 0;
-  uint32_t unit = kNoString;
-  uint32_t op = kNoString;
   uint64_t correlation = 0;  // args.correlation; 0 = none
   int64_t external_id = -1;  // args["External id"]; -1 = none
-  // Raw JSON text of args["Input Dims"] / ["Input type"] (record_shapes),
-  // parsed only for the ops whose FLOPs are derived; empty = absent.
+  // Raw JSON text of args["Input Dims"] / ["Input type"] / ["Concrete
+  // Inputs"] (record_shapes), parsed only for the ops whose FLOPs are
+  // derived; empty = absent.
   std::string_view input_dims;
   std::string_view input_types;
-  std::string_view concrete_inputs;  // args["Concrete Inputs"] (scalar and list values)
-  size_t offset = 0;                 // byte offset of the event in the document (errors)
+  std::string_view concrete_inputs;
+  size_t offset = 0;  // byte offset of the event in the document (errors)
 };
 
 struct RawLane {
@@ -92,7 +89,7 @@ struct Document {
   std::vector<RawStep> steps;
   std::unordered_map<std::string, std::string> thread_names;   // "pid/tid" -> name
   std::unordered_map<std::string, std::string> process_names;  // pid -> name
-  std::unordered_map<std::string, int64_t> skipped;  // cat -> complete events not imported
+  std::map<std::string, int64_t> skipped;  // cat -> complete events not imported
   // Correlation ids shardscope's export invented for device work that had
   // none; the importer clears them again.
   std::unordered_set<uint64_t> invented_correlations;

@@ -34,6 +34,15 @@ void put_values(const MetricValues& v, TimeFields times, bool device, json& j) {
   j["non_compute_ms"] = time_value(v.non_compute_ms, device_times);
 }
 
+// One step's values: {"step", the values, "reported"}.
+json step_json(const StepMetrics& s, TimeFields times, bool device) {
+  json e = json::object();
+  e["step"] = s.step;
+  put_values(s, times, device, e);
+  e["reported"] = s.reported;
+  return e;
+}
+
 json rows_json(const std::vector<BreakdownRow>& rows, int limit, TimeFields times) {
   json a = json::array();
   for (const BreakdownRow& r : rows) {
@@ -116,10 +125,7 @@ json metrics_to_json(const Metrics& m, int breakdown_rows, TimeFields times) {
     if (!r.represents.empty()) e["represents"] = r.represents;
     json per_step = json::array();
     for (const StepMetrics& s : r.per_step) {
-      json v = json::object();
-      v["step"] = s.step;
-      put_values(s, times, m.device_measured, v);
-      v["reported"] = s.reported;
+      json v = step_json(s, times, m.device_measured);
       v["device_events"] = s.device_events;
       per_step.push_back(std::move(v));
     }
@@ -129,11 +135,7 @@ json metrics_to_json(const Metrics& m, int breakdown_rows, TimeFields times) {
   j["ranks"] = std::move(ranks);
   json steps = json::array();
   for (const StepMetrics& s : m.steps) {
-    json e = json::object();
-    e["step"] = s.step;
-    put_values(s, times, m.device_measured, e);
-    e["reported"] = s.reported;
-    steps.push_back(std::move(e));
+    steps.push_back(step_json(s, times, m.device_measured));
   }
   j["steps"] = std::move(steps);
   j["breakdown"] = {{"by_unit", rows_json(m.by_unit, breakdown_rows, times)},
