@@ -46,19 +46,42 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
-float initial_value(const plan::Graph& g, int param, int64_t index, uint64_t seed) {
+ParamInit param_init(const plan::Graph& g, int param) {
   const plan::Param& p = g.params[static_cast<size_t>(param)];
   const plan::Op* op = first_user(g, param);
-  if (ends_with(p.name, ".bias")) return 0.0f;
-  if (op && (op->type == plan::OpType::layernorm || op->type == plan::OpType::rmsnorm)) return 1.0f;
-  double std = 0.02;
+  ParamInit init;
+  if (ends_with(p.name, ".bias")) {
+    init.kind = ParamInit::Kind::zero;
+    return init;
+  }
+  if (op && (op->type == plan::OpType::layernorm || op->type == plan::OpType::rmsnorm)) {
+    init.kind = ParamInit::Kind::one;
+    return init;
+  }
   if (g.family == "gpt2" && ends_with(p.name, ".c_proj.weight")) {
     int64_t layers = 0;
     for (const plan::Module& m : g.modules)
       if (m.class_name == "GPT2Block") ++layers;
-    std /= std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(layers, 1)));
+    init.std /= std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(layers, 1)));
   }
-  return static_cast<float>(std * normal01(seed, hash_name(p.name), static_cast<uint64_t>(index)));
+  init.stream = hash_name(p.name);
+  return init;
+}
+
+float ParamInit::value(int64_t index, uint64_t seed) const {
+  switch (kind) {
+    case Kind::zero:
+      return 0.0f;
+    case Kind::one:
+      return 1.0f;
+    case Kind::normal:
+      break;
+  }
+  return static_cast<float>(std * normal01(seed, stream, static_cast<uint64_t>(index)));
+}
+
+float initial_value(const plan::Graph& g, int param, int64_t index, uint64_t seed) {
+  return param_init(g, param).value(index, seed);
 }
 
 DataSource::DataSource(const plan::Graph& graph, uint64_t seed) : g_(&graph), seed_(seed) {}

@@ -41,9 +41,20 @@ uint64_t hash_name(const std::string& name);
 double uniform01(uint64_t seed, uint64_t stream, uint64_t index);  // (0, 1)
 double normal01(uint64_t seed, uint64_t stream, uint64_t index);   // Box-Muller
 
-// Initial value of element `index` of parameter `param` (GPT-2/Llama
-// conventions: normal(0, 0.02) weights, GPT-2's residual projections scaled by
-// 1/sqrt(2 n_layer), norm weights 1, biases 0).
+// How parameter `param` is initialised (GPT-2/Llama conventions: normal(0,
+// 0.02) weights, GPT-2's residual projections scaled by 1/sqrt(2 n_layer),
+// norm weights 1, biases 0). Made once per parameter: value() is the
+// per-element part (a model of 10^8 elements initialises in seconds).
+struct ParamInit {
+  enum class Kind : uint8_t { zero, one, normal } kind = Kind::normal;
+  double std = 0.02;    // Kind::normal: standard deviation
+  uint64_t stream = 0;  // Kind::normal: hash_name(the parameter's name)
+  float value(int64_t index, uint64_t seed) const;
+};
+ParamInit param_init(const plan::Graph& graph, int param);
+
+// Initial value of element `index` of parameter `param`: param_init(graph,
+// param).value(index, seed).
 float initial_value(const plan::Graph& graph, int param, int64_t index, uint64_t seed);
 
 // Writes this rank's micro-batch `micro_step` of graph input buffer `b` (role

@@ -46,9 +46,11 @@ GroupIndices group_indices(const plan::Schedule& s) {
 
 std::vector<float> initial_unsharded(const plan::Graph& g, const UnitLayout& lay, uint64_t seed) {
   std::vector<float> full(static_cast<size_t>(lay.full_numel()), 0.0f);
-  for (const ParamPlace& pp : lay.params())
+  for (const ParamPlace& pp : lay.params()) {
+    const ParamInit init = param_init(g, pp.param);
     for (int64_t i = 0; i < pp.numel; ++i)
-      full[static_cast<size_t>(pp.unsharded + i)] = initial_value(g, pp.param, i, seed);
+      full[static_cast<size_t>(pp.unsharded + i)] = init.value(i, seed);
+  }
   return full;
 }
 
