@@ -112,12 +112,15 @@ def run(args, batch):
         for step in range(args.warmup + args.steps):
             torch.cuda.synchronize()
             start = time.perf_counter()
+            # An NVTX range per step: `shardscope profile` takes ProfilerStep#N as its steps.
+            torch.cuda.nvtx.range_push(f"ProfilerStep#{step}")
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(state["ids"], state["labels"])
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(loss.item())  # synchronises
+            torch.cuda.nvtx.range_pop()
             del loss
             torch.cuda.synchronize()
             if step >= args.warmup:
