@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -13,6 +14,7 @@
 #include "alloc/errors.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/exec/cuda_rank_executor.h"
+#include "engine/cuda/exec/host_poll.h"
 #include "engine/exec/f32_view.h"
 #include "engine/exec/schedule_info.h"
 #include "profiler/host_clock.h"
@@ -44,8 +46,8 @@ class ExternalIdScope {
 
 // ---- waiting on the device --------------------------------------------------------
 
-// Like cudaEventSynchronize (the host yields while it polls, as the runtime's
-// default spin-then-yield does), with two exits a blocking wait lacks: a
+// Like cudaEventSynchronize (the host yields while it polls, then sleeps
+// between polls as the wait grows: host_poll.h), with two exits a blocking wait lacks: a
 // collective that failed asynchronously (NCCL's remote, network or system
 // errors) never completes, so the communicator is asked for such errors every
 // millisecond; and a wait longer than the timeout throws naming `what`.
@@ -67,7 +69,11 @@ void CudaRankExecutor::wait_device(cudaEvent_t event, const std::string& what) {
                         "CudaExecOptions::device_wait_timeout_ns");
       next_check = now + kCheckEveryNs;
     }
-    std::this_thread::yield();
+    const int64_t pause = poll_pause_ns(now - start);  // host_poll.h: few polls in a long wait
+    if (pause > 0)
+      std::this_thread::sleep_for(std::chrono::nanoseconds(pause));
+    else
+      std::this_thread::yield();
   }
 }
 

@@ -2,6 +2,7 @@
 # Runs everywhere: the no-device error path (and, with a device, the refusals).
 shardscope_test(test_cuda_exec_nodevice
   test_cuda_exec_nodevice.cpp
+  test_host_poll.cpp
   LIBS shardscope_engine_cuda_exec shardscope_plan)
 # Needs a GPU (exit 77 = skipped without one): CPU equivalence over NCCL world 1,
 # emulated peers against the simulator, CUPTI memory accounting, layout kernels.
