@@ -198,7 +198,9 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
   rep.name = options.name;
   rep.base = base.name;
 
-  std::map<std::string, TypeData> types;
+  // Compute samples per (op type, compute dtype): an efficiency is fitted
+  // for the dtype its events ran in and applies to that dtype only.
+  std::map<std::pair<std::string, plan::DType>, TypeData> types;
   std::map<Key, KeyData> keys;
   int64_t scalar_all_reduces = 0, one_rank = 0, other_comm = 0, zero_duration = 0;
 
@@ -311,7 +313,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         s.a = static_cast<double>(e.flops) / peak * 1e9;
         s.mem = static_cast<double>(e.bytes) / base.hbm_bytes_per_s * 1e9;
         s.d = static_cast<double>(e.dur_ns);
-        TypeData& td = types[type];
+        TypeData& td = types[{type, dtype}];
         ++usable;
         if (contended) {
           td.contended.push_back(s);
@@ -382,13 +384,15 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
   // Efficiency per op type: least squares of d = a / eff over the
   // compute-bound events (absolute residuals: long ops weigh most).
   std::vector<std::string> kept;
-  for (auto& [type, td] : types) {
+  for (auto& [key, td] : types) {
+    const auto& [type, dtype] = key;
     EfficiencyReport er;
     er.op_type = type;
+    er.dtype = dtype;
     er.events = static_cast<int64_t>(td.compute_bound.size());
     er.memory_bound = td.memory_bound;
     er.contended = static_cast<int64_t>(td.contended.size());
-    er.base_efficiency = base.efficiency_of(type);
+    er.base_efficiency = base.efficiency_of(type, dtype);
     er.efficiency = er.base_efficiency;
     double sad = 0, saa = 0;
     for (const ComputeSample& s : td.compute_bound) {
@@ -400,15 +404,16 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       if (eff > 1.0) {
         eff = 1.0;
         er.clamped = true;
-        rep.notes.push_back("op type " + type + ": fitted efficiency above 1 (faster than the " +
-                            "base's peak): capped at 1");
+        rep.notes.push_back("op type " + type + " (" + plan::dtype_name(dtype) +
+                            "): fitted efficiency above 1 (faster than the base's peak): capped "
+                            "at 1");
       }
       er.efficiency = eff;
       er.fitted = true;
-      hw.efficiency[type] = eff;
+      hw.dtype_efficiency[dtype][type] = eff;
       anything = true;
     } else if (!td.uncontended.empty() || !td.contended.empty()) {
-      kept.push_back(type);
+      kept.push_back(type + " (" + plan::dtype_name(dtype) + ")");
     }
     Residuals res;
     for (const ComputeSample& s : td.uncontended)
@@ -431,8 +436,8 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     cr.base_factor = base.contention_factor;
     cr.factor = base.contention_factor;
     std::vector<std::pair<double, double>> pd;  // p, d
-    for (const auto& [type, td] : types) {
-      const double eff = hw.efficiency_of(type);
+    for (const auto& [key, td] : types) {
+      const double eff = hw.efficiency_of(key.first, key.second);
       for (const ComputeSample& s : td.contended) {
         const double p = round_ns(std::max(s.a / eff, s.mem));
         if (p > 0) pd.emplace_back(p, s.d);

@@ -52,6 +52,9 @@ struct CalibrationOptions {
 /// with the predictions rounded to whole nanoseconds as the simulator does.
 struct EfficiencyReport {
   std::string op_type;
+  /// The compute dtype of its events: the fitted efficiency is written to the
+  /// model's dtype_efficiency[dtype] and applies to ops of that dtype only.
+  plan::DType dtype = plan::DType::f32;
   int64_t events = 0;        ///< uncontended compute-bound events the fit used
   int64_t memory_bound = 0;  ///< uncontended events the HBM roof explains
   int64_t contended = 0;     ///< started while a collective ran (used for the contention factor)

@@ -61,6 +61,7 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
   nlohmann::json eff = nlohmann::json::array();
   for (const EfficiencyReport& e : r.efficiency)
     eff.push_back({{"op_type", e.op_type},
+                   {"dtype", plan::dtype_name(e.dtype)},
                    {"events", e.events},
                    {"memory_bound", e.memory_bound},
                    {"contended", e.contended},
@@ -112,15 +113,18 @@ std::string format_calibration_report(const CalibrationReport& r) {
          r.base + "' (peaks, HBM bandwidth and the rest kept)\n";
   out += "residuals: (predicted - measured) / measured of each duration\n\n";
   if (!r.efficiency.empty()) {
-    out += "compute efficiency (fraction of the dtype's peak FLOP/s):\n";
-    std::snprintf(line, sizeof line, "  %-22s %8s %9s %9s %8s %9s %10s %10s\n", "op type", "events",
-                  "mem-bound", "contended", "base", "fitted", "rms rel", "max rel");
+    out +=
+        "compute efficiency (fraction of the dtype's peak FLOP/s; a fit applies to ops of its "
+        "dtype, other dtypes keep the base's):\n";
+    std::snprintf(line, sizeof line, "  %-22s %5s %8s %9s %9s %8s %9s %10s %10s\n", "op type",
+                  "dtype", "events", "mem-bound", "contended", "base", "fitted", "rms rel",
+                  "max rel");
     out += line;
     for (const EfficiencyReport& e : r.efficiency) {
       const std::string fitted =
           e.fitted ? fmt("%.4f", e.efficiency) + (e.clamped ? "*" : "") : std::string("kept");
-      std::snprintf(line, sizeof line, "  %-22s %8lld %9lld %9lld %8.4f %9s %10s %10s\n",
-                    e.op_type.c_str(), static_cast<long long>(e.events),
+      std::snprintf(line, sizeof line, "  %-22s %5s %8lld %9lld %9lld %8.4f %9s %10s %10s\n",
+                    e.op_type.c_str(), plan::dtype_name(e.dtype), static_cast<long long>(e.events),
                     static_cast<long long>(e.memory_bound), static_cast<long long>(e.contended),
                     e.base_efficiency, fitted.c_str(), percent(e.rms_rel_residual).c_str(),
                     percent(e.max_rel_residual).c_str());

@@ -210,6 +210,15 @@ double HardwareModel::efficiency_of(const std::string& op_type) const {
   return it != efficiency.end() ? it->second : 1.0;
 }
 
+double HardwareModel::efficiency_of(const std::string& op_type, plan::DType dtype) const {
+  const auto d = dtype_efficiency.find(dtype);
+  if (d != dtype_efficiency.end()) {
+    const auto it = d->second.find(op_type);
+    if (it != d->second.end()) return it->second;
+  }
+  return efficiency_of(op_type);
+}
+
 void HardwareModel::validate() const {
   auto positive = [&](double v, const char* field) {
     if (!(v > 0) || !std::isfinite(v))
@@ -251,6 +260,13 @@ void HardwareModel::validate() const {
   for (const auto& [type, e] : efficiency)
     if (!(e > 0 && e <= 1.0))
       throw Error("hardware '" + name + "': efficiency." + type + " must be in (0, 1]");
+  for (const auto& [dtype, map] : dtype_efficiency) {
+    (void)peak_flops(dtype);  // a dtype without a compute peak has no efficiency
+    for (const auto& [type, e] : map)
+      if (!(e > 0 && e <= 1.0))
+        throw Error("hardware '" + name + "': dtype_efficiency." + plan::dtype_name(dtype) + "." +
+                    type + " must be in (0, 1]");
+  }
 }
 
 std::vector<std::string> hardware_presets() {
@@ -297,6 +313,11 @@ nlohmann::json hardware_to_json(const HardwareModel& hw) {
   j["pcie_bytes_per_s"] = hw.pcie_bytes_per_s;
   j["host_memory_bytes_per_s"] = hw.host_memory_bytes_per_s;
   j["efficiency"] = hw.efficiency;
+  if (!hw.dtype_efficiency.empty()) {
+    nlohmann::json by_dtype = nlohmann::json::object();
+    for (const auto& [dtype, map] : hw.dtype_efficiency) by_dtype[plan::dtype_name(dtype)] = map;
+    j["dtype_efficiency"] = by_dtype;
+  }
   j["launch_overhead_ns"] = hw.launch_overhead_ns;
   j["launch_queue_depth"] = hw.launch_queue_depth;
   j["contention_factor"] = hw.contention_factor;
@@ -371,6 +392,25 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
         double value = 0;
         read_field(e, "efficiency." + type, source, &value);
         h.efficiency[type] = value;
+      }
+    } else if (key == "dtype_efficiency") {
+      if (!v.is_object())
+        throw Error(source + ": hardware key 'dtype_efficiency' must be an object");
+      for (const auto& [dtype_name, map] : v.items()) {
+        const std::string field = "dtype_efficiency." + dtype_name;
+        plan::DType dtype = plan::DType::f32;
+        try {
+          dtype = plan::parse_dtype(dtype_name, source + ": " + field);
+        } catch (const std::exception& e) {
+          throw Error(e.what());
+        }
+        if (!map.is_object())
+          throw Error(source + ": hardware key '" + field + "' must be an object");
+        for (const auto& [type, e] : map.items()) {
+          double value = 0;
+          read_field(e, field + "." + type, source, &value);
+          h.dtype_efficiency[dtype][type] = value;
+        }
       }
     } else {
       throw Error(source + ": unknown hardware key '" + key + "'");

@@ -61,6 +61,10 @@ struct HardwareModel {
   double host_memory_bytes_per_s = 0;  ///< ops on the host stream (offloaded optimizer)
   /// Fraction of peak FLOP/s an op type reaches; key "default" for the rest.
   std::map<std::string, double> efficiency;
+  /// Per compute dtype, fractions that replace `efficiency` for ops of that
+  /// dtype (what calibrate fits: a bf16 trace says nothing about fp32 ops,
+  /// whose kernels differ). JSON "dtype_efficiency": {"bf16": {"linear": 0.6}}.
+  std::map<plan::DType, std::map<std::string, double>> dtype_efficiency;
   int64_t launch_overhead_ns = 0;  ///< host time per launch
   /// Launched ops not yet finished on the device beyond which a launch blocks
   /// the host (CUDA's pending-launch queue).
@@ -74,6 +78,8 @@ struct HardwareModel {
   double peak_flops(plan::DType dtype) const;
   /// efficiency[type], else efficiency["default"], else 1.
   double efficiency_of(const std::string& op_type) const;
+  /// dtype_efficiency[dtype][type], else efficiency_of(op_type).
+  double efficiency_of(const std::string& op_type, plan::DType dtype) const;
   /// The fit for (kind, ranks, multi_node), or null.
   const CollectiveFit* collective_fit(plan::OpKind kind, int64_t ranks, bool multi_node) const;
   /// Throws Error naming the first field out of range.
@@ -88,7 +94,7 @@ HardwareModel hardware_preset(const std::string& name);
 nlohmann::json hardware_to_json(const HardwareModel& hw);
 /// Starts from the preset named by "base" (default h100-sxm) and overrides
 /// every other key given; an unknown key throws Error naming it.
-/// `efficiency` entries are merged into the base's map.
+/// `efficiency` and `dtype_efficiency` entries are merged into the base's maps.
 HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& source = "json");
 /// A preset name or a hardware JSON file path. Throws Error.
 HardwareModel load_hardware(const std::string& spec);

@@ -202,3 +202,62 @@ TEST_CASE("roofline: a graph op costs max(FLOPs over peak x eff, bytes over HBM 
   CHECK(cost.bytes(0) == 200.0);
   CHECK(cost.duration(0) == sim::TimeNs(200));
 }
+
+TEST_CASE("a dtype's efficiency replaces the shared one for ops of that dtype only",
+          "[sim][hw][cost]") {
+  // Toy op 1 forward: 128 FLOPs at B = 1, T = 4. fp32 at 1e9 FLOP/s x 1: 128
+  // ns; bf16 at 2e9 x 0.25 (its own entry, not the shared 1.0): 256 ns.
+  plan::Graph g = test::toy_graph();
+  plan::Schedule s;
+  s.workload = plan::Workload{1, 4};
+  s.streams = {"host", "compute"};
+  s.stream_roles = {plan::StreamRole::host, plan::StreamRole::compute};
+  plan::ScheduleOp fwd;
+  fwd.kind = plan::OpKind::forward;
+  fwd.stream = 1;
+  fwd.graph_op = 1;
+  plan::ScheduleOp fwd_bf16 = fwd;
+  fwd_bf16.dtype = plan::DType::bf16;
+  s.ops = {fwd, fwd_bf16};
+  sim::HardwareModel hw = test::unit_hardware();
+  hw.peak_flops_bf16 = 2e9;
+  hw.efficiency = {{"linear", 1.0}};
+  hw.dtype_efficiency[plan::DType::bf16] = {{"linear", 0.25}};
+  CHECK(hw.efficiency_of("linear", plan::DType::f32) == 1.0);
+  CHECK(hw.efficiency_of("linear", plan::DType::bf16) == 0.25);
+  CHECK(hw.efficiency_of("attention", plan::DType::bf16) == hw.efficiency_of("attention"));
+  sim::CostModel cost(hw, g, s);
+  CHECK(cost.duration(0) == sim::TimeNs(128));
+  CHECK(cost.duration(1) == sim::TimeNs(256));
+
+  // JSON: written only when present, read back, merged over the base.
+  const json doc = sim::hardware_to_json(hw);
+  CHECK(doc["dtype_efficiency"] == json{{"bf16", {{"linear", 0.25}}}});
+  CHECK_FALSE(sim::hardware_to_json(sim::hardware_preset("h100-sxm")).contains("dtype_efficiency"));
+  const sim::HardwareModel back = sim::hardware_from_json(
+      json{{"base", "h100-sxm"}, {"dtype_efficiency", {{"bfloat16", {{"linear", 0.3}}}}}}, "x");
+  CHECK(back.efficiency_of("linear", plan::DType::bf16) == 0.3);
+  CHECK(back.efficiency_of("linear", plan::DType::f32) ==
+        sim::hardware_preset("h100-sxm").efficiency_of("linear"));
+}
+
+TEST_CASE("bad dtype_efficiency entries are errors naming the field", "[sim][hw]") {
+  const std::vector<std::pair<json, std::string>> bad = {
+      {json{{"dtype_efficiency", 3}}, "'dtype_efficiency' must be an object"},
+      {json{{"dtype_efficiency", {{"int4", {{"linear", 0.5}}}}}}, "dtype_efficiency.int4"},
+      {json{{"dtype_efficiency", {{"bf16", 0.5}}}}, "'dtype_efficiency.bf16' must be an object"},
+      {json{{"dtype_efficiency", {{"bf16", {{"linear", "fast"}}}}}},
+       "dtype_efficiency.bf16.linear"},
+      {json{{"dtype_efficiency", {{"bf16", {{"linear", 1.5}}}}}}, "dtype_efficiency.bf16.linear"},
+      {json{{"dtype_efficiency", {{"i64", {{"linear", 0.5}}}}}}, "no compute peak for dtype i64"},
+  };
+  for (const auto& [doc, message] : bad) {
+    INFO(doc.dump());
+    try {
+      sim::hardware_from_json(doc, "hw.json");
+      FAIL("no error");
+    } catch (const sim::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(message));
+    }
+  }
+}

@@ -5,12 +5,13 @@
 //
 //   memory: simulate predicts each run's peak allocated and peak reserved
 //     bytes exactly (the caching allocator replays the same requests);
-//   time: calibrating on the base policy's run and predicting the other bf16
-//     policies stays within 30% of the measured step time (the figures of
-//     2026-11-26 are +7% to +25%, docs/accuracy.md), and halves the error of
-//     the uncalibrated h200-sxm preset (-80%). fp32 is left out of the time
-//     check: the fit keeps one efficiency per op type for every dtype, so a
-//     bf16 fit predicts fp32 about 7x too slow (issue 21's cost model).
+//   time: calibrating on the base policy's run and predicting every policy
+//     stays within 30% of the measured step time (the figures of 2026-11-26
+//     are +7% to +25% for bf16, -9% for fp32, docs/accuracy.md); for the bf16
+//     policies it at least halves the error of the uncalibrated h200-sxm
+//     preset (-80%). fp32 keeps the preset's efficiencies (the base run is
+//     bf16: its fit applies to bf16 ops only); before fits were per dtype, a
+//     bf16 fit predicted fp32 7x too slow.
 //   the trace: `report` of each committed trace gives the metrics the run
 //     printed (its --json output, grid-*.json).
 #include <catch2/catch.hpp>
@@ -103,7 +104,7 @@ TEST_CASE("simulate predicts the H200 runs' peak allocated and reserved bytes ex
   CHECK(peak("no-reshard") > peak("base"));
 }
 
-TEST_CASE("calibrated on the base H200 run, bf16 policies' step times are predicted within 30%",
+TEST_CASE("calibrated on the base H200 run, every policy's step time is predicted within 30%",
           "[recorded][h200][calibrate]") {
   test::TempDir dir;
   const std::string fit = (dir.path / "h200-fit.json").string();
@@ -111,7 +112,7 @@ TEST_CASE("calibrated on the base H200 run, bf16 policies' step times are predic
       test::run_cli("calibrate " + trace_path("base") + " --base h200-sxm --out " + fit);
   INFO(r.output);
   REQUIRE(r.status == 0);
-  for (const char* policy : {"base", "no-reshard", "no-prefetch", "batch4"}) {
+  for (const std::string& policy : kPolicies) {
     INFO(policy);
     const double measured = recorded(policy)["step_time_ms"].get<double>();
     const std::string p = policy_file(dir, policy);
@@ -121,6 +122,6 @@ TEST_CASE("calibrated on the base H200 run, bf16 policies' step times are predic
     INFO("measured " << measured << " ms, calibrated " << calibrated << " ms (" << 100 * err
                      << "%), preset " << preset << " ms (" << 100 * preset_err << "%)");
     CHECK(std::abs(err) <= 0.30);
-    CHECK(std::abs(err) < std::abs(preset_err) / 2);
+    if (policy != "fp32") CHECK(std::abs(err) < std::abs(preset_err) / 2);
   }
 }
