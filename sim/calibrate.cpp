@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -144,6 +145,7 @@ struct KeyData {
 };
 
 struct ComputeSample {
+  double flops = 0;
   double a = 0;    // FLOPs / peak, ns: the compute time at efficiency 1
   double mem = 0;  // bytes / HBM bw, ns
   double d = 0;    // measured duration, ns
@@ -171,6 +173,45 @@ std::string fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
+}
+
+// Least squares of d = a / eff on absolute residuals: eff = sum(a^2) / sum(a d);
+// 0 when the samples cannot say (no compute time).
+double fit_efficiency(const std::vector<ComputeSample>& samples) {
+  double sad = 0, saa = 0;
+  for (const ComputeSample& s : samples) {
+    sad += s.a * s.d;
+    saa += s.a * s.a;
+  }
+  return saa > 0 && sad > 0 ? saa / sad : 0.0;
+}
+
+// Efficiency as a function of size: the compute-bound samples binned by
+// floor(log2 FLOPs), one least-squares efficiency per bin (capped at 1) at
+// the bin's geometric-mean FLOPs. Empty unless at least two bins: one size
+// says nothing about the shape of the curve.
+std::vector<EfficiencyKnot> fit_efficiency_curve(const std::vector<ComputeSample>& samples) {
+  std::map<int, std::vector<ComputeSample>> bins;
+  for (const ComputeSample& s : samples)
+    if (s.flops > 0) bins[static_cast<int>(std::floor(std::log2(s.flops)))].push_back(s);
+  std::vector<EfficiencyKnot> knots;
+  if (bins.size() < 2) return knots;
+  for (const auto& [bin, in_bin] : bins) {
+    const double eff = fit_efficiency(in_bin);
+    if (!(eff > 0)) continue;
+    double log_sum = 0;
+    for (const ComputeSample& s : in_bin) log_sum += std::log(s.flops);
+    knots.push_back({std::exp(log_sum / static_cast<double>(in_bin.size())), std::min(eff, 1.0)});
+  }
+  if (knots.size() < 2) knots.clear();
+  // A flat curve is one efficiency: knots within 2% of the overall fit are
+  // noise (whole-ns rounding, jitter), not a size dependence.
+  const double overall = std::min(fit_efficiency(samples), 1.0);
+  bool flat = true;
+  for (const EfficiencyKnot& k : knots)
+    flat = flat && std::fabs(k.efficiency - overall) <= 0.02 * overall;
+  if (flat) knots.clear();
+  return knots;
 }
 
 }  // namespace
@@ -239,6 +280,12 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
 
     int64_t usable = 0;
     for (const traces::RankTrace& r : t.ranks) {
+      // With two steps or more, what starts before the second one is warm-up
+      // (first calls, cuBLAS and NCCL set-up, first allocations: on the H200
+      // a first GEMM took 65 ms instead of 52 us) and fits nothing, as
+      // `report` leaves the first step out.
+      const int64_t warmup_end =
+          r.steps.size() >= 2 ? r.steps[1].start_ns : std::numeric_limits<int64_t>::min();
       // This rank's collectives: intervals for the contention test.
       std::vector<int64_t> starts, ends;
       std::vector<std::pair<int64_t, int64_t>> intervals;
@@ -246,6 +293,10 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         if (!traces::is_comm(e.category)) continue;
         intervals.emplace_back(e.start_ns, e.start_ns + e.dur_ns);
         ++rep.collective_events;
+        if (e.start_ns < warmup_end) {
+          ++rep.collectives_warmup;
+          continue;
+        }
         plan::OpKind kind;
         if (!collective_kind(e.category, &kind)) {
           ++other_comm;
@@ -296,6 +347,10 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
           ++zero_duration;
           continue;
         }
+        if (e.start_ns < warmup_end) {
+          ++rep.compute_warmup;
+          continue;
+        }
         // Contended: a collective started before and ends after this start.
         const size_t before = static_cast<size_t>(
             std::lower_bound(starts.begin(), starts.end(), e.start_ns) - starts.begin());
@@ -310,6 +365,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         }
         const std::string type(e.op != traces::kNoString ? t.str(e.op) : t.str(e.name));
         ComputeSample s;
+        s.flops = static_cast<double>(e.flops);
         s.a = static_cast<double>(e.flops) / peak * 1e9;
         s.mem = static_cast<double>(e.bytes) / base.hbm_bytes_per_s * 1e9;
         s.d = static_cast<double>(e.dur_ns);
@@ -394,13 +450,8 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     er.contended = static_cast<int64_t>(td.contended.size());
     er.base_efficiency = base.efficiency_of(type, dtype);
     er.efficiency = er.base_efficiency;
-    double sad = 0, saa = 0;
-    for (const ComputeSample& s : td.compute_bound) {
-      sad += s.a * s.d;
-      saa += s.a * s.a;
-    }
-    if (saa > 0 && sad > 0) {
-      double eff = saa / sad;
+    double eff = fit_efficiency(td.compute_bound);
+    if (eff > 0) {
       if (eff > 1.0) {
         eff = 1.0;
         er.clamped = true;
@@ -411,13 +462,15 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       er.efficiency = eff;
       er.fitted = true;
       hw.dtype_efficiency[dtype][type] = eff;
+      er.curve = fit_efficiency_curve(td.compute_bound);
+      if (!er.curve.empty()) hw.efficiency_curves[dtype][type] = er.curve;
       anything = true;
     } else if (!td.uncontended.empty() || !td.contended.empty()) {
       kept.push_back(type + " (" + plan::dtype_name(dtype) + ")");
     }
     Residuals res;
     for (const ComputeSample& s : td.uncontended)
-      res.add(round_ns(std::max(s.a / er.efficiency, s.mem)), s.d);
+      res.add(round_ns(std::max(s.a / hw.efficiency_of(type, dtype, s.flops), s.mem)), s.d);
     er.rms_rel_residual = res.rms();
     er.max_rel_residual = res.max;
     rep.efficiency.push_back(er);
@@ -437,8 +490,8 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     cr.factor = base.contention_factor;
     std::vector<std::pair<double, double>> pd;  // p, d
     for (const auto& [key, td] : types) {
-      const double eff = hw.efficiency_of(key.first, key.second);
       for (const ComputeSample& s : td.contended) {
+        const double eff = hw.efficiency_of(key.first, key.second, s.flops);
         const double p = round_ns(std::max(s.a / eff, s.mem));
         if (p > 0) pd.emplace_back(p, s.d);
       }
@@ -567,6 +620,10 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     rep.notes.push_back(std::to_string(rep.compute_without_flops) +
                         " compute event(s) without FLOPs (non-graph ops, kernels without "
                         "counts) say nothing about efficiency: unused");
+  if (rep.compute_warmup + rep.collectives_warmup > 0)
+    rep.notes.push_back(std::to_string(rep.compute_warmup) + " compute event(s) and " +
+                        std::to_string(rep.collectives_warmup) +
+                        " collective(s) of each rank's first step (warm-up) or before it: unused");
   if (rep.compute_at_boundary > 0)
     rep.notes.push_back(std::to_string(rep.compute_at_boundary) +
                         " compute event(s) started at the very instant a collective started or "

@@ -59,7 +59,11 @@ struct EfficiencyReport {
   int64_t memory_bound = 0;  ///< uncontended events the HBM roof explains
   int64_t contended = 0;     ///< started while a collective ran (used for the contention factor)
   double base_efficiency = 0;
-  double efficiency = 0;        ///< fitted, or the base's when !fitted
+  double efficiency = 0;  ///< fitted, or the base's when !fitted
+  /// When the compute-bound events span at least two sizes (factor-2 FLOPs
+  /// bins): efficiency by size, written to efficiency_curves[dtype][type]
+  /// and used instead of `efficiency`; empty otherwise.
+  std::vector<EfficiencyKnot> curve;
   bool fitted = false;          ///< false: no compute-bound event, the base's value is kept
   bool clamped = false;         ///< the fit came out above 1 and was capped at 1
   double rms_rel_residual = 0;  ///< over all uncontended events of the type
@@ -101,9 +105,13 @@ struct CalibrationReport {
   int64_t compute_events = 0;         ///< compute events of all traces
   int64_t compute_without_flops = 0;  ///< of them: no FLOPs (non-graph ops, kernels), unused
   int64_t compute_at_boundary = 0;    ///< started exactly as a collective started or ended: unused
-  int64_t collective_events = 0;      ///< collective events of all traces
-  int64_t collectives_skipped = 0;    ///< scalar all-reduces, one-rank groups, other collectives
-  std::vector<std::string> notes;     ///< what was kept from the base and why
+  /// Compute events with FLOPs, and collectives, that started before a
+  /// rank's second step (its warm-up step, or before its first): unused.
+  int64_t compute_warmup = 0;
+  int64_t collectives_warmup = 0;
+  int64_t collective_events = 0;    ///< collective events of all traces
+  int64_t collectives_skipped = 0;  ///< scalar all-reduces, one-rank groups, other collectives
+  std::vector<std::string> notes;   ///< what was kept from the base and why
 };
 
 struct CalibrationResult {

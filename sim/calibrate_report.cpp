@@ -59,8 +59,11 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
   j["traces"] = r.traces;
   j["nccl_tests"] = r.nccl_tables;
   nlohmann::json eff = nlohmann::json::array();
-  for (const EfficiencyReport& e : r.efficiency)
+  for (const EfficiencyReport& e : r.efficiency) {
+    nlohmann::json curve = nlohmann::json::array();
+    for (const EfficiencyKnot& k : e.curve) curve.push_back({k.flops, k.efficiency});
     eff.push_back({{"op_type", e.op_type},
+                   {"curve", curve},
                    {"dtype", plan::dtype_name(e.dtype)},
                    {"events", e.events},
                    {"memory_bound", e.memory_bound},
@@ -71,6 +74,7 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
                    {"clamped", e.clamped},
                    {"rms_rel_residual", e.rms_rel_residual},
                    {"max_rel_residual", e.max_rel_residual}});
+  }
   j["efficiency"] = eff;
   nlohmann::json coll = nlohmann::json::array();
   for (const CollectiveReport& c : r.collectives)
@@ -99,6 +103,8 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
   j["events"] = {{"compute", r.compute_events},
                  {"compute_without_flops", r.compute_without_flops},
                  {"compute_at_collective_boundary", r.compute_at_boundary},
+                 {"compute_warmup", r.compute_warmup},
+                 {"collectives_warmup", r.collectives_warmup},
                  {"collectives", r.collective_events},
                  {"collectives_skipped", r.collectives_skipped}};
   j["notes"] = r.notes;
@@ -129,6 +135,12 @@ std::string format_calibration_report(const CalibrationReport& r) {
                     e.base_efficiency, fitted.c_str(), percent(e.rms_rel_residual).c_str(),
                     percent(e.max_rel_residual).c_str());
       out += line;
+      if (!e.curve.empty()) {
+        out += "    by size (FLOPs: efficiency, log-linear between):";
+        for (const EfficiencyKnot& k : e.curve)
+          out += " " + fmt("%.3g", k.flops) + ": " + fmt("%.4f", k.efficiency);
+        out += "\n";
+      }
     }
     out += "\n";
   }

@@ -109,8 +109,10 @@ TimeNs CostModel::duration(int index) const {
   Cached& cached = graph_op_ns_.at(slot);
   if (cached.ns >= 0 && cached.dtype == op.dtype) return TimeNs(cached.ns);
   const plan::Op& g = graph_.ops.at(static_cast<size_t>(op.graph_op));
-  const double compute_s = flops(index) / (hw_.peak_flops(op.dtype) *
-                                           hw_.efficiency_of(plan::op_type_name(g.type), op.dtype));
+  const double op_flops = flops(index);
+  const double compute_s =
+      op_flops / (hw_.peak_flops(op.dtype) *
+                  hw_.efficiency_of(plan::op_type_name(g.type), op.dtype, op_flops));
   const double memory_s = bytes(index) / hw_.hbm_bytes_per_s;
   cached.ns = TimeNs::from_seconds(compute_s > memory_s ? compute_s : memory_s).ns;
   cached.dtype = op.dtype;

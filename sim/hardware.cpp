@@ -219,6 +219,24 @@ double HardwareModel::efficiency_of(const std::string& op_type, plan::DType dtyp
   return efficiency_of(op_type);
 }
 
+double HardwareModel::efficiency_of(const std::string& op_type, plan::DType dtype,
+                                    double flops) const {
+  const auto d = efficiency_curves.find(dtype);
+  if (d != efficiency_curves.end()) {
+    const auto it = d->second.find(op_type);
+    if (it != d->second.end() && !it->second.empty()) {
+      const std::vector<EfficiencyKnot>& k = it->second;
+      if (!(flops > k.front().flops)) return k.front().efficiency;
+      if (!(flops < k.back().flops)) return k.back().efficiency;
+      size_t i = 1;
+      while (k[i].flops < flops) ++i;  // k[i - 1].flops < flops <= k[i].flops
+      const double t = std::log(flops / k[i - 1].flops) / std::log(k[i].flops / k[i - 1].flops);
+      return k[i - 1].efficiency + t * (k[i].efficiency - k[i - 1].efficiency);
+    }
+  }
+  return efficiency_of(op_type, dtype);
+}
+
 void HardwareModel::validate() const {
   auto positive = [&](double v, const char* field) {
     if (!(v > 0) || !std::isfinite(v))
@@ -260,6 +278,22 @@ void HardwareModel::validate() const {
   for (const auto& [type, e] : efficiency)
     if (!(e > 0 && e <= 1.0))
       throw Error("hardware '" + name + "': efficiency." + type + " must be in (0, 1]");
+  for (const auto& [dtype, curves] : efficiency_curves) {
+    (void)peak_flops(dtype);  // a dtype without a compute peak has no efficiency
+    for (const auto& [type, knots] : curves) {
+      const std::string at =
+          "hardware '" + name + "': efficiency_curves." + plan::dtype_name(dtype) + "." + type;
+      if (knots.size() < 2) throw Error(at + " needs at least 2 knots");
+      for (size_t i = 0; i < knots.size(); ++i) {
+        if (!(knots[i].flops > 0) || !std::isfinite(knots[i].flops))
+          throw Error(at + "[" + std::to_string(i) + "]: FLOPs must be > 0");
+        if (i > 0 && !(knots[i].flops > knots[i - 1].flops))
+          throw Error(at + "[" + std::to_string(i) + "]: FLOPs must ascend");
+        if (!(knots[i].efficiency > 0 && knots[i].efficiency <= 1.0))
+          throw Error(at + "[" + std::to_string(i) + "]: efficiency must be in (0, 1]");
+      }
+    }
+  }
   for (const auto& [dtype, map] : dtype_efficiency) {
     (void)peak_flops(dtype);  // a dtype without a compute peak has no efficiency
     for (const auto& [type, e] : map)
@@ -318,12 +352,33 @@ nlohmann::json hardware_to_json(const HardwareModel& hw) {
     for (const auto& [dtype, map] : hw.dtype_efficiency) by_dtype[plan::dtype_name(dtype)] = map;
     j["dtype_efficiency"] = by_dtype;
   }
+  if (!hw.efficiency_curves.empty()) {
+    nlohmann::json curves = nlohmann::json::object();
+    for (const auto& [dtype, map] : hw.efficiency_curves)
+      for (const auto& [type, knots] : map) {
+        nlohmann::json points = nlohmann::json::array();
+        for (const EfficiencyKnot& k : knots) points.push_back({k.flops, k.efficiency});
+        curves[plan::dtype_name(dtype)][type] = points;
+      }
+    j["efficiency_curves"] = curves;
+  }
   j["launch_overhead_ns"] = hw.launch_overhead_ns;
   j["launch_queue_depth"] = hw.launch_queue_depth;
   j["contention_factor"] = hw.contention_factor;
   j["gpus_per_node"] = hw.gpus_per_node;
   return j;
 }
+
+namespace {
+plan::DType dtype_field(const std::string& name, const std::string& source,
+                        const std::string& field) {
+  try {
+    return plan::parse_dtype(name, source + ": " + field);
+  } catch (const std::exception& e) {
+    throw Error(e.what());
+  }
+}
+}  // namespace
 
 HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& source) {
   if (!doc.is_object()) throw Error(source + ": a hardware document must be a JSON object");
@@ -393,17 +448,38 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
         read_field(e, "efficiency." + type, source, &value);
         h.efficiency[type] = value;
       }
+    } else if (key == "efficiency_curves") {
+      if (!v.is_object())
+        throw Error(source + ": hardware key 'efficiency_curves' must be an object");
+      for (const auto& [dtype_name, map] : v.items()) {
+        const std::string field = "efficiency_curves." + dtype_name;
+        const plan::DType dtype = dtype_field(dtype_name, source, field);
+        if (!map.is_object())
+          throw Error(source + ": hardware key '" + field + "' must be an object");
+        for (const auto& [type, points] : map.items()) {
+          const std::string at = field + "." + type;
+          if (!points.is_array())
+            throw Error(source + ": hardware key '" + at +
+                        "' must be an array of [FLOPs, efficiency]");
+          std::vector<EfficiencyKnot> knots;
+          for (size_t i = 0; i < points.size(); ++i) {
+            const std::string item = at + "[" + std::to_string(i) + "]";
+            if (!points[i].is_array() || points[i].size() != 2)
+              throw Error(source + ": hardware key '" + item + "' must be [FLOPs, efficiency]");
+            EfficiencyKnot k;
+            read_field(points[i][0], item + "[0]", source, &k.flops);
+            read_field(points[i][1], item + "[1]", source, &k.efficiency);
+            knots.push_back(k);
+          }
+          h.efficiency_curves[dtype][type] = knots;
+        }
+      }
     } else if (key == "dtype_efficiency") {
       if (!v.is_object())
         throw Error(source + ": hardware key 'dtype_efficiency' must be an object");
       for (const auto& [dtype_name, map] : v.items()) {
         const std::string field = "dtype_efficiency." + dtype_name;
-        plan::DType dtype = plan::DType::f32;
-        try {
-          dtype = plan::parse_dtype(dtype_name, source + ": " + field);
-        } catch (const std::exception& e) {
-          throw Error(e.what());
-        }
+        const plan::DType dtype = dtype_field(dtype_name, source, field);
         if (!map.is_object())
           throw Error(source + ": hardware key '" + field + "' must be an object");
         for (const auto& [type, e] : map.items()) {

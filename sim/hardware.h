@@ -41,6 +41,12 @@ struct CollectiveFit {
 enum class CollectiveAlgorithm : uint8_t { ring, tree, automatic };
 const char* collective_algorithm_name(CollectiveAlgorithm a);
 
+/// One point of an efficiency curve: ops of `flops` FLOPs reach `efficiency`.
+struct EfficiencyKnot {
+  double flops = 0;
+  double efficiency = 0;
+};
+
 struct HardwareModel {
   std::string name;  ///< preset name or file it came from
   /// Dense peak FLOP/s per compute dtype (no structured sparsity).
@@ -65,6 +71,13 @@ struct HardwareModel {
   /// dtype (what calibrate fits: a bf16 trace says nothing about fp32 ops,
   /// whose kernels differ). JSON "dtype_efficiency": {"bf16": {"linear": 0.6}}.
   std::map<plan::DType, std::map<std::string, double>> dtype_efficiency;
+  /// Per compute dtype and op type, efficiency as a function of the op's
+  /// FLOPs: piecewise linear in log(FLOPs) between knots (ascending FLOPs,
+  /// at least 2), constant beyond the ends. Replaces the scalar entries for
+  /// ops of that dtype and type (what calibrate fits when the events span
+  /// several sizes). JSON "efficiency_curves": {"bf16": {"linear":
+  /// [[2.9e10, 0.62], [6.3e11, 0.13]]}}.
+  std::map<plan::DType, std::map<std::string, std::vector<EfficiencyKnot>>> efficiency_curves;
   int64_t launch_overhead_ns = 0;  ///< host time per launch
   /// Launched ops not yet finished on the device beyond which a launch blocks
   /// the host (CUDA's pending-launch queue).
@@ -80,6 +93,8 @@ struct HardwareModel {
   double efficiency_of(const std::string& op_type) const;
   /// dtype_efficiency[dtype][type], else efficiency_of(op_type).
   double efficiency_of(const std::string& op_type, plan::DType dtype) const;
+  /// efficiency_curves[dtype][type] at `flops`, else efficiency_of(op_type, dtype).
+  double efficiency_of(const std::string& op_type, plan::DType dtype, double flops) const;
   /// The fit for (kind, ranks, multi_node), or null.
   const CollectiveFit* collective_fit(plan::OpKind kind, int64_t ranks, bool multi_node) const;
   /// Throws Error naming the first field out of range.
@@ -94,7 +109,8 @@ HardwareModel hardware_preset(const std::string& name);
 nlohmann::json hardware_to_json(const HardwareModel& hw);
 /// Starts from the preset named by "base" (default h100-sxm) and overrides
 /// every other key given; an unknown key throws Error naming it.
-/// `efficiency` and `dtype_efficiency` entries are merged into the base's maps.
+/// `efficiency`, `dtype_efficiency` and `efficiency_curves` entries are merged
+/// into the base's maps (a curve replaces the base's curve of its type).
 HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& source = "json");
 /// A preset name or a hardware JSON file path. Throws Error.
 HardwareModel load_hardware(const std::string& spec);

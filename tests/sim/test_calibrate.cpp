@@ -823,3 +823,45 @@ TEST_CASE("calibrate CLI writes a hardware JSON that simulate takes", "[sim][cal
   CHECK(bad.status == 2);
   CHECK_THAT(bad.output, Catch::Contains("bad.txt:2:"));
 }
+
+TEST_CASE("calibration recovers a size-dependent linear efficiency as a curve",
+          "[sim][calibrate]") {
+  // Truth: linear efficiency rising with size, 0.3 at 1e8 FLOPs to 0.7 at
+  // 1e10 (log-linear); gpt2-small at B = 1, T = 512 on 2 ranks has linear
+  // ops of 0.8 to 81 GFLOP, forward and backward.
+  sim::HardwareModel truth = truth_hw();
+  truth.efficiency_curves[plan::DType::f32]["linear"] = {{1e8, 0.3}, {1e10, 0.7}};
+  Planned p = plan_for(scenarios()[0]);
+  const sim::SimResult res = simulate(p, truth);
+  const sim::CalibrationResult r = sim::calibrate({{"curve", &res.trace}}, {}, h100_options());
+  const auto it =
+      std::find_if(r.report.efficiency.begin(), r.report.efficiency.end(),
+                   [](const sim::EfficiencyReport& e) { return e.op_type == "linear"; });
+  REQUIRE(it != r.report.efficiency.end());
+  INFO(sim::format_calibration_report(r.report));
+  REQUIRE(it->curve.size() >= 2);
+  CHECK(r.hw.efficiency_curves.at(plan::DType::f32).at("linear").size() == it->curve.size());
+  // Each knot: the bin's least-squares efficiency at its geometric-mean
+  // FLOPs, within 2% of the truth there (bins mix sizes up to 2x apart).
+  for (const sim::EfficiencyKnot& k : it->curve) {
+    INFO(k.flops << " FLOPs: " << k.efficiency);
+    const double want = truth.efficiency_of("linear", plan::DType::f32, k.flops);
+    CHECK(std::fabs(k.efficiency - want) / want < 0.02);
+  }
+  // The scalar fit alone is off on linear's uncontended events by far more
+  // than the curve's residuals.
+  CHECK(it->rms_rel_residual < 0.02);
+  double scalar_rms = 0;
+  int64_t n = 0;
+  for (const traces::Event& e : res.trace.ranks[0].events) {
+    if (e.category != traces::Category::compute || e.flops == 0) continue;
+    if (res.trace.str(e.op) != "linear") continue;
+    const double predicted =
+        static_cast<double>(e.flops) / (r.hw.peak_flops(plan::DType::f32) * it->efficiency) * 1e9;
+    const double rel = (predicted - static_cast<double>(e.dur_ns)) / static_cast<double>(e.dur_ns);
+    scalar_rms += rel * rel;
+    ++n;
+  }
+  REQUIRE(n > 0);
+  CHECK(std::sqrt(scalar_rms / static_cast<double>(n)) > 5 * it->rms_rel_residual);
+}

@@ -261,3 +261,52 @@ TEST_CASE("bad dtype_efficiency entries are errors naming the field", "[sim][hw]
     }
   }
 }
+
+TEST_CASE("an efficiency curve is piecewise linear in log FLOPs, constant beyond its ends",
+          "[sim][hw][cost]") {
+  sim::HardwareModel hw = sim::hardware_preset("h100-sxm");
+  hw.efficiency_curves[plan::DType::bf16]["linear"] = {{1e8, 0.2}, {1e10, 0.6}, {1e12, 0.4}};
+  const auto at = [&](double flops) {
+    return hw.efficiency_of("linear", plan::DType::bf16, flops);
+  };
+  CHECK(at(1e6) == 0.2);  // below the first knot
+  CHECK(at(1e8) == 0.2);
+  CHECK(at(1e9) == Approx(0.4).epsilon(1e-12));  // half way (in log FLOPs) from 1e8 to 1e10
+  CHECK(at(1e10) == Approx(0.6).epsilon(1e-12));
+  CHECK(at(1e11) == Approx(0.5).epsilon(1e-12));
+  CHECK(at(1e13) == 0.4);  // beyond the last
+  // Other dtypes and types: the scalar entries.
+  CHECK(hw.efficiency_of("linear", plan::DType::f32, 1e9) == hw.efficiency_of("linear"));
+  CHECK(hw.efficiency_of("attention", plan::DType::bf16, 1e9) == hw.efficiency_of("attention"));
+  hw.validate();
+
+  const json doc = sim::hardware_to_json(hw);
+  CHECK(doc["efficiency_curves"]["bf16"]["linear"] == json{{1e8, 0.2}, {1e10, 0.6}, {1e12, 0.4}});
+  json with_base = doc;
+  with_base["base"] = "h100-sxm";
+  const sim::HardwareModel back = sim::hardware_from_json(with_base, "x");
+  CHECK(back.efficiency_of("linear", plan::DType::bf16, 1e11) == at(1e11));
+
+  const std::vector<std::pair<json, std::string>> bad = {
+      {json{{"efficiency_curves", {{"bf16", {{"linear", {{1e8, 0.5}}}}}}}}, "at least 2 knots"},
+      {json{{"efficiency_curves", {{"bf16", {{"linear", {{1e9, 0.5}, {1e8, 0.5}}}}}}}},
+       "efficiency_curves.bf16.linear[1]: FLOPs must ascend"},
+      {json{{"efficiency_curves", {{"bf16", {{"linear", {{1e8, 0.5}, {1e9, 0}}}}}}}},
+       "efficiency_curves.bf16.linear[1]: efficiency must be in (0, 1]"},
+      {json{{"efficiency_curves", {{"bf16", {{"linear", {{-1, 0.5}, {1e9, 0.5}}}}}}}},
+       "efficiency_curves.bf16.linear[0]: FLOPs must be > 0"},
+      {json{{"efficiency_curves", {{"bf16", {{"linear", {1e8, 0.5}}}}}}},
+       "efficiency_curves.bf16.linear[0]' must be [FLOPs, efficiency]"},
+      {json{{"efficiency_curves", {{"bf16", {{"linear", 0.5}}}}}}, "must be an array"},
+      {json{{"efficiency_curves", {{"int4", {}}}}}, "efficiency_curves.int4"},
+  };
+  for (const auto& [d, message] : bad) {
+    INFO(d.dump());
+    try {
+      sim::hardware_from_json(d, "hw.json");
+      FAIL("no error");
+    } catch (const sim::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(message));
+    }
+  }
+}
