@@ -175,6 +175,75 @@ std::string fmt(const char* format, double v) {
   return buf;
 }
 
+struct MemorySample {
+  int64_t bytes = 0;
+  double m = 0;  // bytes / HBM bw, ns: the duration at bandwidth efficiency 1
+  double d = 0;  // measured duration, ns
+};
+
+// Device op kinds that carry no FLOPs and are priced by their bytes
+// (CostModel::duration: graph_op < 0, not a collective or host copy).
+bool is_memory_op_kind(const std::string& name) {
+  static const plan::OpKind kKinds[] = {
+      plan::OpKind::cast_params, plan::OpKind::copy_out,        plan::OpKind::reshard_copy,
+      plan::OpKind::grad_cast,   plan::OpKind::grad_accumulate, plan::OpKind::grad_norm,
+      plan::OpKind::grad_scale,  plan::OpKind::inf_check,       plan::OpKind::optimizer};
+  for (plan::OpKind k : kKinds)
+    if (name == plan::op_kind_name(k)) return true;
+  return false;
+}
+
+// t = fixed + m / eff by least squares; one size (or a negative intercept,
+// or durations that do not grow with size): fixed 0 and eff alone; eff
+// capped at 1.
+MemoryOpReport fit_memory_op(const std::string& kind, const std::vector<MemorySample>& samples) {
+  MemoryOpReport r;
+  r.kind = kind;
+  r.events = static_cast<int64_t>(samples.size());
+  std::set<int64_t> sizes;
+  double sm = 0, sd = 0, smm = 0, smd = 0;
+  for (const MemorySample& s : samples) {
+    sizes.insert(s.bytes);
+    sm += s.m;
+    sd += s.d;
+    smm += s.m * s.m;
+    smd += s.m * s.d;
+  }
+  r.distinct_sizes = static_cast<int64_t>(sizes.size());
+  const double n = static_cast<double>(samples.size());
+  double fixed = 0, slope = 0;
+  if (sizes.size() >= 2) {
+    const double var = smm - sm * sm / n;
+    slope = var > 0 ? (smd - sm * sd / n) / var : 0;
+    fixed = (sd - slope * sm) / n;
+  }
+  if (sizes.size() < 2 || !(slope > 0) || fixed < 0) {
+    r.fixed_from_zero = true;
+    fixed = 0;
+    slope = smm > 0 ? smd / smm : 0;
+  }
+  if (!(slope > 0)) {  // no bytes: all fixed cost
+    slope = 1;
+    fixed = sd / n;
+    r.fixed_from_zero = false;
+  }
+  double eff = 1.0 / slope;
+  if (eff > 1.0) {
+    // Within 0.1% of the roof is the roof (whole-ns durations); beyond it
+    // the op ran faster than the base's HBM bandwidth allows: capped, noted.
+    r.capped = eff > 1.001;
+    eff = 1.0;
+  }
+  r.fit.fixed_ns = static_cast<int64_t>(std::llround(fixed));
+  r.fit.bandwidth_efficiency = eff;
+  Residuals res;
+  for (const MemorySample& s : samples)
+    res.add(round_ns(static_cast<double>(r.fit.fixed_ns) + s.m / eff), s.d);
+  r.rms_rel_residual = res.rms();
+  r.max_rel_residual = res.max;
+  return r;
+}
+
 // Least squares of d = a / eff on absolute residuals: eff = sum(a^2) / sum(a d);
 // 0 when the samples cannot say (no compute time).
 double fit_efficiency(const std::vector<ComputeSample>& samples) {
@@ -242,6 +311,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
   // Compute samples per (op type, compute dtype): an efficiency is fitted
   // for the dtype its events ran in and applies to that dtype only.
   std::map<std::pair<std::string, plan::DType>, TypeData> types;
+  std::map<std::string, std::vector<MemorySample>> memory_samples;  // by op kind name
   std::map<Key, KeyData> keys;
   int64_t scalar_all_reduces = 0, one_rank = 0, other_comm = 0, zero_duration = 0;
 
@@ -341,6 +411,21 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         ++rep.compute_events;
         if (e.flops == 0) {
           ++rep.compute_without_flops;
+          // A plan op kind without FLOPs: its bytes fit a memory-op cost
+          // when uncontended (contended or at a boundary: not used).
+          const std::string kind(e.op != traces::kNoString ? t.str(e.op) : "");
+          if (e.dur_ns <= 0 || e.start_ns < warmup_end || !is_memory_op_kind(kind)) continue;
+          const size_t before = static_cast<size_t>(
+              std::lower_bound(starts.begin(), starts.end(), e.start_ns) - starts.begin());
+          if ((before > 0 && prefix_max_end[before - 1] > e.start_ns) ||
+              std::binary_search(starts.begin(), starts.end(), e.start_ns) ||
+              std::binary_search(sorted_ends.begin(), sorted_ends.end(), e.start_ns))
+            continue;
+          MemorySample m;
+          m.bytes = static_cast<int64_t>(e.bytes);
+          m.m = static_cast<double>(e.bytes) / base.hbm_bytes_per_s * 1e9;
+          m.d = static_cast<double>(e.dur_ns);
+          memory_samples[kind].push_back(m);
           continue;
         }
         if (e.dur_ns <= 0) {
@@ -482,6 +567,17 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
                         "; their efficiency is the base's");
   }
 
+  for (const auto& [kind, samples] : memory_samples) {
+    const MemoryOpReport mr = fit_memory_op(kind, samples);
+    hw.memory_ops[kind] = mr.fit;
+    if (mr.capped)
+      rep.notes.push_back(
+          "op kind " + kind +
+          ": faster than the base's HBM bandwidth: bandwidth efficiency capped at 1");
+    rep.memory_ops.push_back(mr);
+    anything = true;
+  }
+
   // Contention: least squares of d = factor x p over the overlapped events,
   // p the uncontended prediction with the fitted efficiencies.
   {
@@ -619,7 +715,8 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
   if (rep.compute_without_flops > 0)
     rep.notes.push_back(std::to_string(rep.compute_without_flops) +
                         " compute event(s) without FLOPs (non-graph ops, kernels without "
-                        "counts) say nothing about efficiency: unused");
+                        "counts) say nothing about efficiency; those of plan op kinds (casts, "
+                        "copies, optimizer...) fit the memory-op costs when uncontended");
   if (rep.compute_warmup + rep.collectives_warmup > 0)
     rep.notes.push_back(std::to_string(rep.compute_warmup) + " compute event(s) and " +
                         std::to_string(rep.collectives_warmup) +

@@ -70,6 +70,20 @@ struct EfficiencyReport {
   double max_rel_residual = 0;
 };
 
+/// A device op kind without FLOPs (plan::op_kind_name: grad_cast, copy_out,
+/// cast_params, optimizer, ...): t = fixed + bytes / (HBM bw x eff), fitted
+/// like a collective (two sizes or more: fixed and eff; one size: eff only).
+struct MemoryOpReport {
+  std::string kind;
+  int64_t events = 0;  ///< uncontended, after the warm-up
+  int64_t distinct_sizes = 0;
+  MemoryOpFit fit;
+  bool fixed_from_zero = false;  ///< one size, or a negative intercept: fixed 0
+  bool capped = false;           ///< bandwidth efficiency above 1: capped at 1
+  double rms_rel_residual = 0;
+  double max_rel_residual = 0;
+};
+
 struct CollectiveReport {
   CollectiveFit fit;
   int64_t points = 0;
@@ -100,6 +114,7 @@ struct CalibrationReport {
   std::vector<std::string> traces;
   std::vector<std::string> nccl_tables;       ///< "FILE:LINE (all_gather, 8 ranks)"
   std::vector<EfficiencyReport> efficiency;   ///< by op type
+  std::vector<MemoryOpReport> memory_ops;     ///< by op kind
   std::vector<CollectiveReport> collectives;  ///< by kind, ranks, multi_node
   ContentionReport contention;
   int64_t compute_events = 0;         ///< compute events of all traces

@@ -76,6 +76,18 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
                    {"max_rel_residual", e.max_rel_residual}});
   }
   j["efficiency"] = eff;
+  nlohmann::json mem = nlohmann::json::array();
+  for (const MemoryOpReport& m : r.memory_ops)
+    mem.push_back({{"kind", m.kind},
+                   {"events", m.events},
+                   {"distinct_sizes", m.distinct_sizes},
+                   {"fixed_ns", m.fit.fixed_ns},
+                   {"bandwidth_efficiency", m.fit.bandwidth_efficiency},
+                   {"fixed_from_zero", m.fixed_from_zero},
+                   {"capped", m.capped},
+                   {"rms_rel_residual", m.rms_rel_residual},
+                   {"max_rel_residual", m.max_rel_residual}});
+  j["memory_ops"] = mem;
   nlohmann::json coll = nlohmann::json::array();
   for (const CollectiveReport& c : r.collectives)
     coll.push_back({{"kind", plan::op_kind_name(c.fit.kind)},
@@ -141,6 +153,23 @@ std::string format_calibration_report(const CalibrationReport& r) {
           out += " " + fmt("%.3g", k.flops) + ": " + fmt("%.4f", k.efficiency);
         out += "\n";
       }
+    }
+    out += "\n";
+  }
+  if (!r.memory_ops.empty()) {
+    out += "ops without FLOPs (t = fixed + bytes / (HBM bw x eff)):\n";
+    std::snprintf(line, sizeof line, "  %-22s %8s %6s %12s %9s %10s %10s\n", "op kind", "events",
+                  "sizes", "fixed", "eff", "rms rel", "max rel");
+    out += line;
+    for (const MemoryOpReport& m : r.memory_ops) {
+      const std::string fixed = fmt("%.3f us", static_cast<double>(m.fit.fixed_ns) / 1e3) +
+                                (m.fixed_from_zero ? "^" : "");
+      const std::string eff = fmt("%.4f", m.fit.bandwidth_efficiency) + (m.capped ? "*" : "");
+      std::snprintf(line, sizeof line, "  %-22s %8lld %6lld %12s %9s %10s %10s\n", m.kind.c_str(),
+                    static_cast<long long>(m.events), static_cast<long long>(m.distinct_sizes),
+                    fixed.c_str(), eff.c_str(), percent(m.rms_rel_residual).c_str(),
+                    percent(m.max_rel_residual).c_str());
+      out += line;
     }
     out += "\n";
   }

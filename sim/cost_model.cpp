@@ -101,8 +101,14 @@ TimeNs CostModel::duration(int index) const {
   const bool on_host =
       schedule_.stream_roles.at(static_cast<size_t>(op.stream)) == plan::StreamRole::host;
   if (op.graph_op < 0) {
-    const double bw = on_host ? hw_.host_memory_bytes_per_s : hw_.hbm_bytes_per_s;
-    return TimeNs::from_seconds(static_cast<double>(op.bytes) / bw);
+    if (on_host)
+      return TimeNs::from_seconds(static_cast<double>(op.bytes) / hw_.host_memory_bytes_per_s);
+    const auto fit = hw_.memory_ops.find(plan::op_kind_name(op.kind));
+    if (fit == hw_.memory_ops.end())
+      return TimeNs::from_seconds(static_cast<double>(op.bytes) / hw_.hbm_bytes_per_s);
+    return TimeNs(fit->second.fixed_ns) +
+           TimeNs::from_seconds(static_cast<double>(op.bytes) /
+                                (hw_.hbm_bytes_per_s * fit->second.bandwidth_efficiency));
   }
   const size_t slot = 2 * static_cast<size_t>(op.graph_op) + (op.kind == plan::OpKind::backward);
   if (graph_op_ns_.empty()) graph_op_ns_.assign(2 * graph_.ops.size(), Cached{});

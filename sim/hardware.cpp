@@ -278,6 +278,13 @@ void HardwareModel::validate() const {
   for (const auto& [type, e] : efficiency)
     if (!(e > 0 && e <= 1.0))
       throw Error("hardware '" + name + "': efficiency." + type + " must be in (0, 1]");
+  for (const auto& [kind, fit] : memory_ops) {
+    if (fit.fixed_ns < 0)
+      throw Error("hardware '" + name + "': memory_ops." + kind + ".fixed_ns must be >= 0");
+    if (!(fit.bandwidth_efficiency > 0 && fit.bandwidth_efficiency <= 1.0))
+      throw Error("hardware '" + name + "': memory_ops." + kind +
+                  ".bandwidth_efficiency must be in (0, 1]");
+  }
   for (const auto& [dtype, curves] : efficiency_curves) {
     (void)peak_flops(dtype);  // a dtype without a compute peak has no efficiency
     for (const auto& [type, knots] : curves) {
@@ -351,6 +358,12 @@ nlohmann::json hardware_to_json(const HardwareModel& hw) {
     nlohmann::json by_dtype = nlohmann::json::object();
     for (const auto& [dtype, map] : hw.dtype_efficiency) by_dtype[plan::dtype_name(dtype)] = map;
     j["dtype_efficiency"] = by_dtype;
+  }
+  if (!hw.memory_ops.empty()) {
+    nlohmann::json ops = nlohmann::json::object();
+    for (const auto& [kind, fit] : hw.memory_ops)
+      ops[kind] = {{"fixed_ns", fit.fixed_ns}, {"bandwidth_efficiency", fit.bandwidth_efficiency}};
+    j["memory_ops"] = ops;
   }
   if (!hw.efficiency_curves.empty()) {
     nlohmann::json curves = nlohmann::json::object();
@@ -447,6 +460,23 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
         double value = 0;
         read_field(e, "efficiency." + type, source, &value);
         h.efficiency[type] = value;
+      }
+    } else if (key == "memory_ops") {
+      if (!v.is_object()) throw Error(source + ": hardware key 'memory_ops' must be an object");
+      for (const auto& [kind, fit] : v.items()) {
+        const std::string field = "memory_ops." + kind;
+        if (!fit.is_object())
+          throw Error(source + ": hardware key '" + field + "' must be an object");
+        MemoryOpFit m;
+        for (const auto& [k, x] : fit.items()) {
+          if (k == "fixed_ns")
+            read_field(x, field + ".fixed_ns", source, &m.fixed_ns);
+          else if (k == "bandwidth_efficiency")
+            read_field(x, field + ".bandwidth_efficiency", source, &m.bandwidth_efficiency);
+          else
+            throw Error(source + ": unknown hardware key '" + field + "." + k + "'");
+        }
+        h.memory_ops[kind] = m;
       }
     } else if (key == "efficiency_curves") {
       if (!v.is_object())

@@ -47,6 +47,13 @@ struct EfficiencyKnot {
   double efficiency = 0;
 };
 
+/// An op without FLOPs (casts, copies, the optimizer, gradient accumulation)
+/// on the device: dur = fixed_ns + bytes / (HBM bw x bandwidth_efficiency).
+struct MemoryOpFit {
+  int64_t fixed_ns = 0;               ///< >= 0
+  double bandwidth_efficiency = 1.0;  ///< in (0, 1]
+};
+
 struct HardwareModel {
   std::string name;  ///< preset name or file it came from
   /// Dense peak FLOP/s per compute dtype (no structured sparsity).
@@ -78,6 +85,11 @@ struct HardwareModel {
   /// several sizes). JSON "efficiency_curves": {"bf16": {"linear":
   /// [[2.9e10, 0.62], [6.3e11, 0.13]]}}.
   std::map<plan::DType, std::map<std::string, std::vector<EfficiencyKnot>>> efficiency_curves;
+  /// By op kind name (plan::op_kind_name: "grad_cast", "copy_out", ...): the
+  /// cost of device ops without FLOPs; absent kinds cost bytes / HBM bw.
+  /// JSON "memory_ops": {"grad_cast": {"fixed_ns": 20000,
+  /// "bandwidth_efficiency": 0.4}}.
+  std::map<std::string, MemoryOpFit> memory_ops;
   int64_t launch_overhead_ns = 0;  ///< host time per launch
   /// Launched ops not yet finished on the device beyond which a launch blocks
   /// the host (CUDA's pending-launch queue).

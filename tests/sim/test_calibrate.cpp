@@ -865,3 +865,41 @@ TEST_CASE("calibration recovers a size-dependent linear efficiency as a curve",
   REQUIRE(n > 0);
   CHECK(std::sqrt(scalar_rms / static_cast<double>(n)) > 5 * it->rms_rel_residual);
 }
+
+TEST_CASE("calibration recovers the cost of ops without FLOPs", "[sim][calibrate]") {
+  // Truth: grad_cast costs 20 us + bytes at 40% of HBM bandwidth; copy_out
+  // 10% of it with no fixed part. Two scenarios (gpt2-small fp32 on 2 ranks,
+  // bf16 on 4): uncontended grad_casts of several sizes.
+  sim::HardwareModel truth = truth_hw();
+  truth.memory_ops["grad_cast"] = {20000, 0.4};
+  truth.memory_ops["copy_out"] = {0, 0.1};
+  const Planned p0 = plan_for(scenarios()[0]), p1 = plan_for(scenarios()[1]);
+  const sim::SimResult r0 = simulate(p0, truth), r1 = simulate(p1, truth);
+  const sim::CalibrationResult r =
+      sim::calibrate({{"fp32", &r0.trace}, {"bf16", &r1.trace}}, {}, h100_options());
+  INFO(sim::format_calibration_report(r.report));
+  const auto find = [&](const std::string& kind) -> const sim::MemoryOpReport& {
+    const auto it = std::find_if(r.report.memory_ops.begin(), r.report.memory_ops.end(),
+                                 [&](const sim::MemoryOpReport& m) { return m.kind == kind; });
+    REQUIRE(it != r.report.memory_ops.end());
+    return *it;
+  };
+  const sim::MemoryOpReport& cast = find("grad_cast");
+  CHECK(cast.distinct_sizes >= 2);
+  CHECK(cast.events > 0);
+  CHECK_FALSE(cast.fixed_from_zero);
+  CHECK(std::llabs(cast.fit.fixed_ns - 20000) <= 2);  // whole-ns rounding
+  CHECK(cast.fit.bandwidth_efficiency == Approx(0.4).epsilon(1e-5));
+  CHECK(r.hw.memory_ops.at("grad_cast").fixed_ns == cast.fit.fixed_ns);
+  CHECK(cast.max_rel_residual < 1e-4);
+  const sim::MemoryOpReport& copy = find("copy_out");
+  CHECK(copy.fit.bandwidth_efficiency == Approx(0.1).epsilon(1e-4));
+  CHECK(copy.fit.fixed_ns <= 2);
+  // Kinds the truth leaves at bytes / HBM bw come back at efficiency 1.
+  for (const sim::MemoryOpReport& m : r.report.memory_ops) {
+    if (m.kind == "grad_cast" || m.kind == "copy_out") continue;
+    INFO(m.kind);
+    CHECK(m.fit.bandwidth_efficiency == Approx(1.0).epsilon(1e-3));
+    CHECK(m.fit.fixed_ns <= 2);
+  }
+}

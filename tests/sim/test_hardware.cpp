@@ -310,3 +310,59 @@ TEST_CASE("an efficiency curve is piecewise linear in log FLOPs, constant beyond
     }
   }
 }
+
+TEST_CASE("an op kind without FLOPs costs fixed + bytes over HBM bw x efficiency",
+          "[sim][hw][cost]") {
+  // A grad_cast of 4000 bytes at 1 B/ns (unit hardware): 4000 ns by default;
+  // with {fixed 500 ns, efficiency 0.25}: 500 + 16000 ns. On the host stream
+  // (offloaded optimizer) the fit does not apply.
+  plan::Graph g = test::toy_graph();
+  plan::Schedule s;
+  s.workload = plan::Workload{1, 4};
+  s.streams = {"host", "compute"};
+  s.stream_roles = {plan::StreamRole::host, plan::StreamRole::compute};
+  plan::ScheduleOp cast;
+  cast.kind = plan::OpKind::grad_cast;
+  cast.stream = 1;
+  cast.bytes = 4000;
+  plan::ScheduleOp on_host = cast;
+  on_host.stream = 0;
+  s.ops = {cast, on_host};
+  sim::HardwareModel hw = test::unit_hardware();
+  {
+    sim::CostModel cost(hw, g, s);
+    CHECK(cost.duration(0) == sim::TimeNs(4000));
+  }
+  hw.memory_ops["grad_cast"] = {500, 0.25};
+  hw.validate();
+  sim::CostModel cost(hw, g, s);
+  CHECK(cost.duration(0) == sim::TimeNs(16500));
+  CHECK(cost.duration(1) ==
+        sim::TimeNs::from_seconds(4000.0 / hw.host_memory_bytes_per_s));  // host: unchanged
+
+  const json doc = sim::hardware_to_json(hw);
+  CHECK(doc["memory_ops"] ==
+        json{{"grad_cast", {{"fixed_ns", 500}, {"bandwidth_efficiency", 0.25}}}});
+  CHECK_FALSE(sim::hardware_to_json(sim::hardware_preset("h100-sxm")).contains("memory_ops"));
+  const sim::HardwareModel back = sim::hardware_from_json(
+      json{{"memory_ops", {{"copy_out", {{"fixed_ns", 7}, {"bandwidth_efficiency", 0.5}}}}}}, "x");
+  CHECK(back.memory_ops.at("copy_out").fixed_ns == 7);
+  CHECK(back.memory_ops.at("copy_out").bandwidth_efficiency == 0.5);
+  const std::vector<std::pair<json, std::string>> bad = {
+      {json{{"memory_ops", 1}}, "'memory_ops' must be an object"},
+      {json{{"memory_ops", {{"copy_out", 1}}}}, "'memory_ops.copy_out' must be an object"},
+      {json{{"memory_ops", {{"copy_out", {{"fixed", 1}}}}}}, "'memory_ops.copy_out.fixed'"},
+      {json{{"memory_ops", {{"copy_out", {{"fixed_ns", -1}}}}}}, "memory_ops.copy_out.fixed_ns"},
+      {json{{"memory_ops", {{"copy_out", {{"bandwidth_efficiency", 2}}}}}},
+       "memory_ops.copy_out.bandwidth_efficiency"},
+  };
+  for (const auto& [d, message] : bad) {
+    INFO(d.dump());
+    try {
+      sim::hardware_from_json(d, "hw.json");
+      FAIL("no error");
+    } catch (const sim::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(message));
+    }
+  }
+}
