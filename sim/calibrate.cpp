@@ -181,18 +181,6 @@ struct MemorySample {
   double d = 0;  // measured duration, ns
 };
 
-// Device op kinds that carry no FLOPs and are priced by their bytes
-// (CostModel::duration: graph_op < 0, not a collective or host copy).
-bool is_memory_op_kind(const std::string& name) {
-  static const plan::OpKind kKinds[] = {
-      plan::OpKind::cast_params, plan::OpKind::copy_out,        plan::OpKind::reshard_copy,
-      plan::OpKind::grad_cast,   plan::OpKind::grad_accumulate, plan::OpKind::grad_norm,
-      plan::OpKind::grad_scale,  plan::OpKind::inf_check,       plan::OpKind::optimizer};
-  for (plan::OpKind k : kKinds)
-    if (name == plan::op_kind_name(k)) return true;
-  return false;
-}
-
 // t = fixed + m / eff by least squares; one size (or a negative intercept,
 // or durations that do not grow with size): fixed 0 and eff alone; eff
 // capped at 1.
@@ -524,7 +512,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
 
   // Efficiency per op type: least squares of d = a / eff over the
   // compute-bound events (absolute residuals: long ops weigh most).
-  std::vector<std::string> kept;
+  std::vector<std::string> kept, not_op_types;
   for (auto& [key, td] : types) {
     const auto& [type, dtype] = key;
     EfficiencyReport er;
@@ -546,20 +534,34 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       }
       er.efficiency = eff;
       er.fitted = true;
-      hw.dtype_efficiency[dtype][type] = eff;
       er.curve = fit_efficiency_curve(td.compute_bound);
-      if (!er.curve.empty()) hw.efficiency_curves[dtype][type] = er.curve;
-      anything = true;
+      // Only graph op types reach the model: the simulator prices graph ops
+      // by type; other names (a Kineto kernel's) are reported, not written.
+      er.written = is_graph_op_type(type);
+      if (er.written) {
+        hw.dtype_efficiency[dtype][type] = eff;
+        if (!er.curve.empty()) hw.efficiency_curves[dtype][type] = er.curve;
+        anything = true;
+      } else {
+        not_op_types.push_back(type);
+      }
     } else if (!td.uncontended.empty() || !td.contended.empty()) {
       kept.push_back(type + " (" + plan::dtype_name(dtype) + ")");
     }
     Residuals res;
-    for (const ComputeSample& s : td.uncontended)
-      res.add(round_ns(std::max(s.a / hw.efficiency_of(type, dtype, s.flops), s.mem)), s.d);
+    for (const ComputeSample& s : td.uncontended) {
+      const double eff_at = er.written ? hw.efficiency_of(type, dtype, s.flops) : er.efficiency;
+      res.add(round_ns(std::max(s.a / eff_at, s.mem)), s.d);
+    }
     er.rms_rel_residual = res.rms();
     er.max_rel_residual = res.max;
     rep.efficiency.push_back(er);
   }
+  if (!not_op_types.empty())
+    rep.notes.push_back(std::to_string(not_op_types.size()) +
+                        " fitted name(s) are not graph op types (e.g. '" + not_op_types.front() +
+                        "'): reported, not written to the model, which prices graph op types "
+                        "only");
   if (!kept.empty()) {
     std::string list;
     for (const std::string& k : kept) list += (list.empty() ? "" : ", ") + k;
@@ -586,6 +588,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     cr.factor = base.contention_factor;
     std::vector<std::pair<double, double>> pd;  // p, d
     for (const auto& [key, td] : types) {
+      if (!is_graph_op_type(key.first)) continue;  // not in the model: says nothing of it
       for (const ComputeSample& s : td.contended) {
         const double eff = hw.efficiency_of(key.first, key.second, s.flops);
         const double p = round_ns(std::max(s.a / eff, s.mem));

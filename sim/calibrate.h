@@ -64,7 +64,10 @@ struct EfficiencyReport {
   /// bins): efficiency by size, written to efficiency_curves[dtype][type]
   /// and used instead of `efficiency`; empty otherwise.
   std::vector<EfficiencyKnot> curve;
-  bool fitted = false;          ///< false: no compute-bound event, the base's value is kept
+  bool fitted = false;  ///< false: no compute-bound event, the base's value is kept
+  /// Fitted and written to the model: only graph op types are (a Kineto
+  /// kernel named by its kernel is fitted and reported, not written).
+  bool written = false;
   bool clamped = false;         ///< the fit came out above 1 and was capped at 1
   double rms_rel_residual = 0;  ///< over all uncontended events of the type
   double max_rel_residual = 0;

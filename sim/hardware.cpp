@@ -203,6 +203,25 @@ double HardwareModel::peak_flops(plan::DType dtype) const {
   throw Error(std::string("hardware: no compute peak for dtype ") + plan::dtype_name(dtype));
 }
 
+bool is_memory_op_kind(const std::string& name) {
+  static const plan::OpKind kKinds[] = {
+      plan::OpKind::cast_params, plan::OpKind::copy_out,        plan::OpKind::reshard_copy,
+      plan::OpKind::grad_cast,   plan::OpKind::grad_accumulate, plan::OpKind::grad_norm,
+      plan::OpKind::grad_scale,  plan::OpKind::inf_check,       plan::OpKind::optimizer};
+  for (plan::OpKind k : kKinds)
+    if (name == plan::op_kind_name(k)) return true;
+  return false;
+}
+
+bool is_graph_op_type(const std::string& name) {
+  try {
+    (void)plan::parse_op_type(name, "");
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 double HardwareModel::efficiency_of(const std::string& op_type) const {
   auto it = efficiency.find(op_type);
   if (it != efficiency.end()) return it->second;
@@ -383,6 +402,17 @@ nlohmann::json hardware_to_json(const HardwareModel& hw) {
 }
 
 namespace {
+// An efficiency key must be a graph op type (or "default" where allowed):
+// a misspelt type would otherwise be kept and never used.
+void check_op_type_key(const std::string& type, const std::string& source, const std::string& field,
+                       bool allow_default) {
+  if (is_graph_op_type(type) || (allow_default && type == "default")) return;
+  throw Error(source + ": hardware key '" + field + "': '" + type +
+              "' is not an op type (embedding, linear, layernorm, rmsnorm, attention, gelu, "
+              "swiglu, residual, cross_entropy, rope, relu" +
+              (allow_default ? ", or default" : "") + ")");
+}
+
 plan::DType dtype_field(const std::string& name, const std::string& source,
                         const std::string& field) {
   try {
@@ -457,6 +487,7 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
     else if (key == "efficiency") {
       if (!v.is_object()) throw Error(source + ": hardware key 'efficiency' must be an object");
       for (const auto& [type, e] : v.items()) {
+        check_op_type_key(type, source, "efficiency." + type, true);
         double value = 0;
         read_field(e, "efficiency." + type, source, &value);
         h.efficiency[type] = value;
@@ -465,6 +496,10 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
       if (!v.is_object()) throw Error(source + ": hardware key 'memory_ops' must be an object");
       for (const auto& [kind, fit] : v.items()) {
         const std::string field = "memory_ops." + kind;
+        if (!is_memory_op_kind(kind))
+          throw Error(source + ": hardware key '" + field + "': '" + kind +
+                      "' is not an op kind without FLOPs (cast_params, copy_out, reshard_copy, "
+                      "grad_cast, grad_accumulate, grad_norm, grad_scale, inf_check, optimizer)");
         if (!fit.is_object())
           throw Error(source + ": hardware key '" + field + "' must be an object");
         MemoryOpFit m;
@@ -488,6 +523,7 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
           throw Error(source + ": hardware key '" + field + "' must be an object");
         for (const auto& [type, points] : map.items()) {
           const std::string at = field + "." + type;
+          check_op_type_key(type, source, at, false);
           if (!points.is_array())
             throw Error(source + ": hardware key '" + at +
                         "' must be an array of [FLOPs, efficiency]");
@@ -513,6 +549,7 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
         if (!map.is_object())
           throw Error(source + ": hardware key '" + field + "' must be an object");
         for (const auto& [type, e] : map.items()) {
+          check_op_type_key(type, source, field + "." + type, false);
           double value = 0;
           read_field(e, field + "." + type, source, &value);
           h.dtype_efficiency[dtype][type] = value;

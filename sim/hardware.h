@@ -113,6 +113,13 @@ struct HardwareModel {
   void validate() const;
 };
 
+/// Op kinds without FLOPs that memory_ops may name (plan::op_kind_name of
+/// cast_params, copy_out, reshard_copy, grad_cast, grad_accumulate,
+/// grad_norm, grad_scale, inf_check, optimizer).
+bool is_memory_op_kind(const std::string& name);
+/// A graph op type name (plan::op_type_name: linear, attention, ...).
+bool is_graph_op_type(const std::string& name);
+
 std::vector<std::string> hardware_presets();  ///< h100-sxm, h200-sxm, a100-sxm, cpu-local
 bool is_hardware_preset(const std::string& name);
 /// Throws Error for an unknown name.

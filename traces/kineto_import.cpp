@@ -285,6 +285,10 @@ class RankBuilder {
       if (!cost.known) continue;
       r.events[kernel].flops = cost.flops;
       if (!r.events[kernel].bytes) r.events[kernel].bytes = cost.bytes;
+      // Named by what it computes (calibrate fits graph op types; the
+      // kernel's own name stays its name).
+      if (cost.op_type && r.events[kernel].op == kNoString)
+        r.events[kernel].op = t_.intern(cost.op_type);
       if (summary_) ++summary_->kernels_with_flops;
     }
   }

@@ -537,6 +537,11 @@ OpCost op_cost(std::string_view op_name, const std::vector<std::vector<int64_t>>
   out.flops = c.flops.value();
   out.bytes = bytes.value();
   out.known = true;
+  const std::string_view op = op_name.substr(6);  // dispatch() knew "aten::"
+  if (op.find("attention") != std::string_view::npos)
+    out.op_type = "attention";
+  else if (op.find("convolution") == std::string_view::npos)
+    out.op_type = "linear";  // mm, addmm, bmm, baddbmm, matmul, linear
   return out;
 }
 

@@ -35,6 +35,10 @@ struct OpCost {
   uint64_t flops = 0;  // forward or backward FLOPs of the op, as named
   uint64_t bytes = 0;  // tensor inputs read + results written
   bool known = false;  // false: op not covered, or shapes that do not fit its schema
+  // The graph op type this computes, in plan's names (plan::op_type_name):
+  // "linear" for the matrix-product family, "attention" for the attention
+  // kernels; nullptr for convolutions (no graph op type models them).
+  const char* op_type = nullptr;
 };
 
 // The cost of `op_name` ("aten::mm", ...) with its recorded inputs.

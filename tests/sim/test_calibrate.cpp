@@ -903,3 +903,33 @@ TEST_CASE("calibration recovers the cost of ops without FLOPs", "[sim][calibrate
     CHECK(m.fit.fixed_ns <= 2);
   }
 }
+
+TEST_CASE("a fitted name that is not a graph op type is reported, not written",
+          "[sim][calibrate]") {
+  // The synthetic scenario's attention events renamed as a kernel would be:
+  // fitted and reported, absent from the model, which keeps the base's.
+  Planned p = plan_for(scenarios()[0]);
+  sim::SimResult res = simulate(p, truth_hw());
+  traces::Trace& t = res.trace;
+  const uint32_t kernel = t.intern("flash_fwd_kernel");
+  for (traces::RankTrace& r : t.ranks)
+    for (traces::Event& e : r.events)
+      if (e.op != traces::kNoString && t.str(e.op) == "attention") e.op = kernel;
+  const sim::CalibrationResult r = sim::calibrate({{"renamed", &t}}, {}, h100_options());
+  const auto it =
+      std::find_if(r.report.efficiency.begin(), r.report.efficiency.end(),
+                   [](const sim::EfficiencyReport& e) { return e.op_type == "flash_fwd_kernel"; });
+  REQUIRE(it != r.report.efficiency.end());
+  CHECK(it->fitted);
+  CHECK_FALSE(it->written);
+  CHECK(std::fabs(it->efficiency - 0.35) / 0.35 < 1e-4);
+  for (const auto& [dtype, map] : r.hw.dtype_efficiency) CHECK(map.count("flash_fwd_kernel") == 0);
+  CHECK(r.hw.efficiency_of("attention", plan::DType::f32) ==
+        sim::hardware_preset("h100-sxm").efficiency_of("attention"));
+  bool noted = false;
+  for (const std::string& n : r.report.notes)
+    noted = noted || n.find("not graph op types (e.g. 'flash_fwd_kernel')") != std::string::npos;
+  CHECK(noted);
+  // The written model loads (simulate --hw): no key but graph op types.
+  CHECK_NOTHROW(sim::hardware_from_json(sim::calibrated_hardware_json(r.hw), "fit.json"));
+}

@@ -1,7 +1,10 @@
 // calibrate on a real PyTorch profiler trace: the kernels' FLOPs come from
 // the Kineto importer (launching operator's record_shapes input dims,
-// traces/op_cost.h), so compute efficiency is fitted from a measured run.
+// traces/op_cost.h), and so does their graph op type (linear, attention), so
+// compute efficiency is fitted from a measured run into the model.
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <string>
 
 #include "../shared_traces.h"
@@ -54,5 +57,18 @@ TEST_CASE("calibrate fits compute from an imported profiler trace's FLOPs", "[ca
   CHECK(before_second_step > 0);
   CHECK(r.report.compute_warmup == before_second_step);
   CHECK(used + r.report.compute_at_boundary + r.report.compute_warmup == with_flops);
-  CHECK(fitted_types > 10);
+  // The importer names each kernel with FLOPs by the graph op type its
+  // launcher computes (aten::mm / addmm / bmm -> linear): one fit, written to
+  // the model for the traces' dtype (no policy: fp32), by size when the
+  // kernels span several FLOPs bins.
+  CHECK(fitted_types == 1);
+  const auto linear =
+      std::find_if(r.report.efficiency.begin(), r.report.efficiency.end(),
+                   [](const sim::EfficiencyReport& e) { return e.op_type == "linear"; });
+  REQUIRE(linear != r.report.efficiency.end());
+  CHECK(linear->fitted);
+  CHECK(linear->written);
+  CHECK(linear->dtype == plan::DType::f32);
+  CHECK(r.hw.dtype_efficiency.at(plan::DType::f32).at("linear") == linear->efficiency);
+  CHECK(linear->events + linear->memory_bound + linear->contended == used);
 }

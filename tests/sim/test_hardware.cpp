@@ -366,3 +366,31 @@ TEST_CASE("an op kind without FLOPs costs fixed + bytes over HBM bw x efficiency
     }
   }
 }
+
+TEST_CASE("efficiency keys must be op types, memory_ops keys op kinds without FLOPs", "[sim][hw]") {
+  // A misspelt type used to be kept and never used.
+  const std::vector<std::pair<json, std::string>> bad = {
+      {json{{"efficiency", {{"linaer", 0.5}}}}, "'efficiency.linaer': 'linaer' is not an op type"},
+      {json{{"dtype_efficiency", {{"bf16", {{"default", 0.5}}}}}},
+       "'dtype_efficiency.bf16.default': 'default' is not an op type"},
+      {json{{"efficiency_curves", {{"bf16", {{"matmul", {{1e8, 0.5}, {1e9, 0.6}}}}}}}},
+       "'efficiency_curves.bf16.matmul': 'matmul' is not an op type"},
+      {json{{"memory_ops", {{"linear", {{"fixed_ns", 1}}}}}},
+       "'memory_ops.linear': 'linear' is not an op kind without FLOPs"},
+  };
+  for (const auto& [d, message] : bad) {
+    INFO(d.dump());
+    try {
+      sim::hardware_from_json(d, "hw.json");
+      FAIL("no error");
+    } catch (const sim::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(message));
+    }
+  }
+  CHECK(sim::hardware_from_json(json{{"efficiency", {{"default", 0.5}, {"rope", 0.9}}}})
+            .efficiency_of("rope") == 0.9);
+  CHECK(sim::is_memory_op_kind("grad_cast"));
+  CHECK_FALSE(sim::is_memory_op_kind("all_gather"));
+  CHECK(sim::is_graph_op_type("swiglu"));
+  CHECK_FALSE(sim::is_graph_op_type("default"));
+}

@@ -54,6 +54,7 @@ TEST_CASE("op cost: mm, its out= form, and a real record", "[op_cost]") {
   OpCost c = known("aten::mm", {{64, 128}, {128, 32}}, {"float", "float"});
   CHECK(c.flops == 524288);
   CHECK(c.bytes == 57344);
+  CHECK(std::string(c.op_type) == "linear");  // the graph op type it computes
   // out= [64,32] (mtia-rank0 records it as a third input): written, not read.
   c = known("aten::mm", {{64, 128}, {128, 32}, {64, 32}}, {"float", "float", "float"});
   CHECK(c.flops == 524288);
@@ -179,6 +180,7 @@ TEST_CASE("op cost: SDPA flash forward and backward (B=2, H=4, L=128, S=256, E=E
   // Bytes, bf16: q 65,536 + k 131,072 + v 131,072 + output 65,536 elements
   //   = 393,216 * 2 = 786,432.
   OpCost c = flash_forward("False");
+  CHECK(std::string(c.op_type) == "attention");
   CHECK(c.flops == 67108864);
   CHECK(c.bytes == 786432);
   // Causal: the same (flop_counter.py does not halve for a causal mask).
@@ -447,6 +449,7 @@ TEST_CASE("op cost: 2-D convolution with groups and stride, transposed too", "[o
   OpCost c = known("aten::convolution", kConvDims, kConvTypes, concrete);
   CHECK(c.flops == 10800);
   CHECK(c.bytes == 4248);
+  CHECK(c.op_type == nullptr);  // no graph op type models a convolution
   // aten::_convolution: the same nine plus benchmark, deterministic,
   // cudnn_enabled, allow_tf32.
   Dims dims13 = kConvDims;
