@@ -393,6 +393,20 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       }
       std::vector<int64_t> sorted_ends = ends;
       std::sort(sorted_ends.begin(), sorted_ends.end());
+      // Where a compute start lies against this rank's collectives:
+      // contended (one started before and ends after it), at a boundary (it
+      // started exactly as one started or ended: running or not is a matter
+      // of event order), or clear.
+      enum class Overlap { clear, contended, boundary };
+      const auto overlap = [&](int64_t start) {
+        const size_t before = static_cast<size_t>(
+            std::lower_bound(starts.begin(), starts.end(), start) - starts.begin());
+        if (before > 0 && prefix_max_end[before - 1] > start) return Overlap::contended;
+        if (std::binary_search(starts.begin(), starts.end(), start) ||
+            std::binary_search(sorted_ends.begin(), sorted_ends.end(), start))
+          return Overlap::boundary;
+        return Overlap::clear;
+      };
 
       for (const traces::Event& e : r.events) {
         if (!traces::is_compute(e.category)) continue;
@@ -402,12 +416,8 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
           // A plan op kind without FLOPs: its bytes fit a memory-op cost
           // when uncontended (contended or at a boundary: not used).
           const std::string kind(e.op != traces::kNoString ? t.str(e.op) : "");
-          if (e.dur_ns <= 0 || e.start_ns < warmup_end || !is_memory_op_kind(kind)) continue;
-          const size_t before = static_cast<size_t>(
-              std::lower_bound(starts.begin(), starts.end(), e.start_ns) - starts.begin());
-          if ((before > 0 && prefix_max_end[before - 1] > e.start_ns) ||
-              std::binary_search(starts.begin(), starts.end(), e.start_ns) ||
-              std::binary_search(sorted_ends.begin(), sorted_ends.end(), e.start_ns))
+          if (e.dur_ns <= 0 || e.start_ns < warmup_end || !is_memory_op_kind(kind) ||
+              overlap(e.start_ns) != Overlap::clear)
             continue;
           MemorySample m;
           m.bytes = static_cast<int64_t>(e.bytes);
@@ -424,18 +434,12 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
           ++rep.compute_warmup;
           continue;
         }
-        // Contended: a collective started before and ends after this start.
-        const size_t before = static_cast<size_t>(
-            std::lower_bound(starts.begin(), starts.end(), e.start_ns) - starts.begin());
-        const bool contended = before > 0 && prefix_max_end[before - 1] > e.start_ns;
-        if (!contended &&
-            (std::binary_search(starts.begin(), starts.end(), e.start_ns) ||
-             std::binary_search(sorted_ends.begin(), sorted_ends.end(), e.start_ns))) {
-          // Started at the instant a collective started or ended: whether the
-          // collective was running is a matter of event order.
+        const Overlap where = overlap(e.start_ns);
+        if (where == Overlap::boundary) {
           ++rep.compute_at_boundary;
           continue;
         }
+        const bool contended = where == Overlap::contended;
         const std::string type(e.op != traces::kNoString ? t.str(e.op) : t.str(e.name));
         ComputeSample s;
         s.flops = static_cast<double>(e.flops);

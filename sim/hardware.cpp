@@ -421,6 +421,24 @@ plan::DType dtype_field(const std::string& name, const std::string& source,
     throw Error(e.what());
   }
 }
+
+// `doc` under `key` is {dtype: {op type: value}}: checks both levels (dtype
+// names, graph op types, objects) and calls fn(dtype, type, value, "key.dtype.type").
+template <typename Fn>
+void for_each_dtype_type(const nlohmann::json& doc, const std::string& key,
+                         const std::string& source, Fn fn) {
+  if (!doc.is_object()) throw Error(source + ": hardware key '" + key + "' must be an object");
+  for (const auto& [dtype_name, map] : doc.items()) {
+    const std::string field = key + "." + dtype_name;
+    const plan::DType dtype = dtype_field(dtype_name, source, field);
+    if (!map.is_object()) throw Error(source + ": hardware key '" + field + "' must be an object");
+    for (const auto& [type, value] : map.items()) {
+      const std::string at = field + "." + type;
+      check_op_type_key(type, source, at, false);
+      fn(dtype, type, value, at);
+    }
+  }
+}
 }  // namespace
 
 HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& source) {
@@ -514,47 +532,31 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
         h.memory_ops[kind] = m;
       }
     } else if (key == "efficiency_curves") {
-      if (!v.is_object())
-        throw Error(source + ": hardware key 'efficiency_curves' must be an object");
-      for (const auto& [dtype_name, map] : v.items()) {
-        const std::string field = "efficiency_curves." + dtype_name;
-        const plan::DType dtype = dtype_field(dtype_name, source, field);
-        if (!map.is_object())
-          throw Error(source + ": hardware key '" + field + "' must be an object");
-        for (const auto& [type, points] : map.items()) {
-          const std::string at = field + "." + type;
-          check_op_type_key(type, source, at, false);
-          if (!points.is_array())
-            throw Error(source + ": hardware key '" + at +
-                        "' must be an array of [FLOPs, efficiency]");
-          std::vector<EfficiencyKnot> knots;
-          for (size_t i = 0; i < points.size(); ++i) {
-            const std::string item = at + "[" + std::to_string(i) + "]";
-            if (!points[i].is_array() || points[i].size() != 2)
-              throw Error(source + ": hardware key '" + item + "' must be [FLOPs, efficiency]");
-            EfficiencyKnot k;
-            read_field(points[i][0], item + "[0]", source, &k.flops);
-            read_field(points[i][1], item + "[1]", source, &k.efficiency);
-            knots.push_back(k);
-          }
-          h.efficiency_curves[dtype][type] = knots;
-        }
-      }
+      for_each_dtype_type(
+          v, key, source,
+          [&](plan::DType dtype, const std::string& type, const nlohmann::json& points,
+              const std::string& at) {
+            if (!points.is_array())
+              throw Error(source + ": hardware key '" + at +
+                          "' must be an array of [FLOPs, efficiency]");
+            std::vector<EfficiencyKnot> knots;
+            for (size_t i = 0; i < points.size(); ++i) {
+              const std::string item = at + "[" + std::to_string(i) + "]";
+              if (!points[i].is_array() || points[i].size() != 2)
+                throw Error(source + ": hardware key '" + item + "' must be [FLOPs, efficiency]");
+              EfficiencyKnot k;
+              read_field(points[i][0], item + "[0]", source, &k.flops);
+              read_field(points[i][1], item + "[1]", source, &k.efficiency);
+              knots.push_back(k);
+            }
+            h.efficiency_curves[dtype][type] = knots;
+          });
     } else if (key == "dtype_efficiency") {
-      if (!v.is_object())
-        throw Error(source + ": hardware key 'dtype_efficiency' must be an object");
-      for (const auto& [dtype_name, map] : v.items()) {
-        const std::string field = "dtype_efficiency." + dtype_name;
-        const plan::DType dtype = dtype_field(dtype_name, source, field);
-        if (!map.is_object())
-          throw Error(source + ": hardware key '" + field + "' must be an object");
-        for (const auto& [type, e] : map.items()) {
-          check_op_type_key(type, source, field + "." + type, false);
-          double value = 0;
-          read_field(e, field + "." + type, source, &value);
-          h.dtype_efficiency[dtype][type] = value;
-        }
-      }
+      for_each_dtype_type(v, key, source,
+                          [&](plan::DType dtype, const std::string& type, const nlohmann::json& e,
+                              const std::string& at) {
+                            read_field(e, at, source, &h.dtype_efficiency[dtype][type]);
+                          });
     } else {
       throw Error(source + ": unknown hardware key '" + key + "'");
     }

@@ -164,6 +164,18 @@ TEST_CASE("durations round to the nearest nanosecond", "[sim][time]") {
   CHECK(sim::TimeNs(3) + sim::TimeNs(4) == sim::TimeNs(7));
 }
 
+namespace {
+// A schedule at B = 1, T = 4 with a host stream (0) and a compute stream (1),
+// for ops to be priced one at a time.
+plan::Schedule toy_schedule() {
+  plan::Schedule s;
+  s.workload = plan::Workload{1, 4};
+  s.streams = {"host", "compute"};
+  s.stream_roles = {plan::StreamRole::host, plan::StreamRole::compute};
+  return s;
+}
+}  // namespace
+
 TEST_CASE("roofline: a graph op costs max(FLOPs over peak x eff, bytes over HBM bw)",
           "[sim][cost]") {
   // Toy graph op 1 (blocks.0.fc, linear): fwd 32 B T FLOPs, bwd 64 B T. At
@@ -172,10 +184,7 @@ TEST_CASE("roofline: a graph op costs max(FLOPs over peak x eff, bytes over HBM 
   // in bf16 the bytes halve (200 ns) and the 2e9 FLOP/s peak x 0.5
   // efficiency gives 128 ns: 200 ns.
   plan::Graph g = test::toy_graph();
-  plan::Schedule s;
-  s.workload = plan::Workload{1, 4};
-  s.streams = {"host", "compute"};
-  s.stream_roles = {plan::StreamRole::host, plan::StreamRole::compute};
+  plan::Schedule s = toy_schedule();
   plan::ScheduleOp fwd;
   fwd.kind = plan::OpKind::forward;
   fwd.stream = 1;
@@ -208,10 +217,7 @@ TEST_CASE("a dtype's efficiency replaces the shared one for ops of that dtype on
   // Toy op 1 forward: 128 FLOPs at B = 1, T = 4. fp32 at 1e9 FLOP/s x 1: 128
   // ns; bf16 at 2e9 x 0.25 (its own entry, not the shared 1.0): 256 ns.
   plan::Graph g = test::toy_graph();
-  plan::Schedule s;
-  s.workload = plan::Workload{1, 4};
-  s.streams = {"host", "compute"};
-  s.stream_roles = {plan::StreamRole::host, plan::StreamRole::compute};
+  plan::Schedule s = toy_schedule();
   plan::ScheduleOp fwd;
   fwd.kind = plan::OpKind::forward;
   fwd.stream = 1;
@@ -317,10 +323,7 @@ TEST_CASE("an op kind without FLOPs costs fixed + bytes over HBM bw x efficiency
   // with {fixed 500 ns, efficiency 0.25}: 500 + 16000 ns. On the host stream
   // (offloaded optimizer) the fit does not apply.
   plan::Graph g = test::toy_graph();
-  plan::Schedule s;
-  s.workload = plan::Workload{1, 4};
-  s.streams = {"host", "compute"};
-  s.stream_roles = {plan::StreamRole::host, plan::StreamRole::compute};
+  plan::Schedule s = toy_schedule();
   plan::ScheduleOp cast;
   cast.kind = plan::OpKind::grad_cast;
   cast.stream = 1;
