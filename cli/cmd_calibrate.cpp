@@ -9,6 +9,8 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/plan_inputs.h"
+#include "engine/run/accuracy.h"
 #include "plan/error.h"
 #include "sim/calibrate.h"
 #include "sim/hardware.h"
@@ -20,7 +22,9 @@ namespace {
 
 const char* kUsage =
     "shardscope calibrate TRACE... [--nccl-tests [KIND=]FILE]... [--base H] [--dtype D]\n"
-    "                     [--group-size N] [--name NAME] --out HW.json [--json]\n\n"
+    "                     [--group-size N] [--name NAME] --out HW.json [--json]\n"
+    "shardscope calibrate --measure --model M [--policy P] [--set K=V]... [--world N]\n"
+    "                     [--backend cpu] [--steps S] [TRACE...] [--base H] --out HW.json\n\n"
     "  TRACE               measured or simulated traces (.sstrace, .json, Kineto JSON)\n"
     "  --nccl-tests FILE   nccl-tests output (all_gather_perf, reduce_scatter_perf,\n"
     "                      all_reduce_perf); KIND=FILE names the collective (all_gather,\n"
@@ -34,7 +38,14 @@ const char* kUsage =
     "                      (default: derived from each trace's policy and world size)\n"
     "  --name NAME         name of the fitted model (default: the --out file's stem)\n"
     "  --out HW.json       the hardware JSON to write (simulate --hw HW.json)\n"
-    "  --json              print the fit report as JSON";
+    "  --json              print the fit report as JSON\n"
+    "  --measure           measure this machine: train the model on --world CPU ranks (threads)\n"
+    "                      under the policy in fp32, bf16 and fp16, each at its batch size\n"
+    "                      and twice it, --steps steps each (the first is warm-up), and fit\n"
+    "                      to those runs (plus any TRACE); default --base cpu-local\n"
+    "  --world N           ranks of the measured runs (default 2)\n"
+    "  --backend cpu       the engine measured; cuda is not available yet (needs a GPU run)\n"
+    "  --steps S           steps of each measured run (default 4, at least 2)";
 
 // "all_gather=FILE" -> (all_gather, FILE); a FILE alone -> (unknown, FILE).
 std::pair<sim::NcclCollective, std::string> nccl_spec(const std::string& spec) {
@@ -50,13 +61,17 @@ std::pair<sim::NcclCollective, std::string> nccl_spec(const std::string& spec) {
 
 int cmd_calibrate(int argc, char** argv) {
   Args args(argc, argv,
-            {{"nccl-tests", true, true},
-             {"base"},
-             {"dtype"},
-             {"group-size"},
-             {"name"},
-             {"out"},
-             {"json", false}},
+            plan_input_flags({{"nccl-tests", true, true},
+                              {"base"},
+                              {"dtype"},
+                              {"group-size"},
+                              {"name"},
+                              {"out"},
+                              {"json", false},
+                              {"measure", false},
+                              {"world"},
+                              {"backend"},
+                              {"steps"}}),
             true);
   if (args.help()) {
     std::printf("usage: %s\n", kUsage);
@@ -65,8 +80,13 @@ int cmd_calibrate(int argc, char** argv) {
   const std::string out = args.require("out");
   const std::vector<std::string>& trace_paths = args.positionals();
   const std::vector<std::string> nccl_specs = args.all("nccl-tests");
-  if (trace_paths.empty() && nccl_specs.empty())
-    throw UsageError("give at least one TRACE or --nccl-tests FILE");
+  const bool measure = args.has("measure");
+  if (!measure) {
+    for (const char* flag : {"model", "policy", "set", "world", "backend", "steps"})
+      if (args.has(flag)) throw UsageError(std::string("--") + flag + " needs --measure");
+    if (trace_paths.empty() && nccl_specs.empty())
+      throw UsageError("give at least one TRACE, --nccl-tests FILE or --measure");
+  }
 
   sim::CalibrationOptions options;
   if (args.has("dtype")) {
@@ -89,7 +109,33 @@ int cmd_calibrate(int argc, char** argv) {
     inputs.push_back(sim::CalibrationTrace{path, loaded.back().get()});
   }
 
-  std::string base_spec = "h100-sxm";
+  // --measure: this machine's runs of the model, after any TRACE.
+  std::vector<engine::run::MeasuredRun> measured;
+  if (measure) {
+    if (!args.has("model")) throw UsageError("--measure needs --model");
+    const std::string backend = args.has("backend") ? args.get("backend") : "cpu";
+    if (backend == "cuda")
+      throw UsageError(
+          "--measure --backend cuda is not available yet: it needs CUDA kernels and NCCL "
+          "measured on a GPU; measure a profiled run instead (shardscope run --backend cuda "
+          "--profile --trace T, then shardscope calibrate T)");
+    if (backend != "cpu") throw UsageError("--backend must be cpu or cuda, got '" + backend + "'");
+    const int world = static_cast<int>(args.get_int("world", 2, 1, 64));
+    const PlanInputs in = load_plan_inputs(args, world);
+    engine::run::MeasureConfig mc;
+    mc.graph = &in.graph;
+    mc.model_name = args.get("model");
+    mc.policy = in.policy_doc;
+    mc.world = world;
+    mc.steps = args.get_int("steps", 4, 2, 1000);
+    std::fprintf(stderr, "calibrate --measure: %zu runs of %s on %d CPU rank(s)...\n",
+                 2 * mc.dtypes.size(), mc.model_name.c_str(), world);
+    measured = engine::run::measure_runs(mc);
+    for (const engine::run::MeasuredRun& m : measured)
+      inputs.push_back(sim::CalibrationTrace{"measured " + m.label, &m.trace});
+  }
+
+  std::string base_spec = measure ? "cpu-local" : "h100-sxm";
   if (args.has("base"))
     base_spec = args.get("base");
   else if (!loaded.empty() && sim::is_hardware_preset(loaded.front()->meta.hardware))

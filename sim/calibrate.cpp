@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "plan/error.h"
 #include "plan/policy.h"
@@ -33,6 +34,16 @@ struct Residuals {
   }
   double rms() const { return n ? std::sqrt(sum2 / static_cast<double>(n)) : 0.0; }
 };
+
+// A backward graph op's event by its name: "h.0.mlp.fc1.backward" (the
+// engines, engine/exec/schedule_info.cpp) or "h.0.mlp.fc1 bwd" (the simulator).
+bool backward_event(std::string_view name) {
+  const auto ends = [&](std::string_view suffix) {
+    return name.size() > suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends(".backward") || ends(" bwd");
+}
 
 double round_ns(double ns) {
   return ns > 0 ? static_cast<double>(std::llround(ns)) : 0.0;
@@ -273,6 +284,95 @@ std::vector<EfficiencyKnot> fit_efficiency_curve(const std::vector<ComputeSample
 
 }  // namespace
 
+// LaunchReport's deltas of one rank (ns): consecutive host-lane events that
+// are both launches (a correlation id), after the warm-up.
+void collect_launch_deltas(const traces::RankTrace& r, int64_t warmup_end,
+                           std::vector<double>* deltas) {
+  std::vector<const traces::Event*> host;
+  for (const traces::Event& e : r.events)
+    if (e.lane < r.lanes.size() && r.lanes[e.lane].kind == traces::LaneKind::host &&
+        e.category != traces::Category::marker)
+      host.push_back(&e);
+  std::sort(host.begin(), host.end(), [](const traces::Event* a, const traces::Event* b) {
+    return a->start_ns < b->start_ns;
+  });
+  for (size_t i = 1; i < host.size(); ++i) {
+    const traces::Event& a = *host[i - 1];
+    const traces::Event& b = *host[i];
+    if (a.start_ns < warmup_end || a.correlation == 0 || b.correlation == 0 ||
+        a.category != traces::Category::host || b.category != traces::Category::host)
+      continue;
+    deltas->push_back(static_cast<double>(b.start_ns - a.start_ns));
+  }
+}
+
+// The gaps DispatchReport describes, of one rank, appended to `gaps` (ns).
+void collect_dispatch_gaps(const traces::RankTrace& r, int64_t warmup_end, bool engine_source,
+                           std::vector<double>* gaps) {
+  // When the launch of each device event ended: the host-lane event with
+  // its correlation id (a runtime launch call; Kineto's and the engines'
+  // traces carry them), else unknown, and an op whose launch is unknown
+  // says nothing (the host may have launched it late).
+  std::unordered_map<uint32_t, int64_t> launch_by_correlation;
+  for (const traces::Event& e : r.events)
+    if (e.correlation != 0 && e.lane < r.lanes.size() &&
+        r.lanes[e.lane].kind == traces::LaneKind::host)
+      launch_by_correlation[e.correlation] = e.start_ns + e.dur_ns;
+  // Without launch events: an engine's host runs ahead of its streams (it
+  // launches and waits only where the schedule says), so its ops count as
+  // launched; any other source's (a simulator's) gaps say nothing.
+  if (launch_by_correlation.empty() && !engine_source) return;
+  std::vector<int64_t> launch_end(r.events.size(), launch_by_correlation.empty()
+                                                       ? std::numeric_limits<int64_t>::min()
+                                                       : std::numeric_limits<int64_t>::max());
+  for (size_t i = 0; i < r.events.size(); ++i) {
+    const traces::Event& e = r.events[i];
+    if (e.correlation == 0 || e.lane >= r.lanes.size() ||
+        r.lanes[e.lane].kind == traces::LaneKind::host)
+      continue;
+    const auto it = launch_by_correlation.find(e.correlation);
+    if (it != launch_by_correlation.end()) launch_end[i] = it->second;
+  }
+  const auto device = [&](const traces::Event& e) {
+    if (e.lane >= r.lanes.size() || r.lanes[e.lane].kind == traces::LaneKind::host) return false;
+    return e.category != traces::Category::marker && e.category != traces::Category::host &&
+           e.category != traces::Category::sync;
+  };
+  // Device events by lane, in start order; every device end, sorted.
+  std::map<uint32_t, std::vector<size_t>> by_lane;
+  std::vector<std::pair<int64_t, uint32_t>> ends;  // end, lane
+  for (size_t i = 0; i < r.events.size(); ++i) {
+    const traces::Event& e = r.events[i];
+    if (!device(e)) continue;
+    by_lane[e.lane].push_back(i);
+    ends.emplace_back(e.start_ns + e.dur_ns, e.lane);
+  }
+  std::sort(ends.begin(), ends.end());
+  for (auto& [lane, idx] : by_lane) {
+    if (r.lanes[lane].kind == traces::LaneKind::comm) continue;
+    std::sort(idx.begin(), idx.end(),
+              [&](size_t a, size_t b) { return r.events[a].start_ns < r.events[b].start_ns; });
+    for (size_t k = 1; k < idx.size(); ++k) {
+      const traces::Event& a = r.events[idx[k - 1]];
+      const traces::Event& b = r.events[idx[k]];
+      if (a.start_ns < warmup_end || traces::is_comm(b.category) || traces::is_comm(a.category))
+        continue;
+      const int64_t a_end = a.start_ns + a.dur_ns;
+      if (b.start_ns < a_end || launch_end[idx[k]] > a_end) continue;
+      // Another lane's event ending in (a_end, b.start]: b may have waited for it.
+      auto it = std::upper_bound(ends.begin(), ends.end(),
+                                 std::make_pair(a_end, std::numeric_limits<uint32_t>::max()));
+      bool waited = false;
+      for (; it != ends.end() && it->first <= b.start_ns; ++it)
+        if (it->second != lane) {
+          waited = true;
+          break;
+        }
+      if (!waited) gaps->push_back(static_cast<double>(b.start_ns - a_end));
+    }
+  }
+}
+
 traces::Trace load_calibration_trace(const std::string& path) {
   try {
     return traces::load_trace(path);
@@ -302,6 +402,8 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
   std::map<std::string, std::vector<MemorySample>> memory_samples;  // by op kind name
   std::map<Key, KeyData> keys;
   int64_t scalar_all_reduces = 0, one_rank = 0, other_comm = 0, zero_duration = 0;
+  std::vector<double> dispatch_gaps;  // ns
+  std::vector<double> launch_deltas;  // ns
 
   for (const CalibrationTrace& in : traces) {
     if (!in.trace) throw Error("calibrate: trace " + in.name + " is null");
@@ -408,6 +510,12 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         return Overlap::clear;
       };
 
+      collect_dispatch_gaps(r, warmup_end,
+                            t.meta.source == traces::Source::engine_cpu ||
+                                t.meta.source == traces::Source::engine_cuda,
+                            &dispatch_gaps);
+      collect_launch_deltas(r, warmup_end, &launch_deltas);
+
       for (const traces::Event& e : r.events) {
         if (!traces::is_compute(e.category)) continue;
         ++rep.compute_events;
@@ -440,7 +548,13 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
           continue;
         }
         const bool contended = where == Overlap::contended;
-        const std::string type(e.op != traces::kNoString ? t.str(e.op) : t.str(e.name));
+        const std::string op_name(e.op != traces::kNoString ? t.str(e.op) : t.str(e.name));
+        // Backward ops fit their own efficiency (efficiency_key) when the
+        // trace says which they are: the engine names them "OP.backward",
+        // the simulator "OP bwd". Recompute is forward work.
+        const std::string type = is_graph_op_type(op_name)
+                                     ? efficiency_key(op_name, backward_event(t.str(e.name)))
+                                     : op_name;
         ComputeSample s;
         s.flops = static_cast<double>(e.flops);
         s.a = static_cast<double>(e.flops) / peak * 1e9;
@@ -541,7 +655,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       er.curve = fit_efficiency_curve(td.compute_bound);
       // Only graph op types reach the model: the simulator prices graph ops
       // by type; other names (a Kineto kernel's) are reported, not written.
-      er.written = is_graph_op_type(type);
+      er.written = is_efficiency_key(type);
       if (er.written) {
         hw.dtype_efficiency[dtype][type] = eff;
         if (!er.curve.empty()) hw.efficiency_curves[dtype][type] = er.curve;
@@ -592,7 +706,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     cr.factor = base.contention_factor;
     std::vector<std::pair<double, double>> pd;  // p, d
     for (const auto& [key, td] : types) {
-      if (!is_graph_op_type(key.first)) continue;  // not in the model: says nothing of it
+      if (!is_efficiency_key(key.first)) continue;  // not in the model: says nothing of it
       for (const ComputeSample& s : td.contended) {
         const double eff = hw.efficiency_of(key.first, key.second, s.flops);
         const double p = round_ns(std::max(s.a / eff, s.mem));
@@ -627,6 +741,60 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
           "contention: no compute event with FLOPs started while a collective ran; the base's "
           "factor " +
           fmt("%g", base.contention_factor) + " is kept");
+    }
+  }
+
+  // Dispatch: the mean qualifying gap (what a step's sum of gaps grows
+  // with; the largest 1%, preemption, left out).
+  {
+    DispatchReport& dr = rep.dispatch;
+    dr.base_ns = base.op_dispatch_ns;
+    dr.ns = base.op_dispatch_ns;
+    dr.gaps = static_cast<int64_t>(dispatch_gaps.size());
+    if (!dispatch_gaps.empty()) {
+      std::sort(dispatch_gaps.begin(), dispatch_gaps.end());
+      const auto at = [&](double q) {
+        return dispatch_gaps[static_cast<size_t>(q *
+                                                 static_cast<double>(dispatch_gaps.size() - 1))];
+      };
+      // The largest 1% (n / 100 of them) left out.
+      const size_t kept_gaps = dispatch_gaps.size() - dispatch_gaps.size() / 100;
+      double sum = 0;
+      for (size_t i = 0; i < kept_gaps; ++i) sum += dispatch_gaps[i];
+      dr.ns = static_cast<int64_t>(std::llround(sum / static_cast<double>(kept_gaps)));
+      dr.p10_ns = at(0.1);
+      dr.p90_ns = at(0.9);
+      dr.fitted = true;
+      hw.op_dispatch_ns = dr.ns;
+      anything = true;
+    } else {
+      rep.notes.push_back(
+          "op dispatch: no gap between two device ops of a lane where the second was ready; the "
+          "base's " +
+          std::to_string(base.op_dispatch_ns) + " ns is kept");
+    }
+  }
+
+  // Launch overhead: the mean host time from one launch to the next when
+  // nothing else (a wait, an allocator sync) came between (largest 1% out).
+  {
+    LaunchReport& lr = rep.launch;
+    lr.base_ns = base.launch_overhead_ns;
+    lr.ns = base.launch_overhead_ns;
+    lr.launches = static_cast<int64_t>(launch_deltas.size());
+    if (!launch_deltas.empty()) {
+      std::sort(launch_deltas.begin(), launch_deltas.end());
+      const size_t kept_deltas = launch_deltas.size() - launch_deltas.size() / 100;
+      double sum = 0;
+      for (size_t i = 0; i < kept_deltas; ++i) sum += launch_deltas[i];
+      lr.ns = static_cast<int64_t>(std::llround(sum / static_cast<double>(kept_deltas)));
+      lr.fitted = true;
+      hw.launch_overhead_ns = lr.ns;
+      anything = true;
+    } else {
+      rep.notes.push_back(
+          "launch overhead: no two consecutive launches on a host lane; the base's " +
+          std::to_string(base.launch_overhead_ns) + " ns is kept");
     }
   }
 

@@ -111,6 +111,31 @@ struct ContentionReport {
   double max_rel_residual = 0;
 };
 
+/// op_dispatch_ns: the mean gap (the largest 1% left out) between consecutive events of a device
+/// lane (not a collective lane) where the second could have started at the
+/// first's end: its launch (the host event of its correlation id; ops
+/// without one are not used; an engine trace without launch events counts
+/// its ops as launched, its host running ahead) had ended, and no
+/// event of another lane of the rank ended inside the gap (nothing it could
+/// have waited for). After the warm-up step.
+struct DispatchReport {
+  int64_t gaps = 0;  ///< qualifying gaps
+  int64_t base_ns = 0;
+  int64_t ns = 0;
+  bool fitted = false;            ///< false: no qualifying gap, the base's value is kept
+  double p10_ns = 0, p90_ns = 0;  ///< spread of the gaps
+};
+
+/// launch_overhead_ns: the mean host time between consecutive launches (two
+/// host-lane events with correlation ids, nothing between them on the host
+/// lane: a wait or a sync breaks the pair); the largest 1% left out.
+struct LaunchReport {
+  int64_t launches = 0;  ///< qualifying pairs
+  int64_t base_ns = 0;
+  int64_t ns = 0;
+  bool fitted = false;  ///< false: no pair, the base's value is kept
+};
+
 struct CalibrationReport {
   std::string name;  ///< of the result
   std::string base;  ///< name of the base model
@@ -120,6 +145,8 @@ struct CalibrationReport {
   std::vector<MemoryOpReport> memory_ops;     ///< by op kind
   std::vector<CollectiveReport> collectives;  ///< by kind, ranks, multi_node
   ContentionReport contention;
+  DispatchReport dispatch;
+  LaunchReport launch;
   int64_t compute_events = 0;         ///< compute events of all traces
   int64_t compute_without_flops = 0;  ///< of them: no FLOPs (non-graph ops, kernels), unused
   int64_t compute_at_boundary = 0;    ///< started exactly as a collective started or ended: unused

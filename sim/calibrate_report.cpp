@@ -112,6 +112,13 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
                      {"clamped", c.clamped},
                      {"rms_rel_residual", c.rms_rel_residual},
                      {"max_rel_residual", c.max_rel_residual}};
+  const DispatchReport& d = r.dispatch;
+  j["op_dispatch"] = {{"gaps", d.gaps},     {"base_ns", d.base_ns}, {"ns", d.ns},
+                      {"fitted", d.fitted}, {"p10_ns", d.p10_ns},   {"p90_ns", d.p90_ns}};
+  j["launch_overhead"] = {{"launches", r.launch.launches},
+                          {"base_ns", r.launch.base_ns},
+                          {"ns", r.launch.ns},
+                          {"fitted", r.launch.fitted}};
   j["events"] = {{"compute", r.compute_events},
                  {"compute_without_flops", r.compute_without_flops},
                  {"compute_at_collective_boundary", r.compute_at_boundary},
@@ -201,6 +208,22 @@ std::string format_calibration_report(const CalibrationReport& r) {
            percent(c.rms_rel_residual) + ", max rel " + percent(c.max_rel_residual) + "\n";
   else
     out += "contention factor " + fmt("%g", c.factor) + " kept from the base\n";
+  const DispatchReport& d = r.dispatch;
+  if (d.fitted)
+    out += "op dispatch " + fmt("%.3f", static_cast<double>(d.ns) / 1e3) + " us (base " +
+           fmt("%g", static_cast<double>(d.base_ns) / 1e3) + " us): mean of " +
+           std::to_string(d.gaps) + " gap(s) between ready device ops, p10 " +
+           fmt("%.3f", d.p10_ns / 1e3) + " us, p90 " + fmt("%.3f", d.p90_ns / 1e3) + " us\n";
+  else
+    out += "op dispatch " + fmt("%g", static_cast<double>(d.ns) / 1e3) + " us kept from the base\n";
+  if (r.launch.fitted)
+    out += "launch overhead " + fmt("%.3f", static_cast<double>(r.launch.ns) / 1e3) + " us (base " +
+           fmt("%g", static_cast<double>(r.launch.base_ns) / 1e3) +
+           " us): mean host time between " + std::to_string(r.launch.launches) +
+           " pair(s) of consecutive launches\n";
+  else
+    out += "launch overhead " + fmt("%g", static_cast<double>(r.launch.ns) / 1e3) +
+           " us kept from the base\n";
   if (!r.notes.empty()) {
     out += "\nnotes:\n";
     for (const std::string& n : r.notes) out += "  - " + n + "\n";

@@ -118,7 +118,9 @@ TimeNs CostModel::duration(int index) const {
   const double op_flops = flops(index);
   const double compute_s =
       op_flops / (hw_.peak_flops(op.dtype) *
-                  hw_.efficiency_of(plan::op_type_name(g.type), op.dtype, op_flops));
+                  hw_.efficiency_of(
+                      efficiency_key(plan::op_type_name(g.type), op.kind == plan::OpKind::backward),
+                      op.dtype, op_flops));
   const double memory_s = bytes(index) / hw_.hbm_bytes_per_s;
   cached.ns = TimeNs::from_seconds(compute_s > memory_s ? compute_s : memory_s).ns;
   cached.dtype = op.dtype;

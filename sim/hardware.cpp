@@ -222,9 +222,67 @@ bool is_graph_op_type(const std::string& name) {
   }
 }
 
+namespace {
+constexpr std::string_view kBackwardSuffix = ".backward";
+bool has_backward_suffix(const std::string& key) {
+  return key.size() > kBackwardSuffix.size() &&
+         key.compare(key.size() - kBackwardSuffix.size(), kBackwardSuffix.size(),
+                     kBackwardSuffix) == 0;
+}
+}  // namespace
+
+std::string efficiency_key(const std::string& op_type, bool backward) {
+  return backward ? op_type + std::string(kBackwardSuffix) : op_type;
+}
+
+bool is_efficiency_key(const std::string& name) {
+  if (has_backward_suffix(name))
+    return is_graph_op_type(name.substr(0, name.size() - kBackwardSuffix.size()));
+  return is_graph_op_type(name);
+}
+
+std::optional<double> HardwareModel::exact_efficiency(const std::string& key, plan::DType dtype,
+                                                      double flops) const {
+  const auto c = efficiency_curves.find(dtype);
+  if (c != efficiency_curves.end()) {
+    const auto it = c->second.find(key);
+    if (it != c->second.end() && !it->second.empty()) {
+      const std::vector<EfficiencyKnot>& k = it->second;
+      if (!(flops > k.front().flops)) {
+        // Below the smallest knot: the first segment's log-linear slope
+        // continued (small GEMMs lose efficiency as in the measured range),
+        // never above the first knot's efficiency and never so low that
+        // the smaller op would take longer than the knot's.
+        const EfficiencyKnot& a = k[0];
+        const EfficiencyKnot& b = k[1];
+        const double slope = (b.efficiency - a.efficiency) / std::log(b.flops / a.flops);
+        const double e = a.efficiency + slope * std::log(flops / a.flops);
+        return std::min(a.efficiency, std::max(e, a.efficiency * flops / a.flops));
+      }
+      if (!(flops < k.back().flops)) return k.back().efficiency;
+      size_t i = 1;
+      while (k[i].flops < flops) ++i;  // k[i - 1].flops < flops <= k[i].flops
+      const double t = std::log(flops / k[i - 1].flops) / std::log(k[i].flops / k[i - 1].flops);
+      return k[i - 1].efficiency + t * (k[i].efficiency - k[i - 1].efficiency);
+    }
+  }
+  const auto d = dtype_efficiency.find(dtype);
+  if (d != dtype_efficiency.end()) {
+    const auto it = d->second.find(key);
+    if (it != d->second.end()) return it->second;
+  }
+  const auto it = efficiency.find(key);
+  if (it != efficiency.end()) return it->second;
+  return std::nullopt;
+}
+
 double HardwareModel::efficiency_of(const std::string& op_type) const {
   auto it = efficiency.find(op_type);
   if (it != efficiency.end()) return it->second;
+  if (has_backward_suffix(op_type)) {
+    it = efficiency.find(op_type.substr(0, op_type.size() - kBackwardSuffix.size()));
+    if (it != efficiency.end()) return it->second;
+  }
   it = efficiency.find("default");
   return it != efficiency.end() ? it->second : 1.0;
 }
@@ -232,26 +290,22 @@ double HardwareModel::efficiency_of(const std::string& op_type) const {
 double HardwareModel::efficiency_of(const std::string& op_type, plan::DType dtype) const {
   const auto d = dtype_efficiency.find(dtype);
   if (d != dtype_efficiency.end()) {
-    const auto it = d->second.find(op_type);
+    auto it = d->second.find(op_type);
     if (it != d->second.end()) return it->second;
+    if (has_backward_suffix(op_type) && !efficiency.count(op_type)) {
+      it = d->second.find(op_type.substr(0, op_type.size() - kBackwardSuffix.size()));
+      if (it != d->second.end()) return it->second;
+    }
   }
   return efficiency_of(op_type);
 }
 
 double HardwareModel::efficiency_of(const std::string& op_type, plan::DType dtype,
                                     double flops) const {
-  const auto d = efficiency_curves.find(dtype);
-  if (d != efficiency_curves.end()) {
-    const auto it = d->second.find(op_type);
-    if (it != d->second.end() && !it->second.empty()) {
-      const std::vector<EfficiencyKnot>& k = it->second;
-      if (!(flops > k.front().flops)) return k.front().efficiency;
-      if (!(flops < k.back().flops)) return k.back().efficiency;
-      size_t i = 1;
-      while (k[i].flops < flops) ++i;  // k[i - 1].flops < flops <= k[i].flops
-      const double t = std::log(flops / k[i - 1].flops) / std::log(k[i].flops / k[i - 1].flops);
-      return k[i - 1].efficiency + t * (k[i].efficiency - k[i - 1].efficiency);
-    }
+  if (const auto e = exact_efficiency(op_type, dtype, flops)) return *e;
+  if (has_backward_suffix(op_type)) {
+    const std::string forward = op_type.substr(0, op_type.size() - kBackwardSuffix.size());
+    if (const auto e = exact_efficiency(forward, dtype, flops)) return *e;
   }
   return efficiency_of(op_type, dtype);
 }
@@ -292,6 +346,7 @@ void HardwareModel::validate() const {
   }
   if (launch_overhead_ns < 0)
     throw Error("hardware '" + name + "': launch_overhead_ns must be >= 0");
+  if (op_dispatch_ns < 0) throw Error("hardware '" + name + "': op_dispatch_ns must be >= 0");
   if (!(contention_factor >= 1.0) || !std::isfinite(contention_factor))
     throw Error("hardware '" + name + "': contention_factor must be >= 1");
   for (const auto& [type, e] : efficiency)
@@ -395,6 +450,7 @@ nlohmann::json hardware_to_json(const HardwareModel& hw) {
     j["efficiency_curves"] = curves;
   }
   j["launch_overhead_ns"] = hw.launch_overhead_ns;
+  j["op_dispatch_ns"] = hw.op_dispatch_ns;
   j["launch_queue_depth"] = hw.launch_queue_depth;
   j["contention_factor"] = hw.contention_factor;
   j["gpus_per_node"] = hw.gpus_per_node;
@@ -406,10 +462,10 @@ namespace {
 // a misspelt type would otherwise be kept and never used.
 void check_op_type_key(const std::string& type, const std::string& source, const std::string& field,
                        bool allow_default) {
-  if (is_graph_op_type(type) || (allow_default && type == "default")) return;
+  if (is_efficiency_key(type) || (allow_default && type == "default")) return;
   throw Error(source + ": hardware key '" + field + "': '" + type +
               "' is not an op type (embedding, linear, layernorm, rmsnorm, attention, gelu, "
-              "swiglu, residual, cross_entropy, rope, relu" +
+              "swiglu, residual, cross_entropy, rope, relu, each optionally with '.backward'" +
               (allow_default ? ", or default" : "") + ")");
 }
 
@@ -475,6 +531,8 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
       read_field(v, key, source, &h.host_memory_bytes_per_s);
     else if (key == "launch_overhead_ns")
       read_field(v, key, source, &h.launch_overhead_ns);
+    else if (key == "op_dispatch_ns")
+      read_field(v, key, source, &h.op_dispatch_ns);
     else if (key == "launch_queue_depth")
       read_field(v, key, source, &h.launch_queue_depth);
     else if (key == "collective_latency_ns")

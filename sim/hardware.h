@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -80,7 +81,9 @@ struct HardwareModel {
   std::map<plan::DType, std::map<std::string, double>> dtype_efficiency;
   /// Per compute dtype and op type, efficiency as a function of the op's
   /// FLOPs: piecewise linear in log(FLOPs) between knots (ascending FLOPs,
-  /// at least 2), constant beyond the ends. Replaces the scalar entries for
+  /// at least 2), constant above the last; below the first, the first
+  /// segment continued, clamped to [e0 x FLOPs / f0, e0] (knot 0 = (f0, e0):
+  /// never above e0, never slower than the knot's op). Replaces the scalar entries for
   /// ops of that dtype and type (what calibrate fits when the events span
   /// several sizes). JSON "efficiency_curves": {"bf16": {"linear":
   /// [[2.9e10, 0.62], [6.3e11, 0.13]]}}.
@@ -91,6 +94,11 @@ struct HardwareModel {
   /// "bandwidth_efficiency": 0.4}}.
   std::map<std::string, MemoryOpFit> memory_ops;
   int64_t launch_overhead_ns = 0;  ///< host time per launch
+  /// Device time between a non-collective device op becoming startable (its
+  /// waits done, its stream free) and its start: the stream's own per-op
+  /// cost outside any kernel (the CPU engine's thread hand-off, a GPU's
+  /// kernel-to-kernel gap). Idle time, not compute. >= 0.
+  int64_t op_dispatch_ns = 0;
   /// Launched ops not yet finished on the device beyond which a launch blocks
   /// the host (CUDA's pending-launch queue).
   int64_t launch_queue_depth = 1024;
@@ -101,12 +109,18 @@ struct HardwareModel {
 
   /// Throws Error for a dtype without a compute peak (integers, f64).
   double peak_flops(plan::DType dtype) const;
+  /// Efficiency keys are op types, or "TYPE.backward" for the backward ops of
+  /// a type (efficiency_key): a backward key missing at every level below
+  /// falls back to its forward type's, before "default".
   /// efficiency[type], else efficiency["default"], else 1.
   double efficiency_of(const std::string& op_type) const;
   /// dtype_efficiency[dtype][type], else efficiency_of(op_type).
   double efficiency_of(const std::string& op_type, plan::DType dtype) const;
   /// efficiency_curves[dtype][type] at `flops`, else efficiency_of(op_type, dtype).
   double efficiency_of(const std::string& op_type, plan::DType dtype, double flops) const;
+  /// The curve, dtype or dtype-free value stored under exactly `key`, or none.
+  std::optional<double> exact_efficiency(const std::string& key, plan::DType dtype,
+                                         double flops) const;
   /// The fit for (kind, ranks, multi_node), or null.
   const CollectiveFit* collective_fit(plan::OpKind kind, int64_t ranks, bool multi_node) const;
   /// Throws Error naming the first field out of range.
@@ -119,6 +133,13 @@ struct HardwareModel {
 bool is_memory_op_kind(const std::string& name);
 /// A graph op type name (plan::op_type_name: linear, attention, ...).
 bool is_graph_op_type(const std::string& name);
+/// The efficiency key of a graph op type's forward (and recompute) ops, or
+/// of its backward ops: "linear", "linear.backward" (a backward kernel is
+/// another kernel: FlashAttention publishes the two throughputs separately,
+/// and the CPU engine's backward ops differ from their forward per FLOP).
+std::string efficiency_key(const std::string& op_type, bool backward);
+/// A graph op type, or one with ".backward".
+bool is_efficiency_key(const std::string& name);
 
 std::vector<std::string> hardware_presets();  ///< h100-sxm, h200-sxm, a100-sxm, cpu-local
 bool is_hardware_preset(const std::string& name);

@@ -334,6 +334,11 @@ void Executor::start(int op, TimeNs now) {
     dur = TimeNs(
         static_cast<int64_t>(std::llround(static_cast<double>(dur.ns) * hw_.contention_factor)));
   }
+  // A non-collective device op starts op_dispatch_ns after it could: its
+  // stream is held (idle) meanwhile.
+  if (!collective && hw_.op_dispatch_ns > 0 &&
+      sched_.stream_roles[static_cast<size_t>(o.stream)] != plan::StreamRole::host)
+    now = now + TimeNs(hw_.op_dispatch_ns);
   started_[static_cast<size_t>(op)] = 1;
   stream_running_[static_cast<size_t>(o.stream)] = op;
   result_.op_start[static_cast<size_t>(op)] = now;

@@ -250,3 +250,25 @@ TEST_CASE("out of memory first blocks the host until pending frees complete", "[
   CHECK(mem[2].time_ns == 1000);
   CHECK(r.step_time == TimeNs(1000));
 }
+
+TEST_CASE("op dispatch: a device op starts op_dispatch_ns after it could, as idle time",
+          "[sim][exact]") {
+  // Dispatch 100 ns. The all-gather (a collective) starts at 0: [0, 1000).
+  // c0 600 B starts at 100: [100, 700); c1 (after c0 on its stream and the
+  // all-gather) at 1000 + 100: [1100, 1400). Step 1400 ns; compute 900 ns,
+  // idle 1400 - 1000 (all-gather) - 300 (c1) = 100 ns (1000..1100).
+  ScheduleBuilder b;
+  int ag = b.launch(OpKind::all_gather, ScheduleBuilder::kAllGather, 2000);
+  int c0 = b.launch(OpKind::grad_scale, ScheduleBuilder::kCompute, 600);
+  int c1 = b.launch(OpKind::grad_scale, ScheduleBuilder::kCompute, 300, {ag});
+  sim::HardwareModel hw = test::unit_hardware();
+  hw.op_dispatch_ns = 100;
+  sim::SimResult r = run(b.s, hw);
+  CHECK(r.op_start[ag] == TimeNs(0));
+  CHECK(r.op_start[c0] == TimeNs(100));
+  CHECK(r.op_end[c0] == TimeNs(700));
+  CHECK(r.op_start[c1] == TimeNs(1100));
+  CHECK(r.step_time == TimeNs(1400));
+  CHECK(r.metrics.total.compute_ms == Approx(0.0009));
+  CHECK(r.metrics.total.idle_ms == Approx(0.0001));
+}

@@ -1,6 +1,8 @@
 // Hardware presets, strict JSON and the collective closed forms.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
 #include "tests/plan/toy_graph.h"
@@ -268,14 +270,17 @@ TEST_CASE("bad dtype_efficiency entries are errors naming the field", "[sim][hw]
   }
 }
 
-TEST_CASE("an efficiency curve is piecewise linear in log FLOPs, constant beyond its ends",
+TEST_CASE("an efficiency curve is piecewise linear in log FLOPs, constant above its end",
           "[sim][hw][cost]") {
   sim::HardwareModel hw = sim::hardware_preset("h100-sxm");
   hw.efficiency_curves[plan::DType::bf16]["linear"] = {{1e8, 0.2}, {1e10, 0.6}, {1e12, 0.4}};
   const auto at = [&](double flops) {
     return hw.efficiency_of("linear", plan::DType::bf16, flops);
   };
-  CHECK(at(1e6) == 0.2);  // below the first knot
+  // Below the first knot: its segment continued (slope 0.4 per factor 100),
+  // floored at the knot's time (0.2 x FLOPs / 1e8) and capped at 0.2.
+  CHECK(at(std::pow(10.0, 7.5)) == Approx(0.1).epsilon(1e-12));
+  CHECK(at(1e6) == Approx(0.002).epsilon(1e-12));
   CHECK(at(1e8) == 0.2);
   CHECK(at(1e9) == Approx(0.4).epsilon(1e-12));  // half way (in log FLOPs) from 1e8 to 1e10
   CHECK(at(1e10) == Approx(0.6).epsilon(1e-12));
@@ -396,4 +401,63 @@ TEST_CASE("efficiency keys must be op types, memory_ops keys op kinds without FL
   CHECK_FALSE(sim::is_memory_op_kind("all_gather"));
   CHECK(sim::is_graph_op_type("swiglu"));
   CHECK_FALSE(sim::is_graph_op_type("default"));
+}
+
+TEST_CASE("backward ops take TYPE.backward efficiencies, else their forward type's",
+          "[sim][hw][cost]") {
+  // Toy op 1 (linear): forward 128 FLOPs, backward 256 at B = 1, T = 4 and
+  // 1e9 FLOP/s. linear.backward 0.5: backward 512 ns; forward stays at the
+  // linear entry (1.0): 128 ns.
+  plan::Graph g = test::toy_graph();
+  plan::Schedule s = toy_schedule();
+  plan::ScheduleOp fwd;
+  fwd.kind = plan::OpKind::forward;
+  fwd.stream = 1;
+  fwd.graph_op = 1;
+  plan::ScheduleOp bwd = fwd;
+  bwd.kind = plan::OpKind::backward;
+  plan::ScheduleOp rec = fwd;
+  rec.kind = plan::OpKind::recompute;
+  s.ops = {fwd, bwd, rec};
+  sim::HardwareModel hw = test::unit_hardware();
+  hw.efficiency = {{"linear", 1.0}, {"linear.backward", 0.5}};
+  {
+    sim::CostModel cost(hw, g, s);
+    CHECK(cost.duration(0) == sim::TimeNs(128));
+    CHECK(cost.duration(1) == sim::TimeNs(512));
+    CHECK(cost.duration(2) == sim::TimeNs(128));  // recompute is forward work
+  }
+  // Precedence: the backward key at any level first, then the forward type's.
+  hw.efficiency = {{"default", 0.8}};
+  CHECK(hw.efficiency_of("linear.backward") == 0.8);
+  hw.efficiency["linear"] = 0.6;
+  CHECK(hw.efficiency_of("linear.backward") == 0.6);
+  hw.dtype_efficiency[plan::DType::bf16] = {{"linear", 0.4}};
+  CHECK(hw.efficiency_of("linear.backward", plan::DType::bf16) == 0.4);
+  CHECK(hw.efficiency_of("linear.backward", plan::DType::bf16, 1e9) == 0.4);
+  hw.efficiency["linear.backward"] = 0.3;
+  CHECK(hw.efficiency_of("linear.backward", plan::DType::bf16) == 0.3);
+  CHECK(hw.efficiency_of("linear.backward", plan::DType::bf16, 1e9) == 0.3);
+  hw.efficiency_curves[plan::DType::bf16]["linear.backward"] = {{1e8, 0.2}, {1e10, 0.2}};
+  CHECK(hw.efficiency_of("linear.backward", plan::DType::bf16, 1e9) == 0.2);
+  CHECK(hw.efficiency_of("linear", plan::DType::bf16, 1e9) == 0.4);
+  hw.validate();
+
+  // JSON: backward keys are read and written; other suffixes are refused.
+  const sim::HardwareModel back = sim::hardware_from_json(
+      json{{"efficiency", {{"attention.backward", 0.25}}}, {"op_dispatch_ns", 40000}}, "x");
+  CHECK(back.efficiency_of("attention.backward") == 0.25);
+  CHECK(back.op_dispatch_ns == 40000);
+  CHECK(sim::hardware_to_json(back)["op_dispatch_ns"] == 40000);
+  CHECK(sim::is_efficiency_key("gelu.backward"));
+  CHECK_FALSE(sim::is_efficiency_key("gelu.bwd"));
+  CHECK_FALSE(sim::is_efficiency_key(".backward"));
+  for (const json& bad : {json{{"efficiency", {{"linear.bwd", 0.5}}}},
+                          json{{"dtype_efficiency", {{"bf16", {{"matmul.backward", 0.5}}}}}}}) {
+    INFO(bad.dump());
+    CHECK_THROWS_WITH(sim::hardware_from_json(bad, "hw.json"),
+                      Catch::Contains("is not an op type") && Catch::Contains("'.backward'"));
+  }
+  CHECK_THROWS_WITH(sim::hardware_from_json(json{{"op_dispatch_ns", -1}}, "hw.json"),
+                    Catch::Contains("op_dispatch_ns must be >= 0"));
 }
