@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/plan_inputs.h"
 #include "engine/exec/train.h"
+#include "engine/run/accuracy.h"
 #include "plan/models.h"
 #include "plan/schedule.h"
 #include "plan/units.h"
@@ -27,10 +28,11 @@ namespace shardscope::cli {
 
 namespace {
 
-// Part 1: gpt2-tiny trained for real on 2 CPU ranks (threads of this process
-// sharing only the communicator) under two policies, next to the simulator's
-// prediction of the same schedule on the cpu-local preset; traces and their
-// Chrome exports written under `dir`.
+// Part 1: the calibrate -> predict loop on this machine. gpt2-tiny trained
+// for real on 2 CPU ranks (threads of this process sharing only the
+// communicator) under three policies; the first policy's run calibrates a
+// hardware model (cpu-local base), which then predicts all three. Traces and
+// their Chrome exports are written under `dir`.
 void measured_vs_predicted(const std::string& dir) {
   const plan::Graph g = plan::load_model("gpt2-tiny");
   const nlohmann::json blocks = {{"type", "class"}, {"classes", {"GPT2Block"}}};
@@ -48,58 +50,68 @@ void measured_vs_predicted(const std::string& dir) {
         {"reshard_after_forward", false},
         {"batch_size", 4},
         {"seq_len", 64}}},
+      {"fsdp2, per block, batch 8",
+       "fsdp2-blocks-b8",
+       {{"wrap", blocks}, {"batch_size", 8}, {"seq_len", 64}}},
   };
   const int world = 2;
-  const sim::HardwareModel hw = sim::hardware_preset("cpu-local");
-  std::printf(
-      "measured: %s (%s parameters) trained on %d CPU ranks, 5 steps, vs predicted on %s\n\n",
-      g.model_name.c_str(), with_commas(g.params_total()).c_str(), world, hw.name.c_str());
-  std::printf("%-30s %-9s %10s %14s %9s %10s\n", "policy", "", "step ms", "peak alloc", "overlap",
-              "loss");
+  const int64_t steps = 6;
+  const sim::HardwareModel preset = sim::hardware_preset("cpu-local");
+  std::printf("measured: %s (%s parameters) trained on %d CPU ranks, %lld steps each\n",
+              g.model_name.c_str(), with_commas(g.params_total()).c_str(), world,
+              static_cast<long long>(steps));
+  std::vector<engine::run::MeasuredRun> runs;
   for (const Variant& v : variants) {
-    engine::exec::TrainConfig c;
-    c.graph = &g;
-    c.policy = plan::policy_from_json(v.policy);
-    c.world_size = world;
-    c.steps = 5;
-    c.model_name = "gpt2-tiny";
-    const auto runs = engine::exec::train_threads(c, {});
-    traces::Trace measured;
-    measured.meta = runs[0].trace.meta;
-    measured.meta.clock_alignment = "one process (ranks as threads)";
-    for (const auto& r : runs) traces::merge_ranks(measured, r.trace);
-    const traces::Metrics mm = traces::compute_metrics(measured);
-
-    const plan::World w = plan::validate_policy(c.policy, g, world);
-    const plan::UnitPlan units = plan::build_units(g, c.policy, w);
-    const plan::Schedule s = plan::build_schedule(g, c.policy, units, 0);
-    sim::SimOptions so;
-    so.model_name = "gpt2-tiny";
-    so.policy_json = v.policy.dump();
-    const sim::SimResult pr = sim::simulate(g, units, s, hw, so);
-
+    engine::run::MeasuredRun r;
+    r.label = v.label;
+    r.policy = v.policy;
+    r.trace = engine::run::train_policy_threads(g, "gpt2-tiny", v.policy, world, steps);
     const std::string base = dir + "/" + v.file;
-    traces::save_trace(measured, base + ".measured.trace");
-    traces::save_trace(pr.trace, base + ".predicted.trace");
-    traces::export_chrome(measured, base + ".measured.json");
-    traces::export_chrome(pr.trace, base + ".predicted.json");
-    std::printf("%-30s %-9s %10.3f %14s %8.1f%% %10.4f\n", v.label, "measured",
-                mm.total.step_time_ms,
-                human_bytes(static_cast<double>(runs[0].peak_allocated_bytes)).c_str(),
-                100.0 * mm.total.overlap, runs[0].losses.back());
-    if (pr.fits)
-      std::printf("%-30s %-9s %10.3f %14s %8.1f%%\n", "", "predicted",
-                  pr.metrics.total.step_time_ms,
-                  human_bytes(static_cast<double>(pr.peak_allocated_bytes)).c_str(),
-                  100.0 * pr.metrics.total.overlap);
-    else  // the step stopped at the failed allocation: no time to predict
-      std::printf("%-30s %-9s does not fit: out of memory allocating '%s'\n", "", "predicted",
-                  pr.oom_buffer.c_str());
+    traces::save_trace(r.trace, base + ".measured.trace");
+    traces::export_chrome(r.trace, base + ".measured.json");
+    runs.push_back(std::move(r));
+  }
+  // Calibrated on the first policy's run only.
+  const sim::CalibrationResult fit =
+      engine::run::calibrate_runs({runs[0]}, preset, "calibrated on " + runs[0].label);
+  std::printf("calibrated on '%s' (its run only): op dispatch %.1f us, linear efficiency %.4f\n\n",
+              runs[0].label.c_str(), static_cast<double>(fit.hw.op_dispatch_ns) / 1e3,
+              fit.hw.efficiency_of("linear", plan::DType::f32, 1e7));
+  std::printf("%-30s %10s %14s %17s %8s %14s\n", "policy", "measured", "uncalibrated",
+              "calibrated (err)", "overlap", "peak alloc");
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const Variant& v = variants[i];
+    const engine::run::AccuracyRow raw = engine::run::accuracy_row(
+        g, "gpt2-tiny", v.label, v.policy, runs[i].trace, runs[i].trace, preset, world);
+    const engine::run::AccuracyRow cal = engine::run::accuracy_row(
+        g, "gpt2-tiny", v.label, v.policy, runs[i].trace, runs[i].trace, fit.hw, world);
+    // The calibrated prediction, as a trace beside the measured one.
+    {
+      const plan::Policy p = plan::policy_from_json(v.policy);
+      const plan::World w = plan::validate_policy(p, g, world);
+      const plan::UnitPlan units = plan::build_units(g, p, w);
+      const plan::Schedule s = plan::build_schedule(g, p, units, 0);
+      sim::SimOptions so;
+      so.model_name = "gpt2-tiny";
+      so.policy_json = v.policy.dump();
+      const sim::SimResult pr = sim::simulate(g, units, s, fit.hw, so);
+      const std::string base = dir + "/" + v.file;
+      traces::save_trace(pr.trace, base + ".predicted.trace");
+      traces::export_chrome(pr.trace, base + ".predicted.json");
+    }
+    std::printf("%-30s %7.2f ms %11.2f ms %8.2f ms %+6.1f%% %7.1f%% %14s%s\n", v.label,
+                cal.measured.step_time_ms, raw.predicted.step_time_ms, cal.predicted.step_time_ms,
+                100 * cal.step_error, 100 * cal.measured.overlap,
+                human_bytes(static_cast<double>(cal.measured.peak_allocated_bytes)).c_str(),
+                cal.measured.peak_allocated_bytes == cal.predicted.peak_allocated_bytes
+                    ? " (= predicted)"
+                    : " (predicted differs)");
   }
   std::printf(
       "\nmeasured: median step after the first; peak allocated per rank from the engine's\n"
       "allocator (the simulator drives the same allocator in the same order, so the two agree\n"
-      "exactly); predicted step time is uncalibrated (shardscope calibrate fits it).\n"
+      "exactly). Uncalibrated: the cpu-local preset; calibrated: fitted to the first run only\n"
+      "(shardscope calibrate TRACE, or calibrate --measure --model M), then predicting all three.\n"
       "traces and Chrome/Perfetto exports: %s/*.trace, %s/*.json\n\n",
       dir.c_str(), dir.c_str());
 }
