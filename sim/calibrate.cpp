@@ -658,7 +658,12 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       er.written = is_efficiency_key(type);
       if (er.written) {
         hw.dtype_efficiency[dtype][type] = eff;
-        if (!er.curve.empty()) hw.efficiency_curves[dtype][type] = er.curve;
+        // A base curve (a preset's published one) would take precedence
+        // over the fitted scalar: the fit replaces it.
+        if (!er.curve.empty())
+          hw.efficiency_curves[dtype][type] = er.curve;
+        else if (hw.efficiency_curves.count(dtype))
+          hw.efficiency_curves[dtype].erase(type);
         anything = true;
       } else {
         not_op_types.push_back(type);
@@ -674,6 +679,31 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     er.rms_rel_residual = res.rms();
     er.max_rel_residual = res.max;
     rep.efficiency.push_back(er);
+  }
+  // A direction without a fit (no compute-bound event, or no event) takes
+  // the other direction's fit for that dtype, not the base's (one measured
+  // kernel family says more than a preset): its key gets the other's
+  // efficiency (and curve) written for that dtype.
+  {
+    std::map<std::pair<std::string, plan::DType>, const EfficiencyReport*> fitted;
+    for (const EfficiencyReport& er : rep.efficiency)
+      if (er.written) fitted[{er.op_type, er.dtype}] = &er;
+    for (const auto& [key, er] : fitted) {
+      const auto& [type, dtype] = key;
+      const bool backward = !is_graph_op_type(type);
+      const std::string forward_type =
+          backward ? type.substr(0, type.size() - std::string(".backward").size()) : type;
+      const std::string missing = backward ? forward_type : efficiency_key(forward_type, true);
+      if (fitted.count({missing, dtype})) continue;
+      hw.dtype_efficiency[dtype][missing] = er->efficiency;
+      if (!er->curve.empty())
+        hw.efficiency_curves[dtype][missing] = er->curve;
+      else if (hw.efficiency_curves.count(dtype))
+        hw.efficiency_curves[dtype].erase(missing);
+      const std::string label = missing + " (" + plan::dtype_name(dtype) + ")";
+      kept.erase(std::remove(kept.begin(), kept.end(), label), kept.end());
+      rep.notes.push_back(label + ": no fit of its own; takes " + type + "'s");
+    }
   }
   if (!not_op_types.empty())
     rep.notes.push_back(std::to_string(not_op_types.size()) +

@@ -38,8 +38,19 @@ nlohmann::json calibrated_hardware_json(const HardwareModel& hw,
   for (const std::string& p : hardware_presets()) candidates.push_back(p);
   for (const std::string& p : candidates) {
     const HardwareModel b = hardware_preset(p);
+    // Maps merge into the base's on reading: every entry of the base's must
+    // be in hw's too, or the base would add it back.
     bool covered = true;
     for (const auto& [type, e] : b.efficiency) covered = covered && hw.efficiency.count(type);
+    for (const auto& [dtype, map] : b.dtype_efficiency)
+      for (const auto& [type, e] : map)
+        covered = covered && hw.dtype_efficiency.count(dtype) &&
+                  hw.dtype_efficiency.at(dtype).count(type);
+    for (const auto& [dtype, map] : b.efficiency_curves)
+      for (const auto& [type, k] : map)
+        covered = covered && hw.efficiency_curves.count(dtype) &&
+                  hw.efficiency_curves.at(dtype).count(type);
+    for (const auto& [kind, f] : b.memory_ops) covered = covered && hw.memory_ops.count(kind);
     if (covered) {
       j["base"] = p;
       return j;

@@ -22,6 +22,71 @@ std::map<std::string, double> gpu_efficiency() {
           {"residual", 1.0},  {"cross_entropy", 1.0}, {"rope", 1.0},      {"relu", 1.0}};
 }
 
+// Published op-level measurements (docs/simulator.md, "Hardware presets",
+// lists each source). FLOPs as the plan counts them: a GEMM 2MNK, causal
+// attention 4 B T^2 H D forward and 2.5x that backward, the masked half
+// included (FlashAttention's benchmarks count causal at half, so their
+// causal TFLOP/s are doubled here).
+
+// H100 SXM, bf16/fp16: XLA's measured sm_90 GEMM table (square M = N = K of
+// 256 ... 4096, bf16xbf16->bf16), TFLOP/s over 989.
+std::vector<EfficiencyKnot> hopper_gemm() {
+  return {{3.3554432e7, 6.45 / 989},
+          {2.68435456e8, 40.72 / 989},
+          {2.147483648e9, 236.30 / 989},
+          {1.7179869184e10, 631.98 / 989},
+          {1.37438953472e11, 783.33 / 989}};
+}
+// H100 SXM, FlashAttention-2 forward, head dim 128, causal, hidden 2048,
+// batch 16k / T for T = 512 ... 16k (the FA3 paper's figure): 191, 260,
+// 298, 319, 333, 335 TFLOP/s; FLOPs 4 (16384 / T) T^2 2048.
+std::vector<EfficiencyKnot> hopper_attention_forward() {
+  const double tflops[] = {191, 260, 298, 319, 333, 335};
+  std::vector<EfficiencyKnot> k;
+  for (int i = 0; i < 6; ++i) {
+    const double t = 512.0 * (1 << i);
+    k.push_back({4 * (16384 / t) * t * t * 2048, 2 * tflops[i] / 989});
+  }
+  return k;
+}
+// Its backward, derived from the forward above and FlashAttention-2's
+// published forward+backward throughput on the same runs (README figure:
+// 163, 221, 265, 294, 308, 328 TFLOP/s): backward = 2.5 / (3.5 / fwd_bwd -
+// 1 / fwd), at 2.5x the forward FLOPs.
+std::vector<EfficiencyKnot> hopper_attention_backward() {
+  const double fwd[] = {191, 260, 298, 319, 333, 335};
+  const double both[] = {163, 221, 265, 294, 308, 328};
+  std::vector<EfficiencyKnot> k;
+  for (int i = 0; i < 6; ++i) {
+    const double t = 512.0 * (1 << i);
+    const double bwd = 2.5 / (3.5 / both[i] - 1 / fwd[i]);
+    k.push_back({2.5 * 4 * (16384 / t) * t * t * 2048, 2 * bwd / 989});
+  }
+  return k;
+}
+// A100 SXM 80GB, fp16 (bf16 has the same tensor-core peak): Azure's
+// cuBLASLt GEMMs, square 1024 ... 16384, TFLOP/s over 312.
+std::vector<EfficiencyKnot> ampere_gemm() {
+  return {{2.147483648e9, 119.4 / 312},
+          {1.7179869184e10, 221.8 / 312},
+          {1.37438953472e11, 228.0 / 312},
+          {1.099511627776e12, 253.7 / 312},
+          {8.796093022208e12, 256.5 / 312}};
+}
+
+// nccl-tests all_reduce over 8 GPUs of one node (Azure's results, NVLS on
+// H100/H200, ring on A100): t = latency + 2 S (n-1)/n / busbw fitted to the
+// rows from 256 KiB to 8 GiB (relative least squares, as calibrate does).
+CollectiveFit all_reduce_8(int64_t latency_ns, double bus_bytes_per_s) {
+  CollectiveFit f;
+  f.kind = plan::OpKind::all_reduce;
+  f.ranks = 8;
+  f.multi_node = false;
+  f.latency_ns = latency_ns;
+  f.bus_bytes_per_s = bus_bytes_per_s;
+  return f;
+}
+
 HardwareModel h100() {
   HardwareModel h;
   h.name = "h100-sxm";
@@ -30,7 +95,9 @@ HardwareModel h100() {
   h.peak_flops_fp16 = 989 * kTFLOPS;
   h.hbm_bytes_per_s = 3350 * kGB;
   h.memory_bytes = 80 * kGiB;
-  h.nvlink_bus_bytes_per_s = 450 * kGB;
+  // Ring all-gather / reduce-scatter bus bandwidth on 8 GPUs: ~370 GB/s of
+  // the 450 GB/s line rate (NCCL maintainer, nccl-tests issue #212).
+  h.nvlink_bus_bytes_per_s = 370 * kGB;
   h.nvlink_latency_ns = 1000;
   h.ib_bytes_per_s = 50 * kGB;  // 400 Gb/s ConnectX-7 per GPU
   h.ib_latency_ns = 3000;
@@ -38,6 +105,12 @@ HardwareModel h100() {
   h.pcie_bytes_per_s = 64 * kGB;  // PCIe Gen5 x16
   h.host_memory_bytes_per_s = 100 * kGB;
   h.efficiency = gpu_efficiency();
+  for (plan::DType d : {plan::DType::bf16, plan::DType::f16}) {
+    h.efficiency_curves[d]["linear"] = hopper_gemm();
+    h.efficiency_curves[d]["attention"] = hopper_attention_forward();
+    h.efficiency_curves[d]["attention.backward"] = hopper_attention_backward();
+  }
+  h.collectives = {all_reduce_8(40800, 445.8 * kGB)};
   h.launch_overhead_ns = 0;
   h.contention_factor = 1.1;
   h.gpus_per_node = 8;
@@ -49,6 +122,10 @@ HardwareModel h200() {
   h.name = "h200-sxm";
   h.hbm_bytes_per_s = 4800 * kGB;
   h.memory_bytes = 141 * int64_t{1000000000};
+  // 8 x H200: all-gather 361.4, reduce-scatter 362.9 GB/s busbw at 16 GiB
+  // (stas00/ml-engineering, network/README.md).
+  h.nvlink_bus_bytes_per_s = 362 * kGB;
+  h.collectives = {all_reduce_8(33300, 442.9 * kGB)};
   return h;
 }
 
@@ -60,9 +137,18 @@ HardwareModel a100() {
   h.peak_flops_fp16 = 312 * kTFLOPS;
   h.hbm_bytes_per_s = 2039 * kGB;
   h.memory_bytes = 80 * kGiB;
-  h.nvlink_bus_bytes_per_s = 300 * kGB;
+  // Ring all-reduce busbw on 8 x A100 at 4-8 GiB: 231.6 (Azure), 232.5
+  // (nccl-tests issue #175) GB/s; a ring all-gather / reduce-scatter moves
+  // the same bytes per link.
+  h.nvlink_bus_bytes_per_s = 231 * kGB;
   h.ib_bytes_per_s = 50 * kGB;    // 400 Gb/s per GPU (the issue's cluster; DGX A100 ships 200)
   h.pcie_bytes_per_s = 32 * kGB;  // PCIe Gen4 x16
+  // FlashAttention's A100 forward and backward are published only combined:
+  // attention keeps the shared 0.5.
+  h.efficiency_curves.clear();
+  for (plan::DType d : {plan::DType::bf16, plan::DType::f16})
+    h.efficiency_curves[d]["linear"] = ampere_gemm();
+  h.collectives = {all_reduce_8(48900, 206.7 * kGB)};
   return h;
 }
 
@@ -503,6 +589,34 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
   if (doc.contains("base")) read_field(doc.at("base"), "base", source, &base);
   HardwareModel h = hardware_preset(base);
   h.name = source;
+  // An efficiency the document sets for a type (in `efficiency`, or in
+  // `dtype_efficiency` for one dtype) replaces the base's curves for that
+  // type and its backward: a preset's published curve would otherwise take
+  // precedence over it. Curves the document gives itself are read afterwards. Malformed
+  // entries are left to the main loop, which names them.
+  const auto drop_base_curves = [&](const nlohmann::json& map, std::optional<plan::DType> dtype) {
+    if (!map.is_object()) return;
+    for (const auto& [type, value] : map.items()) {
+      (void)value;
+      for (auto& [d, curves] : h.efficiency_curves)
+        if (!dtype || d == *dtype) {
+          curves.erase(type);
+          // "attention" covers its backward ops too, unless given apart.
+          if (!map.contains(efficiency_key(type, true))) curves.erase(efficiency_key(type, true));
+        }
+    }
+  };
+  if (const auto e = doc.find("efficiency"); e != doc.end()) drop_base_curves(*e, std::nullopt);
+  if (const auto e = doc.find("dtype_efficiency"); e != doc.end() && e->is_object())
+    for (const auto& [dtype_name, map] : e->items()) {
+      plan::DType d;
+      try {
+        d = plan::parse_dtype(dtype_name, source);
+      } catch (const std::exception&) {
+        continue;
+      }
+      drop_base_curves(map, d);
+    }
   for (const auto& [key, v] : doc.items()) {
     if (key == "base") continue;
     if (key == "name")

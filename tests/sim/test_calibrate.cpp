@@ -30,6 +30,9 @@ namespace {
 sim::HardwareModel truth_hw() {
   sim::HardwareModel h = sim::hardware_preset("h100-sxm");
   h.name = "truth";
+  // One efficiency per type in every dtype: the preset's published bf16
+  // curves (which take precedence over the scalar) are dropped.
+  h.efficiency_curves.clear();
   h.efficiency["linear"] = 0.55;
   h.efficiency["attention"] = 0.35;
   h.contention_factor = 1.25;
@@ -1012,4 +1015,39 @@ TEST_CASE("backward events fit TYPE.backward apart from their forward type", "[s
   CHECK(std::fabs(r.hw.efficiency_of("linear.backward", dt, 1e9) - 0.25) / 0.25 < 1e-4);
   CHECK(std::fabs(r.hw.efficiency_of("linear", dt, 1e9) - 0.55) / 0.55 < 1e-4);
   CHECK(std::fabs(r.hw.efficiency_of("attention.backward", dt, 1e9) - 0.35) / 0.35 < 1e-4);
+}
+
+TEST_CASE("a direction without a fit takes the other direction's, not the base's",
+          "[sim][calibrate]") {
+  // Backward attention events removed: attention.backward has nothing of
+  // its own, so it gets the fitted forward 0.35, not the base's 0.9; the
+  // report says so.
+  Planned p = plan_for(scenarios()[0]);
+  const sim::SimResult sr = simulate(p, truth_hw());
+  traces::Trace t = sr.trace;
+  for (traces::RankTrace& r : t.ranks)
+    r.events.erase(std::remove_if(r.events.begin(), r.events.end(),
+                                  [&](const traces::Event& e) {
+                                    const std::string_view name = t.str(e.name);
+                                    return e.op != traces::kNoString &&
+                                           t.str(e.op) == "attention" && name.size() > 4 &&
+                                           name.substr(name.size() - 4) == " bwd";
+                                  }),
+                   r.events.end());
+  sim::CalibrationOptions o = h100_options();
+  o.base.efficiency["attention.backward"] = 0.9;  // what the base would say
+  const sim::CalibrationResult r = sim::calibrate({{"no-bwd", &t}}, {}, o);
+  INFO(sim::format_calibration_report(r.report));
+  const plan::DType dt = r.report.efficiency.front().dtype;
+  CHECK(o.base.efficiency_of("attention.backward", dt, 1e9) == 0.9);
+  CHECK(std::fabs(r.hw.efficiency_of("attention", dt, 1e9) - 0.35) / 0.35 < 1e-4);
+  CHECK(r.hw.efficiency_of("attention.backward", dt, 1e9) ==
+        r.hw.efficiency_of("attention", dt, 1e9));
+  CHECK(r.hw.efficiency_of("attention.backward", dt, 1e12) ==
+        r.hw.efficiency_of("attention", dt, 1e12));
+  bool noted = false;
+  for (const std::string& n : r.report.notes)
+    noted = noted || n.find("attention.backward (" + std::string(plan::dtype_name(dt)) +
+                            "): no fit of its own; takes attention's") != std::string::npos;
+  CHECK(noted);
 }

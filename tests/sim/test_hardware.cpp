@@ -273,6 +273,7 @@ TEST_CASE("bad dtype_efficiency entries are errors naming the field", "[sim][hw]
 TEST_CASE("an efficiency curve is piecewise linear in log FLOPs, constant above its end",
           "[sim][hw][cost]") {
   sim::HardwareModel hw = sim::hardware_preset("h100-sxm");
+  hw.efficiency_curves.clear();  // the preset's published curves
   hw.efficiency_curves[plan::DType::bf16]["linear"] = {{1e8, 0.2}, {1e10, 0.6}, {1e12, 0.4}};
   const auto at = [&](double flops) {
     return hw.efficiency_of("linear", plan::DType::bf16, flops);
@@ -460,4 +461,60 @@ TEST_CASE("backward ops take TYPE.backward efficiencies, else their forward type
   }
   CHECK_THROWS_WITH(sim::hardware_from_json(json{{"op_dispatch_ns", -1}}, "hw.json"),
                     Catch::Contains("op_dispatch_ns must be >= 0"));
+}
+
+TEST_CASE("GPU presets carry the published GEMM, attention and all-reduce figures", "[sim][hw]") {
+  const sim::HardwareModel h100 = sim::hardware_preset("h100-sxm");
+  const auto linear = [](const sim::HardwareModel& hw, double flops) {
+    return hw.efficiency_of("linear", plan::DType::bf16, flops);
+  };
+  // XLA's sm_90 table: 1024^3 at 236.30, 4096^3 at 783.33 TFLOP/s of 989.
+  CHECK(linear(h100, 2.0 * 1024 * 1024 * 1024) == Approx(236.30 / 989).epsilon(1e-12));
+  CHECK(linear(h100, 2.0 * 4096 * 4096 * 4096) == Approx(783.33 / 989).epsilon(1e-12));
+  CHECK(linear(h100, 1e13) == Approx(783.33 / 989).epsilon(1e-12));  // held above
+  CHECK(h100.efficiency_of("linear", plan::DType::f16, 2.0 * 4096 * 4096 * 4096) ==
+        Approx(783.33 / 989).epsilon(1e-12));
+  CHECK(h100.efficiency_of("linear", plan::DType::f32, 1e11) == 0.7);  // fp32: no table
+  // FlashAttention-2 causal hd128 forward at T = 8k: 333 TFLOP/s on half the
+  // FLOPs the plan counts (4 x 2 x 8192^2 x 2048 forward).
+  const double fwd8k = 4.0 * 2 * 8192.0 * 8192.0 * 2048;
+  CHECK(h100.efficiency_of("attention", plan::DType::bf16, fwd8k) ==
+        Approx(2 * 333.0 / 989).epsilon(1e-12));
+  // Backward at 2.5x the FLOPs: 2.5 / (3.5 / 308 - 1 / 333) = 299.0 TFLOP/s.
+  CHECK(h100.efficiency_of("attention.backward", plan::DType::bf16, 2.5 * fwd8k) ==
+        Approx(2 * 2.5 / (3.5 / 308 - 1.0 / 333) / 989).epsilon(1e-12));
+  // nccl-tests: ring all-gather at ~370 GB/s; all-reduce over 8 GPUs of one
+  // node from its fitted line (40.8 us, 445.8 GB/s).
+  CHECK(h100.nvlink_bus_bytes_per_s == 370e9);
+  const sim::CollectiveFit* ar = h100.collective_fit(plan::OpKind::all_reduce, 8, false);
+  REQUIRE(ar != nullptr);
+  CHECK(ar->latency_ns == 40800);
+  CHECK(h100.collective_fit(plan::OpKind::all_reduce, 16, false) == nullptr);
+  const sim::HardwareModel h200 = sim::hardware_preset("h200-sxm");
+  CHECK(h200.nvlink_bus_bytes_per_s == 362e9);
+  CHECK(linear(h200, 2.0 * 4096 * 4096 * 4096) == linear(h100, 2.0 * 4096 * 4096 * 4096));
+  const sim::HardwareModel a100 = sim::hardware_preset("a100-sxm");
+  CHECK(linear(a100, 2.0 * 8192 * 8192 * 8192) == Approx(253.7 / 312).epsilon(1e-12));
+  CHECK(a100.efficiency_of("attention", plan::DType::bf16, fwd8k) == 0.5);  // not published
+  CHECK(a100.nvlink_bus_bytes_per_s == 231e9);
+
+  // A document that sets a type's efficiency replaces the base's curves for
+  // it (all dtypes from `efficiency`, one from `dtype_efficiency`).
+  const sim::HardwareModel flat =
+      sim::hardware_from_json(json{{"base", "h100-sxm"}, {"efficiency", {{"linear", 0.5}}}}, "x");
+  CHECK(linear(flat, 1e9) == 0.5);
+  const sim::HardwareModel attn = sim::hardware_from_json(
+      json{{"base", "h100-sxm"}, {"efficiency", {{"attention", 0.35}}}}, "x");
+  CHECK(attn.efficiency_of("attention.backward", plan::DType::bf16, 2.5 * fwd8k) == 0.35);
+  CHECK(flat.efficiency_of("attention", plan::DType::bf16, fwd8k) ==
+        h100.efficiency_of("attention", plan::DType::bf16, fwd8k));
+  const sim::HardwareModel one = sim::hardware_from_json(
+      json{{"base", "h100-sxm"}, {"dtype_efficiency", {{"fp16", {{"linear", 0.4}}}}}}, "x");
+  CHECK(one.efficiency_of("linear", plan::DType::f16, 1e9) == 0.4);
+  CHECK(linear(one, 1e9) == linear(h100, 1e9));
+  // A written model reads back exactly, curves included.
+  json back = sim::hardware_to_json(h100);
+  back["base"] = "h100-sxm";
+  CHECK(sim::hardware_to_json(sim::hardware_from_json(back, "h100-sxm")) ==
+        sim::hardware_to_json(h100));
 }

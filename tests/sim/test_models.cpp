@@ -78,7 +78,11 @@ TEST_CASE("DDP all-reduce time equals the ring closed form", "[sim][models]") {
   // shard_group_size = 1, world 8 on one node: every all-reduce of S bytes
   // takes C + 2 x 7 NVLink hops + 2 (S / B) (7/8), B the NVLink bus bandwidth.
   Planned p = plan_for({{"shard_group_size", 1}}, 8);
-  const sim::HardwareModel hw = sim::hardware_preset("h100-sxm");
+  // The analytical ring: the preset's published all-reduce fit (8 ranks,
+  // one node, NVLS) is dropped. With it, every all-reduce costs the fit.
+  sim::HardwareModel hw = sim::hardware_preset("h100-sxm");
+  REQUIRE(hw.collective_fit(plan::OpKind::all_reduce, 8, false) != nullptr);
+  hw.collectives.clear();
   sim::SimResult r = simulate(p, hw);
   int all_reduces = 0;
   for (size_t i = 0; i < p.schedule.ops.size(); ++i) {
