@@ -917,6 +917,69 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     anything = true;
   }
 
+  // The analytical ring from the one-node fits (RingScalingReport).
+  {
+    RingScalingReport& rr = rep.ring;
+    double points = 0, inv_bw = 0;              // busbw: points-weighted harmonic mean
+    std::vector<std::pair<double, double>> xy;  // f (n-1), latency ns
+    for (const CollectiveReport& cr : rep.collectives) {
+      if (cr.fit.multi_node) continue;
+      ++rr.fits;
+      points += static_cast<double>(cr.points);
+      inv_bw += static_cast<double>(cr.points) / cr.fit.bus_bytes_per_s;
+      if (!cr.latency_from_base)
+        xy.emplace_back(bus_factor(cr.fit.kind) * static_cast<double>(cr.fit.ranks - 1),
+                        static_cast<double>(cr.fit.latency_ns));
+    }
+    if (rr.fits > 0 && points > 0) {
+      rr.bus_bytes_per_s = points / inv_bw;
+      double hop = static_cast<double>(base.nvlink_latency_ns), c = -1;
+      std::set<double> xs;
+      for (const auto& [x, y] : xy) xs.insert(x);
+      if (xs.size() >= 2) {
+        double sx = 0, sy = 0;
+        for (const auto& [x, y] : xy) {
+          sx += x;
+          sy += y;
+        }
+        const double n = static_cast<double>(xy.size()), xm = sx / n, ym = sy / n;
+        double sxy = 0, sxx = 0;
+        for (const auto& [x, y] : xy) {
+          sxy += (x - xm) * (y - ym);
+          sxx += (x - xm) * (x - xm);
+        }
+        hop = std::max(0.0, sxy / sxx);
+        c = ym - hop * xm;
+        if (c < 0) {  // through the origin
+          double sxy0 = 0, sxx0 = 0;
+          for (const auto& [x, y] : xy) {
+            sxy0 += x * y;
+            sxx0 += x * x;
+          }
+          c = 0;
+          hop = sxy0 / sxx0;
+        }
+      } else if (!xy.empty()) {
+        rr.hop_from_base = true;
+        double sy = 0, sx = 0;
+        for (const auto& [x, y] : xy) {
+          sx += x;
+          sy += y;
+        }
+        c = std::max(0.0, (sy - hop * sx) / static_cast<double>(xy.size()));
+      } else {
+        rr.hop_from_base = true;
+        c = static_cast<double>(base.collective_latency_ns);
+      }
+      rr.hop_ns = std::llround(hop);
+      rr.collective_latency_ns = std::llround(c);
+      rr.fitted = true;
+      hw.nvlink_bus_bytes_per_s = rr.bus_bytes_per_s;
+      hw.nvlink_latency_ns = rr.hop_ns;
+      hw.collective_latency_ns = rr.collective_latency_ns;
+    }
+  }
+
   if (rep.compute_without_flops > 0)
     rep.notes.push_back(std::to_string(rep.compute_without_flops) +
                         " compute event(s) without FLOPs (non-graph ops, kernels without "

@@ -111,6 +111,22 @@ struct ContentionReport {
   double max_rel_residual = 0;
 };
 
+/// The analytical one-node ring (cost_model.h: t = C + f (n-1) hop + f S
+/// (n-1)/n / B) refitted from the one-node collective fits, so that a fit
+/// at one group size predicts another: B = nvlink_bus_bytes_per_s, the
+/// points' mean busbw (weighted by points); C = collective_latency_ns and
+/// hop = nvlink_latency_ns from the fits' latencies against f (n-1) (least
+/// squares with two or more distinct f (n-1); with one, hop is the base's).
+/// Fits whose latency came from the base are not used for C and hop.
+struct RingScalingReport {
+  bool fitted = false;
+  int64_t fits = 0;  ///< one-node fits used
+  double bus_bytes_per_s = 0;
+  int64_t collective_latency_ns = 0;
+  int64_t hop_ns = 0;
+  bool hop_from_base = false;
+};
+
 /// op_dispatch_ns: the mean gap (the largest 1% left out) between consecutive events of a device
 /// lane (not a collective lane) where the second could have started at the
 /// first's end: its launch (the host event of its correlation id; ops
@@ -146,6 +162,7 @@ struct CalibrationReport {
   std::vector<CollectiveReport> collectives;  ///< by kind, ranks, multi_node
   ContentionReport contention;
   DispatchReport dispatch;
+  RingScalingReport ring;
   LaunchReport launch;
   int64_t compute_events = 0;         ///< compute events of all traces
   int64_t compute_without_flops = 0;  ///< of them: no FLOPs (non-graph ops, kernels), unused

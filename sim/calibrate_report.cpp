@@ -123,6 +123,12 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
                      {"clamped", c.clamped},
                      {"rms_rel_residual", c.rms_rel_residual},
                      {"max_rel_residual", c.max_rel_residual}};
+  j["ring"] = {{"fitted", r.ring.fitted},
+               {"fits", r.ring.fits},
+               {"nvlink_bus_bytes_per_s", r.ring.bus_bytes_per_s},
+               {"collective_latency_ns", r.ring.collective_latency_ns},
+               {"nvlink_latency_ns", r.ring.hop_ns},
+               {"hop_from_base", r.ring.hop_from_base}};
   const DispatchReport& d = r.dispatch;
   j["op_dispatch"] = {{"gaps", d.gaps},     {"base_ns", d.base_ns}, {"ns", d.ns},
                       {"fitted", d.fitted}, {"p10_ns", d.p10_ns},   {"p90_ns", d.p90_ns}};
@@ -212,6 +218,12 @@ std::string format_calibration_report(const CalibrationReport& r) {
                     [](const CollectiveReport& c) { return c.latency_from_base; });
     out += any_from_base ? "  (^ latency kept from the base: one message size)\n\n" : "\n";
   }
+  if (r.ring.fitted)
+    out += "one-node ring for other group sizes (t = C + f (n-1) hop + f S (n-1)/n / B) from " +
+           std::to_string(r.ring.fits) + " fit(s): B " + fmt("%.2f", r.ring.bus_bytes_per_s / 1e9) +
+           " GB/s, C " + fmt("%.3f", static_cast<double>(r.ring.collective_latency_ns) / 1e3) +
+           " us, hop " + fmt("%.3f", static_cast<double>(r.ring.hop_ns) / 1e3) + " us" +
+           (r.ring.hop_from_base ? " (hop kept from the base: one group size)" : "") + "\n\n";
   const ContentionReport& c = r.contention;
   if (c.fitted)
     out += "contention factor " + fmt("%.4f", c.factor) + " (base " + fmt("%g", c.base_factor) +

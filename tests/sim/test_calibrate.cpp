@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <set>
 
 #include "plan/models.h"
@@ -1050,4 +1051,45 @@ TEST_CASE("a direction without a fit takes the other direction's, not the base's
     noted = noted || n.find("attention.backward (" + std::string(plan::dtype_name(dt)) +
                             "): no fit of its own; takes attention's") != std::string::npos;
   CHECK(noted);
+}
+
+TEST_CASE("one-node fits at two group sizes give the ring that predicts a third",
+          "[sim][calibrate]") {
+  // The truth's analytical ring (no fitted collectives): C = 6000 ns, hop
+  // 1500 ns, B = 360 GB/s. Traces over 2 and 8 ranks (one node) fit
+  // all-gather / reduce-scatter latencies C + (n-1) hop at n = 2 and 8:
+  // two distinct f (n-1), so C, hop and B come back, and a 4-rank group
+  // (never traced) costs what the truth says.
+  sim::HardwareModel truth = truth_hw();
+  truth.collectives.clear();
+  std::vector<std::unique_ptr<sim::SimResult>> results;
+  std::vector<sim::CalibrationTrace> in;
+  for (int world : {2, 8}) {
+    const Planned p =
+        plan_for({"gpt2-small", {{"wrap", kBlock}, {"batch_size", 1}, {"seq_len", 128}}, world});
+    results.push_back(std::make_unique<sim::SimResult>(simulate(p, truth)));
+    in.push_back({"world " + std::to_string(world), &results.back()->trace});
+  }
+  const sim::CalibrationResult r = sim::calibrate(in, {}, h100_options());
+  INFO(sim::format_calibration_report(r.report));
+  REQUIRE(r.report.ring.fitted);
+  CHECK_FALSE(r.report.ring.hop_from_base);
+  CHECK(r.report.ring.fits == 4);  // all-gather and reduce-scatter at 2 and 8
+  CHECK(std::llabs(r.hw.collective_latency_ns - 6000) <= 2);
+  CHECK(std::llabs(r.hw.nvlink_latency_ns - 1500) <= 1);
+  CHECK(std::fabs(r.hw.nvlink_bus_bytes_per_s - 360e9) / 360e9 < 1e-4);
+  sim::GroupSpan four;
+  four.ranks = 4;
+  four.nodes = 1;
+  four.min_per_node = four.max_per_node = 4;
+  REQUIRE(r.hw.collective_fit(plan::OpKind::all_gather, 4, false) == nullptr);
+  for (double bytes : {1e5, 1e7, 1e9}) {
+    const int64_t want = sim::collective_time(truth, plan::OpKind::all_gather, bytes, four).ns;
+    const int64_t got = sim::collective_time(r.hw, plan::OpKind::all_gather, bytes, four).ns;
+    INFO(bytes << " B: truth " << want << " ns, fitted " << got << " ns");
+    CHECK(std::llabs(got - want) <= 3 + want / 10000);
+  }
+  CHECK_THAT(sim::format_calibration_report(r.report),
+             Catch::Contains("one-node ring for other group sizes") &&
+                 Catch::Contains("from 4 fit(s): B 360.00 GB/s"));
 }
