@@ -147,6 +147,16 @@ struct Point {
   bool nccl = false;
 };
 
+// A collective event of one rank, before matching across ranks.
+struct PendingCollective {
+  plan::OpKind kind = plan::OpKind::all_gather;
+  GroupSpan span;
+  int leader = 0;  // lowest rank of its group
+  int rank = 0;
+  int64_t start = 0, end = 0, bytes = 0;
+  int64_t warmup_end = 0;  // its rank's warm-up end: earlier ones fit nothing
+};
+
 using Key = std::tuple<int, int64_t, bool>;  // kind, ranks, multi_node
 
 struct KeyData {
@@ -439,6 +449,9 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     const double peak = base.peak_flops(dtype);
 
     int64_t usable = 0;
+    // This trace's collectives, matched across ranks after the rank loop.
+    std::vector<PendingCollective> pending, rank_collectives;
+    std::map<std::tuple<int, int, int64_t>, std::vector<size_t>> instances;
     for (const traces::RankTrace& r : t.ranks) {
       // With two steps or more, what starts before the second one is warm-up
       // (first calls, cuBLAS and NCCL set-up, first allocations: on the H200
@@ -453,39 +466,52 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         if (!traces::is_comm(e.category)) continue;
         intervals.emplace_back(e.start_ns, e.start_ns + e.dur_ns);
         ++rep.collective_events;
-        if (e.start_ns < warmup_end) {
-          ++rep.collectives_warmup;
-          continue;
-        }
+        // Warm-up and zero-length collectives fit nothing but keep their
+        // place in the sequence that matches instances across ranks.
+        const bool warmup = e.start_ns < warmup_end;
+        if (warmup) ++rep.collectives_warmup;
         plan::OpKind kind;
         if (!collective_kind(e.category, &kind)) {
-          ++other_comm;
+          if (!warmup) ++other_comm;
           continue;
         }
         if (kind == plan::OpKind::all_reduce && e.bytes <= 8 && e.unit == traces::kNoString) {
           // clip_grad_norm's / GradScaler's scalar all-reduce: another group
           // than the gradients' (shard group, world).
-          ++scalar_all_reduces;
+          if (!warmup) ++scalar_all_reduces;
           continue;
         }
         const std::vector<int> group = layout.ranks(kind, r.rank);
         const GroupSpan span = group_span(group, base.gpus_per_node);
         if (span.ranks < 2) {
-          ++one_rank;
+          if (!warmup) ++one_rank;
           continue;
         }
-        if (e.dur_ns <= 0) {
-          ++zero_duration;
-          continue;
-        }
-        const double n = static_cast<double>(span.ranks);
-        Point p;
-        p.bytes = static_cast<int64_t>(e.bytes);
-        p.x = bus_factor(kind) * static_cast<double>(e.bytes) * (n - 1) / n;
-        p.t = static_cast<double>(e.dur_ns);
-        add_point(keys, kind, span, p);
-        ++usable;
+        if (!warmup && e.dur_ns <= 0) ++zero_duration;
+        PendingCollective pc;
+        pc.kind = kind;
+        pc.span = span;
+        pc.leader = *std::min_element(group.begin(), group.end());
+        pc.rank = r.rank;
+        pc.start = e.start_ns;
+        pc.end = e.start_ns + e.dur_ns;
+        pc.bytes = static_cast<int64_t>(e.bytes);
+        pc.warmup_end = warmup_end;
+        rank_collectives.push_back(pc);
+        if (!warmup && e.dur_ns > 0) ++usable;
       }
+      // Instances: the k-th collective of a kind over a group on this rank
+      // is the k-th on every member (they issue the same sequence).
+      std::sort(
+          rank_collectives.begin(), rank_collectives.end(),
+          [](const PendingCollective& a, const PendingCollective& b) { return a.start < b.start; });
+      std::map<std::pair<int, int>, int64_t> ordinal;
+      for (const PendingCollective& pc : rank_collectives) {
+        const int64_t k = ordinal[{static_cast<int>(pc.kind), pc.leader}]++;
+        instances[{static_cast<int>(pc.kind), pc.leader, k}].push_back(pending.size());
+        pending.push_back(pc);
+      }
+      rank_collectives.clear();
       std::sort(intervals.begin(), intervals.end());
       std::vector<int64_t> prefix_max_end;
       for (const auto& [s, e] : intervals) {
@@ -574,6 +600,34 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
           ++td.memory_bound;
         else
           td.compute_bound.push_back(s);
+      }
+    }
+    // A collective's transfer starts when the last rank of its group
+    // arrives: with every member in the trace (and its ends after that
+    // arrival), each member's point is its end minus that arrival; earlier
+    // ranks' waiting is not transfer time. Otherwise (one rank of the world,
+    // misaligned clocks) the recorded duration.
+    for (const auto& [key, members] : instances) {
+      const PendingCollective& first = pending[members.front()];
+      int64_t last_arrival = std::numeric_limits<int64_t>::min();
+      std::set<int> ranks;
+      for (size_t i : members) {
+        last_arrival = std::max(last_arrival, pending[i].start);
+        ranks.insert(pending[i].rank);
+      }
+      bool matched = static_cast<int64_t>(members.size()) == first.span.ranks &&
+                     static_cast<int64_t>(ranks.size()) == first.span.ranks;
+      for (size_t i : members) matched = matched && pending[i].end > last_arrival;
+      if (matched) ++rep.collectives_matched;
+      for (size_t i : members) {
+        const PendingCollective& pc = pending[i];
+        if (pc.start < pc.warmup_end || pc.end <= pc.start) continue;
+        const double n = static_cast<double>(pc.span.ranks);
+        Point p;
+        p.bytes = pc.bytes;
+        p.x = bus_factor(pc.kind) * static_cast<double>(pc.bytes) * (n - 1) / n;
+        p.t = static_cast<double>(matched ? pc.end - last_arrival : pc.end - pc.start);
+        add_point(keys, pc.kind, pc.span, p);
       }
     }
     if (usable == 0)
@@ -1007,6 +1061,10 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
   if (zero_duration > 0)
     rep.notes.push_back(std::to_string(zero_duration) + " zero-duration event(s) skipped");
   rep.collectives_skipped = scalar_all_reduces + one_rank + other_comm;
+  if (rep.collectives_matched > 0)
+    rep.notes.push_back(std::to_string(rep.collectives_matched) +
+                        " collective instance(s) found on every rank of their group: timed "
+                        "from the last rank's arrival (earlier ranks' waiting is not transfer)");
 
   if (!anything)
     throw Error(

@@ -173,7 +173,12 @@ struct CalibrationReport {
   int64_t collectives_warmup = 0;
   int64_t collective_events = 0;    ///< collective events of all traces
   int64_t collectives_skipped = 0;  ///< scalar all-reduces, one-rank groups, other collectives
-  std::vector<std::string> notes;   ///< what was kept from the base and why
+  /// Collective instances (the k-th of a kind over a group) found on every
+  /// rank of their group: their points are durations from the last rank's
+  /// arrival, not each rank's own start (the earlier ranks' wait is not
+  /// transfer time).
+  int64_t collectives_matched = 0;
+  std::vector<std::string> notes;  ///< what was kept from the base and why
 };
 
 struct CalibrationResult {

@@ -142,7 +142,8 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
                  {"compute_warmup", r.compute_warmup},
                  {"collectives_warmup", r.collectives_warmup},
                  {"collectives", r.collective_events},
-                 {"collectives_skipped", r.collectives_skipped}};
+                 {"collectives_skipped", r.collectives_skipped},
+                 {"collectives_matched", r.collectives_matched}};
   j["notes"] = r.notes;
   return j;
 }

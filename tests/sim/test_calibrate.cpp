@@ -1093,3 +1093,48 @@ TEST_CASE("one-node fits at two group sizes give the ring that predicts a third"
              Catch::Contains("one-node ring for other group sizes") &&
                  Catch::Contains("from 4 fit(s): B 360.00 GB/s"));
 }
+
+TEST_CASE("collectives are timed from the last rank's arrival when every rank is in the trace",
+          "[sim][calibrate]") {
+  // Two ranks, eight all-gathers of 1 MB and 4 MB alternating; rank 1
+  // arrives 3000 ns after rank 0 each time, and both end at rank 1's start
+  // + 5000 + x / 1e11 B/s (x = S/2): 10,000 and 25,000 ns. Rank 0's own
+  // durations include the 3000 ns wait; from the last arrival the fit is
+  // exactly 5000 ns and 100 GB/s.
+  const auto build = [](bool both_ranks) {
+    traces::Trace t;
+    t.meta.source = traces::Source::engine_cpu;
+    t.meta.world_size = 2;
+    for (int rank = 0; rank < (both_ranks ? 2 : 1); ++rank) {
+      traces::RankTrace& r = t.add_rank(rank);
+      const uint32_t comm = t.add_lane(r, "all-gather", traces::LaneKind::comm);
+      for (int i = 0; i < 8; ++i) {
+        const int64_t bytes = i % 2 ? 4000000 : 1000000;
+        const int64_t late = 100000 * i + 3000;
+        const int64_t end = late + 5000 + bytes / 2 / 100;
+        const int64_t start = rank == 0 ? 100000 * i : late;
+        traces::Event& e = traces::add_event(r, comm, t.intern("all_gather"),
+                                             traces::Category::comm_all_gather, start, end - start);
+        e.bytes = static_cast<uint64_t>(bytes);
+      }
+    }
+    return t;
+  };
+  sim::CalibrationOptions o;
+  o.base = sim::hardware_preset("cpu-local");
+  o.group_size = 2;
+  const traces::Trace both = build(true);
+  const sim::CalibrationResult r = sim::calibrate({{"both", &both}}, {}, o);
+  INFO(sim::format_calibration_report(r.report));
+  CHECK(r.report.collectives_matched == 8);
+  REQUIRE(r.report.collectives.size() == 1);
+  CHECK(r.report.collectives[0].fit.latency_ns == 5000);
+  CHECK(std::fabs(r.report.collectives[0].fit.bus_bytes_per_s - 1e11) / 1e11 < 1e-9);
+  CHECK(r.report.collectives[0].max_rel_residual < 1e-9);
+  // Rank 0 alone: nothing to match, its own durations (3000 ns more each).
+  const traces::Trace one = build(false);
+  const sim::CalibrationResult solo = sim::calibrate({{"one", &one}}, {}, o);
+  CHECK(solo.report.collectives_matched == 0);
+  REQUIRE(solo.report.collectives.size() == 1);
+  CHECK(solo.report.collectives[0].fit.latency_ns == 8000);
+}
