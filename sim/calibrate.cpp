@@ -147,6 +147,47 @@ struct Point {
   bool nccl = false;
 };
 
+// t = latency + slope x by least squares with weights 1/t^2 (relative
+// residuals: sizes span decades); a negative intercept: through the origin
+// (latency 0, clamped). Points need t > 0.
+struct LineFit {
+  double latency = 0;
+  double slope = 0;  // ns per byte of x
+  bool clamped = false;
+};
+LineFit fit_line(const std::vector<Point>& pts) {
+  LineFit f;
+  double sw = 0, swx = 0, swt = 0;
+  for (const Point& p : pts) {
+    const double w = 1.0 / (p.t * p.t);
+    sw += w;
+    swx += w * p.x;
+    swt += w * p.t;
+  }
+  if (!(sw > 0)) return f;
+  const double xm = swx / sw, tm = swt / sw;
+  double sxy = 0, sxx = 0;
+  for (const Point& p : pts) {
+    const double w = 1.0 / (p.t * p.t);
+    sxy += w * (p.x - xm) * (p.t - tm);
+    sxx += w * (p.x - xm) * (p.x - xm);
+  }
+  f.slope = sxx > 0 ? sxy / sxx : 0;
+  f.latency = tm - f.slope * xm;
+  if (f.latency < 0) {
+    double sxt = 0, sx2 = 0;
+    for (const Point& p : pts) {
+      const double w = 1.0 / (p.t * p.t);
+      sxt += w * p.x * p.t;
+      sx2 += w * p.x * p.x;
+    }
+    f.latency = 0;
+    f.slope = sx2 > 0 ? sxt / sx2 : 0;
+    f.clamped = true;
+  }
+  return f;
+}
+
 // A collective event of one rank, before matching across ranks.
 struct PendingCollective {
   plan::OpKind kind = plan::OpKind::all_gather;
@@ -918,32 +959,10 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
                           "latency " +
                           fmt("%.0f ns", latency) + " and fitted the bandwidth");
     } else {
-      double sw = 0, swx = 0, swt = 0;
-      for (const Point& p : pts) {
-        const double w = 1.0 / (p.t * p.t);
-        sw += w;
-        swx += w * p.x;
-        swt += w * p.t;
-      }
-      const double xm = swx / sw, tm = swt / sw;
-      double sxy = 0, sxx = 0;
-      for (const Point& p : pts) {
-        const double w = 1.0 / (p.t * p.t);
-        sxy += w * (p.x - xm) * (p.t - tm);
-        sxx += w * (p.x - xm) * (p.x - xm);
-      }
-      slope = sxx > 0 ? sxy / sxx : 0;
-      latency = tm - slope * xm;
-      if (latency < 0) {
-        // Through the origin instead.
-        double sxt = 0, sx2 = 0;
-        for (const Point& p : pts) {
-          const double w = 1.0 / (p.t * p.t);
-          sxt += w * p.x * p.t;
-          sx2 += w * p.x * p.x;
-        }
-        latency = 0;
-        slope = sx2 > 0 ? sxt / sx2 : 0;
+      const LineFit line = fit_line(pts);
+      latency = line.latency;
+      slope = line.slope;
+      if (line.clamped) {
         cr.latency_clamped = true;
         rep.notes.push_back(what + ": the fitted latency was negative; set to 0");
       }
@@ -955,9 +974,52 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     }
     cr.fit.latency_ns = std::llround(latency);
     cr.fit.bus_bytes_per_s = 1e9 / slope;
-    Residuals res;
-    for (const Point& p : pts)
-      res.add(static_cast<double>(cr.fit.latency_ns) + round_ns(p.x * slope), p.t);
+    // Two lines (NCCL's protocol changes with size) when one is poor: the
+    // split between consecutive sizes, each side with two sizes or more,
+    // that leaves the least rms relative residual; taken when it at least
+    // halves the one-line rms and lowers it by a point or more.
+    const auto residuals = [&](const CollectiveFit& f) {
+      Residuals res;
+      for (const Point& p : pts) {
+        const bool small = f.small_max_bytes > 0 && p.bytes <= f.small_max_bytes;
+        const double lat = static_cast<double>(small ? f.small_latency_ns : f.latency_ns);
+        const double bw = small ? f.small_bus_bytes_per_s : f.bus_bytes_per_s;
+        res.add(lat + round_ns(p.x * 1e9 / bw), p.t);
+      }
+      return res;
+    };
+    const double one_line = residuals(cr.fit).rms();
+    if (sizes.size() >= 4) {
+      std::vector<int64_t> sorted(sizes.begin(), sizes.end());
+      CollectiveFit best = cr.fit;
+      double best_rms = one_line;
+      for (size_t k = 2; k + 2 <= sorted.size(); ++k) {
+        const int64_t cut = sorted[k - 1];  // small: bytes <= cut
+        std::vector<Point> lo, hi;
+        for (const Point& p : pts) (p.bytes <= cut ? lo : hi).push_back(p);
+        const LineFit a = fit_line(lo), b = fit_line(hi);
+        if (!(a.slope > 0) || !(b.slope > 0) || !std::isfinite(a.slope) || !std::isfinite(b.slope))
+          continue;
+        CollectiveFit f = cr.fit;
+        f.latency_ns = std::llround(b.latency);
+        f.bus_bytes_per_s = 1e9 / b.slope;
+        f.small_max_bytes = cut;
+        f.small_latency_ns = std::llround(a.latency);
+        f.small_bus_bytes_per_s = 1e9 / a.slope;
+        const double rms = residuals(f).rms();
+        if (rms < best_rms) {
+          best_rms = rms;
+          best = f;
+        }
+      }
+      if (best.small_max_bytes > 0 && best_rms <= 0.5 * one_line && one_line - best_rms >= 0.01) {
+        cr.fit = best;
+        rep.notes.push_back(what + ": two lines (protocol change by size) at " +
+                            std::to_string(best.small_max_bytes) + " B: rms " +
+                            fmt("%.1f%%", 100 * one_line) + " -> " + fmt("%.1f%%", 100 * best_rms));
+      }
+    }
+    const Residuals res = residuals(cr.fit);
     cr.rms_rel_residual = res.rms();
     cr.max_rel_residual = res.max;
     bool replaced = false;

@@ -100,7 +100,12 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
                    {"max_rel_residual", m.max_rel_residual}});
   j["memory_ops"] = mem;
   nlohmann::json coll = nlohmann::json::array();
-  for (const CollectiveReport& c : r.collectives)
+  for (const CollectiveReport& c : r.collectives) {
+    nlohmann::json small = nullptr;
+    if (c.fit.small_max_bytes > 0)
+      small = {{"max_bytes", c.fit.small_max_bytes},
+               {"latency_ns", c.fit.small_latency_ns},
+               {"bus_bytes_per_s", c.fit.small_bus_bytes_per_s}};
     coll.push_back({{"kind", plan::op_kind_name(c.fit.kind)},
                     {"ranks", c.fit.ranks},
                     {"multi_node", c.fit.multi_node},
@@ -112,8 +117,10 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
                     {"bus_bytes_per_s", c.fit.bus_bytes_per_s},
                     {"latency_from_base", c.latency_from_base},
                     {"latency_clamped", c.latency_clamped},
+                    {"small", small},
                     {"rms_rel_residual", c.rms_rel_residual},
                     {"max_rel_residual", c.max_rel_residual}});
+  }
   j["collectives"] = coll;
   const ContentionReport& c = r.contention;
   j["contention"] = {{"events", c.events},
@@ -213,6 +220,14 @@ std::string format_calibration_report(const CalibrationReport& r) {
                     human_rate(c.fit.bus_bytes_per_s).c_str(), percent(c.rms_rel_residual).c_str(),
                     percent(c.max_rel_residual).c_str());
       out += line;
+      if (c.fit.small_max_bytes > 0) {
+        const std::string small = "<= " + std::to_string(c.fit.small_max_bytes) + " B";
+        const std::string small_latency =
+            fmt("%.3f us", static_cast<double>(c.fit.small_latency_ns) / 1e3);
+        std::snprintf(line, sizeof line, "    %-35s %12s %13s\n", small.c_str(),
+                      small_latency.c_str(), human_rate(c.fit.small_bus_bytes_per_s).c_str());
+        out += line;
+      }
     }
     const bool any_from_base =
         std::any_of(r.collectives.begin(), r.collectives.end(),

@@ -47,8 +47,12 @@ TimeNs collective_time(const HardwareModel& hw, plan::OpKind kind, double bytes,
   const double f = kind == plan::OpKind::all_reduce ? 2.0 : 1.0;
   const double share = static_cast<double>(n - 1) / static_cast<double>(n);
   const bool multi_node = span.nodes > 1;
-  if (const CollectiveFit* fit = hw.collective_fit(kind, n, multi_node))
+  if (const CollectiveFit* fit = hw.collective_fit(kind, n, multi_node)) {
+    if (fit->small_max_bytes > 0 && bytes <= static_cast<double>(fit->small_max_bytes))
+      return TimeNs(fit->small_latency_ns) +
+             TimeNs::from_seconds(f * bytes / fit->small_bus_bytes_per_s * share);
     return TimeNs(fit->latency_ns) + TimeNs::from_seconds(f * bytes / fit->bus_bytes_per_s * share);
+  }
   const double bus = multi_node
                          ? std::min(hw.nvlink_bus_bytes_per_s,
                                     static_cast<double>(span.min_per_node) * hw.ib_bytes_per_s)

@@ -9,7 +9,8 @@
 //   collectives over a group of n ranks on k nodes (m = fewest of its ranks
 //   on one node), S = op.bytes (the full buffer), f = 2 for all-reduce else 1:
 //     n = 1: 0
-//     a CollectiveFit for (kind, n, k > 1): latency + f (S / busbw) (n-1)/n
+//     a CollectiveFit for (kind, n, k > 1): latency + f (S / busbw) (n-1)/n, its
+//       small line's latency and busbw for S <= small_max_bytes
 //     ring:  C + f (n-1) hop + f (S / B) (n-1)/n
 //     tree (all-reduce across nodes only; M = most of its ranks on one node):
 //            C + 2 ((M-1) hop_nvlink + ceil(log2 k) hop_ib) + 2 (S / B) (n-1)/n

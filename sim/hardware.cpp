@@ -77,13 +77,19 @@ std::vector<EfficiencyKnot> ampere_gemm() {
 // nccl-tests all_reduce over 8 GPUs of one node (Azure's results, NVLS on
 // H100/H200, ring on A100): t = latency + 2 S (n-1)/n / busbw fitted to the
 // rows from 256 KiB to 8 GiB (relative least squares, as calibrate does).
-CollectiveFit all_reduce_8(int64_t latency_ns, double bus_bytes_per_s) {
+// Two lines (NCCL's protocol changes with size), split where the rms
+// relative residual is least: at 16 MiB on all three tables.
+CollectiveFit all_reduce_8(int64_t small_latency_ns, double small_bus_bytes_per_s,
+                           int64_t latency_ns, double bus_bytes_per_s) {
   CollectiveFit f;
   f.kind = plan::OpKind::all_reduce;
   f.ranks = 8;
   f.multi_node = false;
   f.latency_ns = latency_ns;
   f.bus_bytes_per_s = bus_bytes_per_s;
+  f.small_max_bytes = int64_t{16} << 20;
+  f.small_latency_ns = small_latency_ns;
+  f.small_bus_bytes_per_s = small_bus_bytes_per_s;
   return f;
 }
 
@@ -110,7 +116,7 @@ HardwareModel h100() {
     h.efficiency_curves[d]["attention"] = hopper_attention_forward();
     h.efficiency_curves[d]["attention.backward"] = hopper_attention_backward();
   }
-  h.collectives = {all_reduce_8(40800, 445.8 * kGB)};
+  h.collectives = {all_reduce_8(37300, 336.9 * kGB, 76000, 470.1 * kGB)};
   h.launch_overhead_ns = 0;
   h.contention_factor = 1.1;
   h.gpus_per_node = 8;
@@ -125,7 +131,7 @@ HardwareModel h200() {
   // 8 x H200: all-gather 361.4, reduce-scatter 362.9 GB/s busbw at 16 GiB
   // (stas00/ml-engineering, network/README.md).
   h.nvlink_bus_bytes_per_s = 362 * kGB;
-  h.collectives = {all_reduce_8(33300, 442.9 * kGB)};
+  h.collectives = {all_reduce_8(29300, 306.0 * kGB, 71900, 473.2 * kGB)};
   return h;
 }
 
@@ -148,7 +154,7 @@ HardwareModel a100() {
   h.efficiency_curves.clear();
   for (plan::DType d : {plan::DType::bf16, plan::DType::f16})
     h.efficiency_curves[d]["linear"] = ampere_gemm();
-  h.collectives = {all_reduce_8(48900, 206.7 * kGB)};
+  h.collectives = {all_reduce_8(39500, 123.9 * kGB, 198600, 230.7 * kGB)};
   return h;
 }
 
@@ -244,6 +250,28 @@ CollectiveFit collective_fit_from_json(const nlohmann::json& v, const std::strin
     } else if (key == "bus_bytes_per_s") {
       read_field(x, field, source, &f.bus_bytes_per_s);
       have_bw = true;
+    } else if (key == "small") {
+      if (!x.is_object())
+        throw Error(source + ": hardware key '" + field +
+                    "' must be an object {max_bytes, latency_ns, bus_bytes_per_s}");
+      bool have_max = false, have_small_bw = false;
+      for (const auto& [k, y] : x.items()) {
+        const std::string sub = field + "." + k;
+        if (k == "max_bytes") {
+          read_field(y, sub, source, &f.small_max_bytes);
+          have_max = true;
+        } else if (k == "latency_ns") {
+          read_field(y, sub, source, &f.small_latency_ns);
+        } else if (k == "bus_bytes_per_s") {
+          read_field(y, sub, source, &f.small_bus_bytes_per_s);
+          have_small_bw = true;
+        } else {
+          throw Error(source + ": unknown hardware key '" + sub + "'");
+        }
+      }
+      if (!have_max) throw Error(source + ": hardware key '" + field + ".max_bytes' is missing");
+      if (!have_small_bw)
+        throw Error(source + ": hardware key '" + field + ".bus_bytes_per_s' is missing");
     } else {
       throw Error(source + ": unknown hardware key '" + field + "'");
     }
@@ -425,6 +453,12 @@ void HardwareModel::validate() const {
     if (f.latency_ns < 0) throw Error(at + "latency_ns must be >= 0");
     if (!(f.bus_bytes_per_s > 0) || !std::isfinite(f.bus_bytes_per_s))
       throw Error(at + "bus_bytes_per_s must be > 0");
+    if (f.small_max_bytes < 0) throw Error(at + "small.max_bytes must be >= 0");
+    if (f.small_max_bytes > 0) {
+      if (f.small_latency_ns < 0) throw Error(at + "small.latency_ns must be >= 0");
+      if (!(f.small_bus_bytes_per_s > 0) || !std::isfinite(f.small_bus_bytes_per_s))
+        throw Error(at + "small.bus_bytes_per_s must be > 0");
+    }
     for (size_t j = 0; j < i; ++j)
       if (collectives[j].kind == f.kind && collectives[j].ranks == f.ranks &&
           collectives[j].multi_node == f.multi_node)
@@ -504,12 +538,18 @@ nlohmann::json hardware_to_json(const HardwareModel& hw) {
   j["collective_latency_ns"] = hw.collective_latency_ns;
   j["all_reduce_algorithm"] = collective_algorithm_name(hw.all_reduce_algorithm);
   nlohmann::json fits = nlohmann::json::array();
-  for (const CollectiveFit& f : hw.collectives)
-    fits.push_back({{"kind", plan::op_kind_name(f.kind)},
-                    {"ranks", f.ranks},
-                    {"multi_node", f.multi_node},
-                    {"latency_ns", f.latency_ns},
-                    {"bus_bytes_per_s", f.bus_bytes_per_s}});
+  for (const CollectiveFit& f : hw.collectives) {
+    nlohmann::json fit = {{"kind", plan::op_kind_name(f.kind)},
+                          {"ranks", f.ranks},
+                          {"multi_node", f.multi_node},
+                          {"latency_ns", f.latency_ns},
+                          {"bus_bytes_per_s", f.bus_bytes_per_s}};
+    if (f.small_max_bytes > 0)
+      fit["small"] = {{"max_bytes", f.small_max_bytes},
+                      {"latency_ns", f.small_latency_ns},
+                      {"bus_bytes_per_s", f.small_bus_bytes_per_s}};
+    fits.push_back(fit);
+  }
   j["collectives"] = fits;
   j["pcie_bytes_per_s"] = hw.pcie_bytes_per_s;
   j["host_memory_bytes_per_s"] = hw.host_memory_bytes_per_s;

@@ -29,12 +29,18 @@ class Error : public std::runtime_error {
 /// ranks spanning one node (multi_node false) or several (true),
 ///   t = latency_ns + f * S / bus_bytes_per_s * (n-1)/n,  f = 2 for all-reduce else 1
 /// replacing the analytical model for that case (nccl-tests' busbw definition).
+/// Small messages run another NCCL protocol (LL / LL128 below a size,
+/// Simple above): with `small_max_bytes` > 0, a collective of S <=
+/// small_max_bytes bytes (the full buffer) uses the small line instead.
 struct CollectiveFit {
   plan::OpKind kind = plan::OpKind::all_gather;
   int64_t ranks = 0;
   bool multi_node = false;
   int64_t latency_ns = 0;
   double bus_bytes_per_s = 0;
+  int64_t small_max_bytes = 0;  ///< 0: one line for every size
+  int64_t small_latency_ns = 0;
+  double small_bus_bytes_per_s = 0;
 };
 
 /// NCCL's algorithm choice for all-reduce (all-gather and reduce-scatter are

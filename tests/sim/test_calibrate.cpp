@@ -1138,3 +1138,38 @@ TEST_CASE("collectives are timed from the last rank's arrival when every rank is
   REQUIRE(solo.report.collectives.size() == 1);
   CHECK(solo.report.collectives[0].fit.latency_ns == 8000);
 }
+
+TEST_CASE("a protocol change by size is fitted as two lines", "[sim][calibrate][nccl]") {
+  // 8-rank all-gather: 1 KiB .. 1 MiB at 12 us + 150 GB/s (LL-like), 2 MiB
+  // .. 1 GiB at 60 us + 370 GB/s. One line leaves tens of percent; two lines
+  // split at 1 MiB give both back (times printed to 2 decimals in us).
+  std::vector<sim::NcclTestsTable> tables =
+      sim::parse_nccl_tests(nccl_output("all_gather", 1, 8, 12.0, 150.0, 1024, 1 << 20), "a.txt");
+  for (sim::NcclTestsTable& t : sim::parse_nccl_tests(
+           nccl_output("all_gather", 1, 8, 60.0, 370.0, 2 << 20, 1 << 30), "b.txt"))
+    tables.push_back(std::move(t));
+  REQUIRE(tables.size() == 2);
+  const sim::CalibrationResult r = sim::calibrate({}, tables, h100_options());
+  INFO(sim::format_calibration_report(r.report));
+  REQUIRE(r.report.collectives.size() == 1);
+  const sim::CollectiveFit& f = r.report.collectives[0].fit;
+  CHECK(f.small_max_bytes == 1 << 20);
+  CHECK(std::llabs(f.small_latency_ns - 12000) <= 10);
+  CHECK(std::fabs(f.small_bus_bytes_per_s - 150e9) / 150e9 < 1e-3);
+  CHECK(std::llabs(f.latency_ns - 60000) <= 10);
+  CHECK(std::fabs(f.bus_bytes_per_s - 370e9) / 370e9 < 1e-3);
+  CHECK(r.report.collectives[0].max_rel_residual < 1e-3);
+  CHECK_THAT(sim::format_calibration_report(r.report),
+             Catch::Contains("two lines (protocol change by size) at 1048576 B") &&
+                 Catch::Contains("<= 1048576 B"));
+  // The model written and read back keeps both lines.
+  const sim::HardwareModel back =
+      sim::hardware_from_json(sim::calibrated_hardware_json(r.hw, "h100-sxm"), "fit.json");
+  const sim::CollectiveFit* b = back.collective_fit(plan::OpKind::all_gather, 8, false);
+  REQUIRE(b != nullptr);
+  CHECK(b->small_max_bytes == f.small_max_bytes);
+  CHECK(b->small_bus_bytes_per_s == f.small_bus_bytes_per_s);
+  // One regime only (the first table): one line, no split.
+  const sim::CalibrationResult one = sim::calibrate({}, {tables[0]}, h100_options());
+  CHECK(one.report.collectives[0].fit.small_max_bytes == 0);
+}

@@ -484,11 +484,36 @@ TEST_CASE("GPU presets carry the published GEMM, attention and all-reduce figure
   CHECK(h100.efficiency_of("attention.backward", plan::DType::bf16, 2.5 * fwd8k) ==
         Approx(2 * 2.5 / (3.5 / 308 - 1.0 / 333) / 989).epsilon(1e-12));
   // nccl-tests: ring all-gather at ~370 GB/s; all-reduce over 8 GPUs of one
-  // node from its fitted line (40.8 us, 445.8 GB/s).
+  // node from its two fitted lines: up to 16 MiB 37.3 us + 336.9 GB/s,
+  // above 76.0 us + 470.1 GB/s.
   CHECK(h100.nvlink_bus_bytes_per_s == 370e9);
   const sim::CollectiveFit* ar = h100.collective_fit(plan::OpKind::all_reduce, 8, false);
   REQUIRE(ar != nullptr);
-  CHECK(ar->latency_ns == 40800);
+  CHECK(ar->small_max_bytes == 16 << 20);
+  sim::GroupSpan node;
+  node.ranks = 8;
+  node.nodes = 1;
+  node.min_per_node = node.max_per_node = 8;
+  // 1 MiB: 37300 + 2 x 2^20 x 7/8 / 336.9e9 s = 37300 + 5447 ns.
+  CHECK(sim::collective_time(h100, plan::OpKind::all_reduce, 1 << 20, node).ns ==
+        37300 + std::llround(2.0 * (1 << 20) * 7 / 8 / 336.9e9 * 1e9));
+  CHECK(sim::collective_time(h100, plan::OpKind::all_reduce, 1 << 30, node).ns ==
+        76000 + std::llround(2.0 * (1 << 30) * 7 / 8 / 470.1e9 * 1e9));
+  const json fit = {{"kind", "all_gather"}, {"ranks", 8}, {"bus_bytes_per_s", 3e11}};
+  for (const auto& [small, message] : std::vector<std::pair<json, std::string>>{
+           {json{{"latency_ns", 1}, {"bus_bytes_per_s", 1e11}}, "collectives[0].small.max_bytes"},
+           {json{{"max_bytes", 1024}}, "collectives[0].small.bus_bytes_per_s' is missing"},
+           {json{{"max_bytes", 1024}, {"bus_bytes_per_s", 1e11}, {"lat", 1}},
+            "unknown hardware key 'collectives[0].small.lat'"},
+           {json{{"max_bytes", 1024}, {"bus_bytes_per_s", -1}},
+            "small.bus_bytes_per_s must be > 0"},
+           {json(5), "collectives[0].small' must be an object"}}) {
+    json f = fit;
+    f["small"] = small;
+    INFO(f.dump());
+    CHECK_THROWS_WITH(sim::hardware_from_json(json{{"collectives", {f}}}, "hw.json"),
+                      Catch::Contains(message));
+  }
   CHECK(h100.collective_fit(plan::OpKind::all_reduce, 16, false) == nullptr);
   const sim::HardwareModel h200 = sim::hardware_preset("h200-sxm");
   CHECK(h200.nvlink_bus_bytes_per_s == 362e9);
