@@ -3,15 +3,16 @@
 // its commands are in docs/accuracy.md).
 //
 //   accuracy_cpu [--model M] [--block CLASS] [--batch B] [--seq T] [--steps N]
-//                [--tiny] [--hw-out FIT.json] [--report]
+//                [--runs R] [--tiny] [--hw-out FIT.json] [--report]
 //
 // 1. `calibrate --measure`'s runs (engine/run/accuracy.h measure_runs: fp32,
 //    bf16 and fp16 at batch B and 2B, the base policy otherwise) fit a
 //    hardware model on the cpu-local preset;
 // 2. twelve policies on 2 ranks as threads (fsdp1/fsdp2, reshard true /
 //    false / 1, forward and backward prefetch, activation checkpointing,
-//    bf16 and fp32, batch B and 2B) are each trained twice (the second run
-//    gives the run-to-run noise) and predicted on the fitted model;
+//    bf16 and fp32, batch B and 2B) are each trained R times (default 3: the
+//    median run is compared, the spread is the noise) and predicted on the
+//    fitted model;
 // 3. one row per policy: step time, compute, exposed communication, overlap
 //    and peak allocated, measured (median over the steps after the first)
 //    against predicted, with the error.
@@ -34,7 +35,7 @@ using namespace shardscope;
 int main(int argc, char** argv) {
   std::string model = "gpt2-tiny", block = "GPT2Block", hw_out;
   bool report = false;
-  int64_t batch = 8, seq = 128, steps = 8;
+  int64_t batch = 8, seq = 128, steps = 8, runs = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -62,15 +63,17 @@ int main(int argc, char** argv) {
       batch = 1;
       seq = 16;
       steps = 3;
+      runs = 2;
     } else {
       std::fprintf(stderr,
                    "usage: accuracy_cpu [--model M] [--block CLASS] [--batch B] [--seq T] "
-                   "[--steps N] [--tiny] [--hw-out FIT.json] [--report]\n");
+                   "[--steps N] [--runs R] [--tiny] [--hw-out FIT.json] [--report]\n");
       return 2;
     }
   }
-  if (batch < 1 || seq < 1 || steps < 2) {
-    std::fprintf(stderr, "accuracy_cpu: --batch and --seq must be >= 1, --steps >= 2\n");
+  if (batch < 1 || seq < 1 || steps < 2 || runs < 1 || runs > 100) {
+    std::fprintf(stderr,
+                 "accuracy_cpu: --batch, --seq must be >= 1, --steps >= 2, --runs in [1, 100]\n");
     return 2;
   }
   try {
@@ -102,9 +105,11 @@ int main(int argc, char** argv) {
                                            {"batch_size", 2 * batch}})},
     };
 
-    std::printf("accuracy_cpu: %s, %d ranks as threads, batch %lld, seq %lld, %lld steps\n\n",
-                model.c_str(), world, static_cast<long long>(batch), static_cast<long long>(seq),
-                static_cast<long long>(steps));
+    std::printf(
+        "accuracy_cpu: %s, %d ranks as threads, batch %lld, seq %lld, %lld steps, %lld runs per "
+        "policy\n\n",
+        model.c_str(), world, static_cast<long long>(batch), static_cast<long long>(seq),
+        static_cast<long long>(steps), static_cast<long long>(runs));
     engine::run::MeasureConfig mc;
     mc.graph = &g;
     mc.model_name = model;
@@ -128,8 +133,8 @@ int main(int argc, char** argv) {
       std::fputs(text.c_str(), f);
       std::fclose(f);
     }
-    const engine::run::AccuracyTable table =
-        engine::run::accuracy_table(g, model, policies, fit.hw, world, steps);
+    const engine::run::AccuracyTable table = engine::run::accuracy_table(
+        g, model, policies, fit.hw, world, steps, static_cast<int>(runs));
     std::fputs(engine::run::format_accuracy_table(table).c_str(), stdout);
     return 0;
   } catch (const std::exception& e) {

@@ -86,13 +86,25 @@ double median(std::vector<double> v) {
 
 AccuracyRow accuracy_row(const plan::Graph& graph, const std::string& model_name,
                          const std::string& label, const nlohmann::json& policy,
-                         const traces::Trace& measured, const traces::Trace& repeat,
+                         const std::vector<const traces::Trace*>& runs,
                          const sim::HardwareModel& hw, int world) {
+  if (runs.empty()) throw std::invalid_argument("accuracy_row: no measured run");
   AccuracyRow row;
   row.label = label;
   row.policy = policy;
-  row.measured = traces::compute_metrics(measured).total;
-  row.repeat = traces::compute_metrics(repeat).total;
+  std::vector<traces::MetricValues> measured;
+  for (const traces::Trace* t : runs) {
+    measured.push_back(traces::compute_metrics(*t).total);
+    row.run_step_ms.push_back(measured.back().step_time_ms);
+  }
+  // The median run (the lower middle of an even count) is compared whole,
+  // so its metrics stay consistent with each other.
+  std::vector<size_t> order(measured.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return measured[a].step_time_ms < measured[b].step_time_ms;
+  });
+  row.measured = measured[order[(order.size() - 1) / 2]];
   const plan::Policy p = plan::policy_from_json(policy);
   const plan::World w = plan::validate_policy(p, graph, world);
   const plan::UnitPlan units = plan::build_units(graph, p, w);
@@ -107,7 +119,8 @@ AccuracyRow accuracy_row(const plan::Graph& graph, const std::string& model_name
   row.predicted.peak_allocated_bytes = pr.peak_allocated_bytes;
   row.predicted.peak_reserved_bytes = pr.peak_reserved_bytes;
   row.step_error = rel(row.predicted.step_time_ms, row.measured.step_time_ms);
-  row.step_noise = std::fabs(rel(row.repeat.step_time_ms, row.measured.step_time_ms));
+  const double lo = measured[order.front()].step_time_ms, hi = measured[order.back()].step_time_ms;
+  row.step_noise = row.measured.step_time_ms > 0 ? (hi - lo) / row.measured.step_time_ms : 0;
   return row;
 }
 
@@ -124,12 +137,16 @@ void summarize(AccuracyTable* table) {
 
 AccuracyTable accuracy_table(const plan::Graph& graph, const std::string& model_name,
                              const std::vector<std::pair<std::string, nlohmann::json>>& policies,
-                             const sim::HardwareModel& hw, int world, int64_t steps) {
+                             const sim::HardwareModel& hw, int world, int64_t steps, int runs) {
+  if (runs < 1) throw std::invalid_argument("accuracy_table: runs must be >= 1");
   AccuracyTable table;
   for (const auto& [label, policy] : policies) {
-    const traces::Trace a = train_policy_threads(graph, model_name, policy, world, steps);
-    const traces::Trace b = train_policy_threads(graph, model_name, policy, world, steps);
-    table.rows.push_back(accuracy_row(graph, model_name, label, policy, a, b, hw, world));
+    std::vector<traces::Trace> traces;
+    for (int i = 0; i < runs; ++i)
+      traces.push_back(train_policy_threads(graph, model_name, policy, world, steps));
+    std::vector<const traces::Trace*> ptrs;
+    for (const traces::Trace& t : traces) ptrs.push_back(&t);
+    table.rows.push_back(accuracy_row(graph, model_name, label, policy, ptrs, hw, world));
   }
   summarize(&table);
   return table;
@@ -166,7 +183,7 @@ std::string format_accuracy_table(const AccuracyTable& table) {
   }
   std::snprintf(line, sizeof line,
                 "\n%zu policies: median |step error| %.1f%%, worst %.1f%%; median run-to-run "
-                "noise %.1f%%\n",
+                "noise (max - min over the runs) %.1f%%\n",
                 table.rows.size(), 100 * table.median_abs_step_error,
                 100 * table.max_abs_step_error, 100 * table.median_step_noise);
   out += line;

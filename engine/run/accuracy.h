@@ -54,16 +54,17 @@ std::vector<MeasuredRun> measure_runs(const MeasureConfig& config);
 sim::CalibrationResult calibrate_runs(const std::vector<MeasuredRun>& runs,
                                       const sim::HardwareModel& base, const std::string& name);
 
-// One policy measured (twice: run-to-run noise) and predicted.
+// One policy measured (several runs: the median one is compared, their
+// spread is the noise) and predicted.
 struct AccuracyRow {
   std::string label;
   nlohmann::json policy;
-  traces::MetricValues measured;   // first run
-  traces::MetricValues repeat;     // second run of the same policy
-  traces::MetricValues predicted;  // simulate on the fitted model
+  traces::MetricValues measured;    // the run with the median step time
+  std::vector<double> run_step_ms;  // every run's step time, in run order
+  traces::MetricValues predicted;   // simulate on the fitted model
   bool predicted_fits = true;
-  // (predicted - measured) / measured of the step time; noise: |repeat -
-  // measured| / measured.
+  // (predicted - measured) / measured of the step time; noise: (max - min)
+  // / median of the runs' step times.
   double step_error = 0;
   double step_noise = 0;
 };
@@ -74,15 +75,16 @@ struct AccuracyTable {
   double median_step_noise = 0;
 };
 
-// Trains each policy twice, simulates it on `hw` (world ranks, the same
-// graph), and fills the table. `policies` are (label, policy JSON).
+// Trains each policy `runs` times (>= 1), simulates it on `hw` (world
+// ranks, the same graph), and fills the table. `policies` are (label,
+// policy JSON).
 AccuracyTable accuracy_table(const plan::Graph& graph, const std::string& model_name,
                              const std::vector<std::pair<std::string, nlohmann::json>>& policies,
-                             const sim::HardwareModel& hw, int world, int64_t steps);
-// The same, with measured runs already made (first and repeat per policy).
+                             const sim::HardwareModel& hw, int world, int64_t steps, int runs);
+// The same, with the measured runs already made (at least one).
 AccuracyRow accuracy_row(const plan::Graph& graph, const std::string& model_name,
                          const std::string& label, const nlohmann::json& policy,
-                         const traces::Trace& measured, const traces::Trace& repeat,
+                         const std::vector<const traces::Trace*>& runs,
                          const sim::HardwareModel& hw, int world);
 void summarize(AccuracyTable* table);
 
