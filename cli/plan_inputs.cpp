@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "plan/error.h"
+#include "plan/json_input.h"
 #include "plan/models.h"
 
 namespace shardscope::cli {
@@ -16,14 +17,7 @@ std::vector<FlagSpec> plan_input_flags(std::vector<FlagSpec> extra) {
 nlohmann::json load_policy_doc(const Args& args) {
   nlohmann::json doc = nlohmann::json::object();
   if (args.has("policy")) {
-    const std::string path = args.get("policy");
-    std::ifstream f(path);
-    if (!f) throw plan::Error("--policy: cannot open '" + path + "'");
-    try {
-      doc = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw plan::Error("--policy: '" + path + "' is not valid JSON: " + e.what());
-    }
+    doc = plan::load_json_input(args.get("policy"), "--policy");
   }
   for (const std::string& s : args.all("set")) plan::apply_set(doc, s);
   return doc;

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "plan/error.h"
+#include "plan/json_input.h"
 
 namespace shardscope::plan {
 
@@ -532,12 +533,7 @@ Graph load_graph_file(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw Error(path + ": cannot read graph file");
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw Error(path + ": invalid JSON: " + e.what());
-  }
+  const json j = parse_json_input(text.str(), path);
   try {
     return graph_from_json(j);
   } catch (const Error& e) {

@@ -11,6 +11,7 @@
 
 #include "plan/error.h"
 #include "plan/graph_io.h"
+#include "plan/json_input.h"
 #include "plan/model_builders.h"
 
 namespace shardscope::plan {
@@ -147,12 +148,7 @@ Graph load_model(const std::string& spec) {
                 ") and not a readable file (" + std::strerror(errno) + ")");
   std::ostringstream text;
   text << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw Error(spec + ": invalid JSON: " + e.what());
-  }
+  const json j = parse_json_input(text.str(), spec);
   if (j.is_object() && j.contains("format")) {
     if (j["format"] != kGraphFormat)
       throw Error(spec + ": /format: expected \"" + std::string(kGraphFormat) + "\"");

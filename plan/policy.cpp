@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
 #include "plan/error.h"
+#include "plan/json_input.h"
 
 namespace shardscope::plan {
 
@@ -81,6 +83,11 @@ bool get_bool(const json& v, const std::string& key) {
 
 int64_t get_int(const json& v, const std::string& key, int64_t lo) {
   if (!v.is_number_integer()) fail(key, "expected an integer, got " + v.dump());
+  // An unsigned value above INT64_MAX would wrap to a negative one.
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    fail(key, "out of range: " + v.dump() + " is above " +
+                  std::to_string(std::numeric_limits<int64_t>::max()));
   int64_t x = v.get<int64_t>();
   if (x < lo) fail(key, "must be >= " + std::to_string(lo) + ", got " + std::to_string(x));
   return x;
@@ -427,15 +434,7 @@ json policy_to_json(const Policy& p) {
 }
 
 Policy load_policy_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("policy: cannot open '" + path + "'");
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw Error("policy: '" + path + "' is not valid JSON: " + e.what());
-  }
-  return policy_from_json(doc);
+  return policy_from_json(load_json_input(path, "policy"));
 }
 
 void apply_set(json& doc, const std::string& assignment) {
@@ -445,11 +444,10 @@ void apply_set(json& doc, const std::string& assignment) {
   const std::string key = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
   json value;
-  try {
-    value = json::parse(text);
-  } catch (const json::parse_error&) {
+  if (std::optional<json> parsed = try_parse_json_input(text, "--set " + quote_input(key)))
+    value = std::move(*parsed);
+  else
     value = text;  // bare string: --set wrap.type=class
-  }
   if (!doc.is_object()) doc = json::object();
   json* node = &doc;
   std::stringstream ss(key);

@@ -2,9 +2,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <type_traits>
+
+#include "plan/error.h"
+#include "plan/json_input.h"
 
 namespace shardscope::sim {
 
@@ -779,16 +783,16 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
 
 HardwareModel load_hardware(const std::string& spec) {
   if (is_hardware_preset(spec)) return hardware_preset(spec);
-  std::ifstream in(spec);
-  if (!in)
+  std::error_code ec;
+  if (!std::filesystem::exists(spec, ec))
     throw Error("hardware '" + spec +
                 "' is neither a preset (h100-sxm, h200-sxm, a100-sxm, cpu-local) nor a readable "
                 "file");
   nlohmann::json doc;
   try {
-    in >> doc;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(spec + ": not valid JSON: " + e.what());
+    doc = plan::load_json_input(spec, "hardware");
+  } catch (const plan::Error& e) {
+    throw Error(e.what());
   }
   return hardware_from_json(doc, spec);
 }

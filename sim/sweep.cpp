@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "plan/error.h"
+#include "plan/json_input.h"
 #include "plan/policy.h"
 #include "plan/schedule.h"
 #include "plan/units.h"
@@ -192,13 +193,11 @@ SweepGrid grid_from_json(const nlohmann::json& doc, const std::string& source) {
 }
 
 SweepGrid load_grid(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("grid '" + path + "' is not a readable file");
   nlohmann::json doc;
   try {
-    in >> doc;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": not valid JSON: " + e.what());
+    doc = plan::load_json_input(path, "grid");
+  } catch (const plan::Error& e) {
+    throw Error(e.what());
   }
   return grid_from_json(doc, path);
 }

@@ -4,6 +4,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -106,4 +110,37 @@ TEST_CASE("plan --schedule-out writes the schedule JSON", "[cli][plan][json]") {
   CHECK(s["streams"][0] == "host");
   CHECK(s["ops"].size() > 10);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("JSON inputs: deep nesting, duplicate keys and directories exit 2 naming the flag",
+          "[cli][json]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("shardscope-json-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string deep = (dir / "deep.json").string();
+  std::ofstream(deep) << std::string(100000, '[') << std::string(100000, ']');
+  const std::string dup = (dir / "dup.json").string();
+  std::ofstream(dup) << R"({"batch_size": 2, "batch_size": 3})";
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"simulate --model gpt2-tiny --world 2 --policy " + deep, "nested deeper than 128"},
+           {"simulate --model gpt2-tiny --world 2 --policy " + dup, "duplicate key 'batch_size'"},
+           {"simulate --model gpt2-tiny --world 2 --policy " + dir.string(), "is a directory"},
+           {"simulate --model gpt2-tiny --world 2 --hw " + deep, "nested deeper than 128"},
+           {"simulate --model " + deep + " --world 2", "nested deeper than 128"},
+           {"sweep --model gpt2-tiny --world 2 --grid " + deep, "nested deeper than 128"},
+           {"plan --model gpt2-tiny --world 2 --set 'wrap=" + std::string(300, '[') +
+                std::string(300, ']') + "'",
+            "--set wrap: nested deeper than 128"},
+           {"plan --model gpt2-tiny --world 2 --set seed=18446744073709551615", "out of range"}}) {
+    INFO(c.args.substr(0, 120));
+    const shardscope::test::CliResult r = run_cli(c.args);
+    INFO(r.output.substr(0, 400));
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Catch::Contains(c.message));
+    CHECK(r.output.size() < 2000);  // no echo of the input
+  }
+  fs::remove_all(dir);
 }

@@ -131,7 +131,7 @@ TEST_CASE("model presets are listed and unknown specs are errors listing them", 
   CHECK_THROWS_WITH(load_model(dir.path.string()), Catch::Contains("gpt2-small"));
   const std::string junk = (dir.path / "junk.json").string();
   std::ofstream(junk) << "not json";
-  CHECK_THROWS_WITH(load_model(junk), Catch::Contains(junk) && Catch::Contains("invalid JSON"));
+  CHECK_THROWS_WITH(load_model(junk), Catch::Contains(junk) && Catch::Contains("not valid JSON"));
   CHECK_THAT(hf_error({{"model_type", "t5"}}), Catch::Contains("unsupported model_type 't5'"));
   CHECK_THAT(hf_error({{"foo", 1}}), Catch::Contains("not a recognized model config"));
 }

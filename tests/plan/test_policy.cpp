@@ -141,3 +141,14 @@ TEST_CASE("valid corner cases pass: k = 1 and k = N, shard group 1 (DDP)", "[pol
   plan::Policy f = plan::policy_from_json({{"reshard_after_forward", false}});
   CHECK(plan::reshard_degree(f, validate(json::object(), 8)) == 1);
 }
+
+TEST_CASE("an integer above INT64_MAX is out of range, not wrapped negative", "[policy]") {
+  // 18446744073709551615 (2^64 - 1) used to read back as -1 ("got -1").
+  const json doc = json::parse(R"({"seed": 18446744073709551615})");
+  CHECK_THROWS_WITH(plan::policy_from_json(doc),
+                    Catch::Contains("seed") && Catch::Contains("out of range") &&
+                        Catch::Contains("18446744073709551615") && !Catch::Contains("got -1"));
+  // INT64_MAX itself is a valid seed.
+  CHECK(plan::policy_from_json(json::parse(R"({"seed": 9223372036854775807})")).seed ==
+        9223372036854775807LL);
+}

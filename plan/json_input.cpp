@@ -1,0 +1,111 @@
+#include "plan/json_input.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "plan/error.h"
+
+namespace shardscope::plan {
+
+std::string quote_input(std::string_view s) {
+  if (s.size() <= kMaxQuotedInput) return std::string(s);
+  return std::string(s.substr(0, kMaxQuotedInput)) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
+namespace {
+// Thrown from the parser callback: the parse stops at the offending token.
+struct Refused {
+  std::string message;
+};
+}  // namespace
+
+namespace {
+nlohmann::json parse_checked(std::string_view text, const std::string& what, bool* syntax_error) {
+  // Per open object: its keys so far and its latest key (for messages);
+  // arrays hold no keys.
+  std::vector<std::set<std::string>> keys;
+  std::vector<std::string> latest;
+  // The path of the open objects' latest keys; without the innermost one
+  // (`object`) it names the object itself.
+  const auto where = [&](bool object = false) {
+    std::string p;
+    for (size_t i = 0; i + (object ? 1 : 0) < latest.size(); ++i)
+      if (!latest[i].empty()) p += "/" + quote_input(latest[i]);
+    return p.empty() ? std::string("the top level") : "'" + p + "'";
+  };
+  nlohmann::json::parser_callback_t callback = [&](int depth, nlohmann::json::parse_event_t event,
+                                                   nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        if (depth >= kMaxJsonDepth)
+          throw Refused{"nested deeper than " + std::to_string(kMaxJsonDepth) + " levels at " +
+                        where()};
+        if (event == E::object_start) {
+          keys.emplace_back();
+          latest.emplace_back();
+        }
+        break;
+      case E::key: {
+        const std::string key = parsed.get<std::string>();
+        if (!keys.empty() && !keys.back().insert(key).second)
+          throw Refused{"duplicate key '" + quote_input(key) + "' in the object at " + where(true)};
+        if (!latest.empty()) latest.back() = key;
+        break;
+      }
+      case E::object_end:
+        if (!keys.empty()) {
+          keys.pop_back();
+          latest.pop_back();
+        }
+        break;
+      case E::array_end:
+      case E::value:
+        break;
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), callback);
+  } catch (const Refused& r) {
+    throw Error(what + ": " + r.message);
+  } catch (const nlohmann::json::exception& e) {
+    if (syntax_error) {
+      *syntax_error = true;
+      return nullptr;
+    }
+    throw Error(what + ": not valid JSON: " + quote_input(e.what()));
+  }
+}
+}  // namespace
+
+nlohmann::json parse_json_input(std::string_view text, const std::string& what) {
+  return parse_checked(text, what, nullptr);
+}
+
+std::optional<nlohmann::json> try_parse_json_input(std::string_view text, const std::string& what) {
+  bool syntax_error = false;
+  nlohmann::json j = parse_checked(text, what, &syntax_error);
+  if (syntax_error) return std::nullopt;
+  return j;
+}
+
+nlohmann::json load_json_input(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(what + ": '" + path + "' is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(what + ": cannot open '" + path + "' (" + std::strerror(errno) + ")");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in.good() && !in.eof()) throw Error(what + ": error reading '" + path + "'");
+  return parse_json_input(text.str(), what + " '" + path + "'");
+}
+
+}  // namespace shardscope::plan
