@@ -148,7 +148,8 @@ TEST_CASE("graph file errors name the file", "[plan][graph_io]") {
   CHECK_THROWS_WITH(load_graph_file(missing), Catch::Contains(missing));
   const std::string bad = (dir.path / "bad.json").string();
   std::ofstream(bad) << "{\"format\": ";
-  CHECK_THROWS_WITH(load_graph_file(bad), Catch::Contains(bad) && Catch::Contains("not valid JSON"));
+  CHECK_THROWS_WITH(load_graph_file(bad),
+                    Catch::Contains(bad) && Catch::Contains("not valid JSON"));
   const std::string wrong = (dir.path / "wrong.json").string();
   json j = graph_to_json(load_model("gpt2-tiny"));
   j["ops"][0]["outputs"] = "x";
