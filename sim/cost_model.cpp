@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <string>
 
 #include "plan/schedule_costs.h"
 
@@ -40,6 +42,23 @@ int64_t ceil_log2(int64_t k) {
 
 }  // namespace
 
+namespace {
+// No op of a real step takes 1e6 s (11.6 days): a duration beyond it comes
+// from a hardware figure off by orders of magnitude (a bandwidth of 1e-300)
+// and would overflow the step's int64 ns clock. The error names the keys.
+constexpr double kMaxOpSeconds = 1e6;
+TimeNs bounded(double seconds, const HardwareModel& hw, const std::string& what,
+               const std::string& keys) {
+  if (!(seconds <= kMaxOpSeconds)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", seconds);
+    throw Error("hardware '" + hw.name + "': " + what + " would take " + buf +
+                " s (more than 1e6 s): check " + keys);
+  }
+  return TimeNs::from_seconds(seconds);
+}
+}  // namespace
+
 TimeNs collective_time(const HardwareModel& hw, plan::OpKind kind, double bytes,
                        const GroupSpan& span) {
   const int64_t n = span.ranks;
@@ -48,16 +67,24 @@ TimeNs collective_time(const HardwareModel& hw, plan::OpKind kind, double bytes,
   const double share = static_cast<double>(n - 1) / static_cast<double>(n);
   const bool multi_node = span.nodes > 1;
   if (const CollectiveFit* fit = hw.collective_fit(kind, n, multi_node)) {
+    const std::string what = std::string("collective ") + plan::op_kind_name(kind) + " over " +
+                             std::to_string(n) + " ranks";
     if (fit->small_max_bytes > 0 && bytes <= static_cast<double>(fit->small_max_bytes))
-      return TimeNs(fit->small_latency_ns) +
-             TimeNs::from_seconds(f * bytes / fit->small_bus_bytes_per_s * share);
-    return TimeNs(fit->latency_ns) + TimeNs::from_seconds(f * bytes / fit->bus_bytes_per_s * share);
+      return TimeNs(fit->small_latency_ns) + bounded(f * bytes / fit->small_bus_bytes_per_s * share,
+                                                     hw, what,
+                                                     "collectives[].small.bus_bytes_per_s");
+    return TimeNs(fit->latency_ns) + bounded(f * bytes / fit->bus_bytes_per_s * share, hw, what,
+                                             "collectives[].bus_bytes_per_s");
   }
   const double bus = multi_node
                          ? std::min(hw.nvlink_bus_bytes_per_s,
                                     static_cast<double>(span.min_per_node) * hw.ib_bytes_per_s)
                          : hw.nvlink_bus_bytes_per_s;
-  const TimeNs transfer = TimeNs::from_seconds(f * bytes / bus * share);
+  const TimeNs transfer =
+      bounded(f * bytes / bus * share, hw,
+              std::string("collective ") + plan::op_kind_name(kind) + " over " + std::to_string(n) +
+                  " ranks",
+              multi_node ? "nvlink_bus_bytes_per_s and ib_bytes_per_s" : "nvlink_bus_bytes_per_s");
   const int64_t hop = multi_node ? hw.ib_latency_ns : hw.nvlink_latency_ns;
   const TimeNs ring =
       TimeNs(hw.collective_latency_ns + static_cast<int64_t>(f) * (n - 1) * hop) + transfer;
@@ -100,19 +127,26 @@ TimeNs CostModel::duration(int index) const {
   const plan::ScheduleOp& op = schedule_.ops.at(static_cast<size_t>(index));
   if (plan::is_collective(op.kind))
     return collective_time(hw_, op.kind, static_cast<double>(op.bytes), span(op.group));
+  const auto what = [&] { return std::string("op ") + plan::op_kind_name(op.kind); };
   if (op.kind == plan::OpKind::h2d || op.kind == plan::OpKind::d2h)
-    return TimeNs::from_seconds(static_cast<double>(op.bytes) / hw_.pcie_bytes_per_s);
+    return bounded(static_cast<double>(op.bytes) / hw_.pcie_bytes_per_s, hw_, what(),
+                   "pcie_bytes_per_s");
   const bool on_host =
       schedule_.stream_roles.at(static_cast<size_t>(op.stream)) == plan::StreamRole::host;
   if (op.graph_op < 0) {
     if (on_host)
-      return TimeNs::from_seconds(static_cast<double>(op.bytes) / hw_.host_memory_bytes_per_s);
+      return bounded(static_cast<double>(op.bytes) / hw_.host_memory_bytes_per_s, hw_, what(),
+                     "host_memory_bytes_per_s");
     const auto fit = hw_.memory_ops.find(plan::op_kind_name(op.kind));
     if (fit == hw_.memory_ops.end())
-      return TimeNs::from_seconds(static_cast<double>(op.bytes) / hw_.hbm_bytes_per_s);
+      return bounded(static_cast<double>(op.bytes) / hw_.hbm_bytes_per_s, hw_, what(),
+                     "hbm_bytes_per_s");
     return TimeNs(fit->second.fixed_ns) +
-           TimeNs::from_seconds(static_cast<double>(op.bytes) /
-                                (hw_.hbm_bytes_per_s * fit->second.bandwidth_efficiency));
+           bounded(static_cast<double>(op.bytes) /
+                       (hw_.hbm_bytes_per_s * fit->second.bandwidth_efficiency),
+                   hw_, what(),
+                   "hbm_bytes_per_s and memory_ops." + std::string(plan::op_kind_name(op.kind)) +
+                       ".bandwidth_efficiency");
   }
   const size_t slot = 2 * static_cast<size_t>(op.graph_op) + (op.kind == plan::OpKind::backward);
   if (graph_op_ns_.empty()) graph_op_ns_.assign(2 * graph_.ops.size(), Cached{});
@@ -120,13 +154,18 @@ TimeNs CostModel::duration(int index) const {
   if (cached.ns >= 0 && cached.dtype == op.dtype) return TimeNs(cached.ns);
   const plan::Op& g = graph_.ops.at(static_cast<size_t>(op.graph_op));
   const double op_flops = flops(index);
+  const std::string key =
+      efficiency_key(plan::op_type_name(g.type), op.kind == plan::OpKind::backward);
   const double compute_s =
-      op_flops / (hw_.peak_flops(op.dtype) *
-                  hw_.efficiency_of(
-                      efficiency_key(plan::op_type_name(g.type), op.kind == plan::OpKind::backward),
-                      op.dtype, op_flops));
+      op_flops / (hw_.peak_flops(op.dtype) * hw_.efficiency_of(key, op.dtype, op_flops));
   const double memory_s = bytes(index) / hw_.hbm_bytes_per_s;
-  cached.ns = TimeNs::from_seconds(compute_s > memory_s ? compute_s : memory_s).ns;
+  cached.ns = bounded(compute_s > memory_s ? compute_s : memory_s, hw_, "op '" + g.name + "'",
+                      std::string("peak_flops_") +
+                          (op.dtype == plan::DType::bf16  ? "bf16"
+                           : op.dtype == plan::DType::f16 ? "fp16"
+                                                          : "fp32") +
+                          " and the efficiency of '" + key + "', or hbm_bytes_per_s")
+                  .ns;
   cached.dtype = op.dtype;
   return TimeNs(cached.ns);
 }

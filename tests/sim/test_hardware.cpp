@@ -543,3 +543,43 @@ TEST_CASE("GPU presets carry the published GEMM, attention and all-reduce figure
   CHECK(sim::hardware_to_json(sim::hardware_from_json(back, "h100-sxm")) ==
         sim::hardware_to_json(h100));
 }
+
+TEST_CASE("a hardware figure that makes an op last over 1e6 s is an error naming the key",
+          "[sim][hw][cost]") {
+  // Such figures passed validation (> 0) and overflowed the step's ns clock
+  // ("event with a negative or overflowing duration").
+  plan::Graph g = test::toy_graph();
+  plan::Schedule s = toy_schedule();
+  plan::ScheduleOp fwd;
+  fwd.kind = plan::OpKind::forward;
+  fwd.stream = 1;
+  fwd.graph_op = 1;
+  plan::ScheduleOp cast;
+  cast.kind = plan::OpKind::cast_params;
+  cast.stream = 1;
+  cast.bytes = 1000;
+  s.ops = {fwd, cast};
+  sim::HardwareModel hw = test::unit_hardware();
+  hw.name = "slow.json";
+  hw.peak_flops_fp32 = 1e-200;
+  CHECK_THROWS_WITH(sim::CostModel(hw, g, s).duration(0),
+                    Catch::Contains("hardware 'slow.json': op 'blocks.0.fc'") &&
+                        Catch::Contains("check peak_flops_fp32 and the efficiency of 'linear'"));
+  hw = test::unit_hardware();
+  hw.hbm_bytes_per_s = 1e-300;
+  CHECK_THROWS_WITH(
+      sim::CostModel(hw, g, s).duration(1),
+      Catch::Contains("op cast_params would take") && Catch::Contains("check hbm_bytes_per_s"));
+  hw = test::unit_hardware();
+  hw.nvlink_bus_bytes_per_s = 1e-300;
+  sim::GroupSpan two;
+  two.ranks = 2;
+  two.nodes = 1;
+  two.min_per_node = two.max_per_node = 2;
+  CHECK_THROWS_WITH(sim::collective_time(hw, plan::OpKind::all_gather, 1e6, two),
+                    Catch::Contains("collective all_gather over 2 ranks") &&
+                        Catch::Contains("check nvlink_bus_bytes_per_s"));
+  // 1e6 s itself is allowed: 1e9 B at 1e3 B/s.
+  hw.nvlink_bus_bytes_per_s = 1e3;
+  CHECK(sim::collective_time(hw, plan::OpKind::all_gather, 2e9, two).ns == 1000000000000000LL);
+}
