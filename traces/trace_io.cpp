@@ -1,5 +1,6 @@
 #include "traces/trace_io.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "traces/binary_format.h"
@@ -45,7 +46,34 @@ Trace load_trace(const std::string& path) {
   }
   if (n > 0 && detect_format(std::string_view(head, n)) == TraceFormat::binary)
     return read_trace_binary(path);
-  const std::string text = read_file(path);
+  const std::string text = read_file(path);  // inflates .gz
+  // Neither the binary magic nor JSON: say what the file is not, rather than
+  // a JSON parser's "invalid literal".
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos)
+    throw TraceError(ErrorKind::malformed, path, "byte 1",
+                     text.empty() ? "empty file: not a shardscope or Kineto trace"
+                                  : "only whitespace: not a shardscope or Kineto trace");
+  size_t magic = 0;  // leading bytes equal to the binary magic's
+  while (magic < 8 && magic < text.size() && text[magic] == kBinaryMagic[magic]) ++magic;
+  // All of the magic, or a file that ends inside it (a truncated binary
+  // trace: its reader says so): binary.
+  const bool binary = magic == 8 || magic == text.size();
+  if (!binary && magic >= 4)
+    throw TraceError(ErrorKind::malformed, path, "byte " + std::to_string(magic + 1),
+                     "a damaged binary trace magic: the first " + std::to_string(magic) +
+                         " bytes match it, byte " + std::to_string(magic + 1) + " does not");
+  if (!binary && text[first] != '{' && text[first] != '[') {
+    char bytes[64];
+    const auto b = [&](size_t i) {
+      return i < text.size() ? static_cast<unsigned>(static_cast<unsigned char>(text[i])) : 0u;
+    };
+    std::snprintf(bytes, sizeof bytes, "%02x %02x %02x %02x", b(first), b(first + 1), b(first + 2),
+                  b(first + 3));
+    throw TraceError(ErrorKind::malformed, path, "byte " + std::to_string(first + 1),
+                     std::string("not a shardscope or Kineto trace: it starts with bytes ") +
+                         bytes + ", neither the binary trace magic (\\x89SSTRC) nor a JSON object");
+  }
   switch (detect_format(text)) {
     case TraceFormat::binary:
       return read_trace_binary(text.data(), text.size(), path);

@@ -216,6 +216,38 @@ TEST_CASE("not a trace: bad magic, empty file, trailing bytes", "[formats]") {
   CHECK(error_kind_of([&] { read_trace_binary(bin.data(), bin.size()); }) == ErrorKind::malformed);
 }
 
+TEST_CASE("load_trace says what a file is not: empty, garbage, a damaged magic", "[formats]") {
+  // These used to read "invalid JSON" from the JSON parser.
+  const shardscope::test::TempDir dir("shardscope_formats");
+  const auto load_error = [&](const std::string& bytes) -> std::string {
+    const std::string path = (dir.path / "t.trace").string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    try {
+      load_trace(path);
+    } catch (const TraceError& e) {
+      CHECK(e.kind() == ErrorKind::malformed);
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK_THAT(load_error(""), Catch::Contains("empty file: not a shardscope or Kineto trace"));
+  CHECK_THAT(load_error(" \n\t "), Catch::Contains("only whitespace"));
+  CHECK_THAT(load_error("PK\3\4 zip"),
+             Catch::Contains("not a shardscope or Kineto trace: it starts with bytes 50 4b 03 04"));
+  std::string damaged(kBinaryMagic, 8);
+  damaged[5] = 'X';
+  damaged += std::string(64, '\0');
+  CHECK_THAT(load_error(damaged),
+             Catch::Contains("byte 6: a damaged binary trace magic: the first 5 bytes match it"));
+  // A file that ends inside the magic is a truncated binary trace, as before.
+  const std::string bin = trace_to_binary(testing::sample_trace());
+  const std::string path = (dir.path / "short.trace").string();
+  std::ofstream(path, std::ios::binary) << bin.substr(0, 5);
+  CHECK(error_kind_of([&] { load_trace(path); }) == ErrorKind::truncated);
+  // JSON still goes to the JSON readers (and their messages).
+  CHECK_THAT(load_error("{\"format\": 3"), !Catch::Contains("not a shardscope or Kineto trace"));
+}
+
 TEST_CASE("JSON errors name the position: byte offset or JSON path", "[formats]") {
   try {
     read_trace_json("{\"format\": \"shardscope.trace\", \"version\": 1,, }", "bad.json");
