@@ -43,6 +43,11 @@ void print_progress(const engine::run::StepProgress& p) {
   const engine::exec::StepReport& r = p.step;
   const int64_t steps = p.steps;
   const double tps = r.seconds > 0 ? static_cast<double>(p.tokens_per_step) / r.seconds : 0.0;
+  // r.step counts the steps a loaded checkpoint had done (--load).
+  if (r.index == 0 && r.step > 0)
+    std::fprintf(stderr,
+                 "resumed from step %" PRId64 " (--load): steps %" PRId64 "..%" PRId64 " follow\n",
+                 r.step, r.step + 1, r.step + steps);
   if (isatty(STDERR_FILENO)) {
     const int width = 24;
     const auto filled = static_cast<int>(width * (r.index + 1) / std::max<int64_t>(steps, 1));

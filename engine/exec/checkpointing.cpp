@@ -6,6 +6,8 @@
 #include <sstream>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/checkpoint/checkpoint.h"
 
 namespace shardscope::engine::exec {
@@ -139,6 +141,37 @@ CheckpointState load_checkpoint(const std::string& path, RankExecutor& exec,
   }
   const ckpt::Reader reader = ckpt::Reader::open(target);
   const std::vector<std::string> states = state_names(policy);
+  // Optimizer state must be this run's kind: AdamW's moments mean nothing to
+  // SGD, SGD's momentum nothing to AdamW. A checkpoint holding state of
+  // another kind is refused; its model.safetensors loads the weights alone
+  // (this run's optimizer then starts fresh, as from a weights-only file).
+  if (const auto it = reader.metadata().find("policy"); it != reader.metadata().end()) {
+    plan::Policy saved;
+    try {
+      saved = plan::policy_from_json(nlohmann::json::parse(it->second));
+    } catch (const std::exception& e) {
+      throw ExecError(target + ": its metadata policy is unreadable: " + e.what());
+    }
+    const std::vector<std::string> saved_states = state_names(saved);
+    // Only a checkpoint that holds optimizer state (a step directory, not
+    // its model.safetensors) carries it over.
+    const bool holds_state = !saved_states.empty() && !graph.params.empty() &&
+                             reader.has(graph.params.front().name + "." + saved_states.front());
+    if (holds_state && saved_states != states) {
+      const auto describe = [](const plan::Policy& p, const std::vector<std::string>& names) {
+        std::string d = plan::optimizer_type_name(p.optimizer.type);
+        d += names.empty() ? std::string(" (no state)") : " (";
+        for (size_t i = 0; i < names.size(); ++i) d += (i ? ", " : "") + names[i];
+        if (!names.empty()) d += ")";
+        return d;
+      };
+      throw ExecError(target + ": its optimizer is " + describe(saved, saved_states) +
+                      ", this run's is " + describe(policy, states) +
+                      ": the optimizer state cannot carry over; to start from its weights "
+                      "alone, --load " +
+                      target + "/model.safetensors");
+    }
+  }
   const int64_t q = exec.shard_index();
   bool has_states = !states.empty();
   for (size_t u = 0; u < units.units.size(); ++u) {

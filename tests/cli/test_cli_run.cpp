@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -151,4 +152,32 @@ TEST_CASE("bad launcher environments are clear errors", "[cli][run]") {
   r = run_cli("run --model gpt2-tiny --backend cuda --steps 1");
   CHECK(r.status == 2);
   CHECK(r.output.find("CUDA") != std::string::npos);
+}
+
+TEST_CASE("--load says where it resumes and refuses another optimizer's state", "[cli][run]") {
+  const std::string dir = "/tmp/shardscope-cli-load-" + std::to_string(::getpid());
+  const std::string common = "run --model gpt2-tiny --nproc 2 --ranks-as-threads --set seq_len=16";
+  auto r = run_cli(common + " --steps 2 --save " + dir);
+  REQUIRE(r.status == 0);
+  // The same optimizer: resumed, and the log says from where.
+  r = run_cli(common + " --steps 1 --load " + dir);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("resumed from step 2 (--load): steps 3..3 follow"));
+  // AdamW's moments into an SGD run: refused, naming both and the way out.
+  r = run_cli(common + " --steps 1 --set optimizer=sgd --load " + dir);
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("its optimizer is adamw (exp_avg, exp_avg_sq), this "
+                                       "run's is sgd (no state)") &&
+                           Catch::Contains("/model.safetensors"));
+  // The weights alone (model.safetensors) load into the SGD run.
+  std::ifstream latest(dir + "/latest");
+  std::string step;
+  latest >> step;
+  r = run_cli(common + " --steps 1 --set optimizer=sgd --load " + dir + "/" + step +
+              "/model.safetensors");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  (void)std::system(("rm -rf " + dir).c_str());
 }
