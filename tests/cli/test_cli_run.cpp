@@ -154,7 +154,8 @@ TEST_CASE("bad launcher environments are clear errors", "[cli][run]") {
   CHECK(r.output.find("CUDA") != std::string::npos);
 }
 
-TEST_CASE("--load says where it resumes and refuses another optimizer's state", "[cli][run]") {
+TEST_CASE("a checkpoint load says where it resumes and refuses another optimizer's state",
+          "[cli][run]") {
   const std::string dir = "/tmp/shardscope-cli-load-" + std::to_string(::getpid());
   const std::string common = "run --model gpt2-tiny --nproc 2 --ranks-as-threads --set seq_len=16";
   auto r = run_cli(common + " --steps 2 --save " + dir);
