@@ -478,11 +478,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         return dispatch_gaps[static_cast<size_t>(q *
                                                  static_cast<double>(dispatch_gaps.size() - 1))];
       };
-      // The largest 1% (n / 100 of them) left out.
-      const size_t kept_gaps = dispatch_gaps.size() - dispatch_gaps.size() / 100;
-      double sum = 0;
-      for (size_t i = 0; i < kept_gaps; ++i) sum += dispatch_gaps[i];
-      dr.ns = static_cast<int64_t>(std::llround(sum / static_cast<double>(kept_gaps)));
+      dr.ns = std::llround(mean_without_top_percent(dispatch_gaps));
       dr.p10_ns = at(0.1);
       dr.p90_ns = at(0.9);
       dr.fitted = true;
@@ -505,10 +501,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     lr.launches = static_cast<int64_t>(launch_deltas.size());
     if (!launch_deltas.empty()) {
       std::sort(launch_deltas.begin(), launch_deltas.end());
-      const size_t kept_deltas = launch_deltas.size() - launch_deltas.size() / 100;
-      double sum = 0;
-      for (size_t i = 0; i < kept_deltas; ++i) sum += launch_deltas[i];
-      lr.ns = static_cast<int64_t>(std::llround(sum / static_cast<double>(kept_deltas)));
+      lr.ns = std::llround(mean_without_top_percent(launch_deltas));
       lr.fitted = true;
       hw.launch_overhead_ns = lr.ns;
       anything = true;

@@ -181,4 +181,11 @@ std::vector<EfficiencyKnot> fit_efficiency_curve(const std::vector<ComputeSample
   return knots;
 }
 
+double mean_without_top_percent(const std::vector<double>& sorted) {
+  const size_t kept = sorted.size() - sorted.size() / 100;
+  double sum = 0;
+  for (size_t i = 0; i < kept; ++i) sum += sorted[i];
+  return sum / static_cast<double>(kept);
+}
+
 }  // namespace shardscope::sim::calibrate_detail

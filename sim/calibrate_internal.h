@@ -203,6 +203,10 @@ double fit_efficiency(const std::vector<ComputeSample>& samples);
 // says nothing about the shape of the curve.
 std::vector<EfficiencyKnot> fit_efficiency_curve(const std::vector<ComputeSample>& samples);
 
+// Mean of `sorted` (ascending, non-empty) without its largest 1% (n / 100
+// values): preemption outliers left out.
+double mean_without_top_percent(const std::vector<double>& sorted);
+
 // The gaps DispatchReport describes, of one rank, appended to `gaps` (ns).
 void collect_dispatch_gaps(const traces::RankTrace& r, int64_t warmup_end, bool engine_source,
                            std::vector<double>* gaps);
