@@ -3,12 +3,14 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/publish_dir.h"
 
 namespace shardscope::engine::exec {
 
@@ -40,14 +42,13 @@ bool writes_shards(const plan::Schedule& s) {
   return s.rank < s.world.shard_group_size;
 }
 
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) throw ExecError("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw ExecError("cannot rename " + tmp);
+testing::SavePointHook& save_point_hook() {
+  static testing::SavePointHook hook;
+  return hook;
+}
+
+void at_save_point(const char* point, int rank) {
+  if (save_point_hook()) save_point_hook()(point, rank);
 }
 
 }  // namespace
@@ -58,7 +59,11 @@ void save_checkpoint(const std::string& dir, RankExecutor& exec, comm::Communica
   const plan::Schedule& s = exec.schedule();
   const int64_t n = s.world.shard_group_size;
   const int64_t q = exec.shard_index();
-  const std::string step_dir = dir + "/" + step_dir_name(state.steps_done);
+  // Everything is written into a staging directory; the step directory appears
+  // (or replaces an earlier save of the same step) in one atomic rename once
+  // every file is durable, and only then does `latest` name it.
+  const std::string step_name = step_dir_name(state.steps_done);
+  const std::string step_dir = ckpt::staging_path(dir, step_name);
   ckpt::Metadata meta = {{"format", "shardscope.checkpoint"},
                          {"model", graph.model_name},
                          {"policy", plan::policy_to_json(policy).dump()},
@@ -68,10 +73,14 @@ void save_checkpoint(const std::string& dir, RankExecutor& exec, comm::Communica
                          {"loss_scale_good_steps", std::to_string(exec.loss_scaler().good_steps)},
                          {"world_size", std::to_string(s.world.world_size)}};
   const std::vector<std::string> states = state_names(policy);
-  if (comm.rank() == 0) {
-    mkdir(dir.c_str(), 0755);
-    mkdir(step_dir.c_str(), 0755);
+  const int rank = comm.rank();
+  std::unique_ptr<ckpt::SaveLock> lock;  // rank 0, for the whole save
+  if (rank == 0) {
+    lock = std::make_unique<ckpt::SaveLock>(dir);
+    ckpt::remove_stale_staging(dir);  // left by saves that died
+    ckpt::make_fresh_dir(step_dir);
   }
+  at_save_point("staging", rank);
   comm.barrier(0);
 
   // Sharded: this rank's ranges of every parameter and optimizer state tensor.
@@ -103,6 +112,7 @@ void save_checkpoint(const std::string& dir, RankExecutor& exec, comm::Communica
   if (writes_shards(s))
     ckpt::write_shard_file(step_dir, static_cast<int>(q), static_cast<int>(n), slices_of(q, true),
                            meta);
+  at_save_point("shard", rank);
   if (comm.rank() == 0) {
     std::vector<std::vector<ckpt::IndexEntry>> per_rank(static_cast<size_t>(n));
     for (int64_t r = 0; r < n; ++r)
@@ -111,6 +121,7 @@ void save_checkpoint(const std::string& dir, RankExecutor& exec, comm::Communica
             ckpt::IndexEntry{sl.name, sl.shape, sl.begin, sl.end, sl.padding});
     ckpt::write_shard_index(step_dir, static_cast<int>(n), per_rank, meta);
   }
+  at_save_point("index", rank);
   // Consolidated parameters (a collective over the shard group).
   const std::vector<std::vector<float>> full = exec.gather_full_params();
   if (comm.rank() == 0) {
@@ -120,11 +131,25 @@ void save_checkpoint(const std::string& dir, RankExecutor& exec, comm::Communica
           ckpt::FullTensor{graph.params[p].name, graph.params[p].shape, full[p].data()});
     ckpt::write_safetensors(step_dir + "/model.safetensors", tensors, meta);
   }
-  comm.barrier(0);  // every file is in place before `latest` names it
-  if (comm.rank() == 0)
-    write_text_atomically(dir + "/latest", step_dir_name(state.steps_done) + "\n");
+  at_save_point("consolidated", rank);
+  comm.barrier(0);  // every rank's files are complete and fsynced
+  at_save_point("durable", rank);
+  if (rank == 0) {
+    const std::string replaced = ckpt::publish_dir(step_dir, dir, step_name);
+    at_save_point("published", rank);
+    ckpt::write_text_file_atomically(dir + "/latest", step_name + "\n");
+    at_save_point("latest", rank);
+    if (!replaced.empty()) ckpt::remove_tree(replaced);
+    at_save_point("done", rank);
+  }
   comm.barrier(0);
 }
+
+namespace testing {
+void set_save_point_hook(SavePointHook hook) {
+  save_point_hook() = std::move(hook);
+}
+}  // namespace testing
 
 CheckpointState load_checkpoint(const std::string& path, RankExecutor& exec,
                                 const plan::Graph& graph, const plan::Policy& policy,

@@ -6,8 +6,15 @@
 //       (Hugging Face names, loadable by safetensors / PyTorch), gathered over
 //       the shard group as FULL_STATE_DICT does;
 //   DIR/latest                                        "step-<N>", replaced
-//       atomically by rank 0 after every rank finished: a run killed during a
-//       save leaves the previous checkpoint the one that loads.
+//       atomically by rank 0 after every rank finished.
+// A save writes into DIR/.staging-step-<N> (engine/checkpoint/publish_dir.h):
+// each rank writes and fsyncs its files, all ranks meet at a barrier, then rank
+// 0 renames the staging directory into place (exchanging it with an earlier
+// save of the same step, which is then removed) and rewrites `latest`. A run
+// killed at any point of a save leaves the previous checkpoint loadable; the
+// next save removes the leftover staging directory. Rank 0 holds
+// DIR/.save-lock (flock) during the save: two runs saving into one DIR at once
+// is an error.
 // Optimizer state ("<param>.exp_avg", ".exp_avg_sq" or ".momentum_buffer")
 // lives in the sharded files; metadata carries the step, optimizer steps and
 // loss scale. Loading reads each rank's ranges from whichever files hold
@@ -15,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "engine/comm/communicator.h"
@@ -38,5 +46,16 @@ void save_checkpoint(const std::string& dir, RankExecutor& exec, comm::Communica
 CheckpointState load_checkpoint(const std::string& path, RankExecutor& exec,
                                 const plan::Graph& graph, const plan::Policy& policy,
                                 const plan::UnitPlan& units);
+
+namespace testing {
+// Fault injection: called by every rank at each point of a save, in order:
+// "staging" (rank 0 created it), "shard" (this rank's shard file is written),
+// "index", "consolidated" (rank 0's index / model.safetensors), "durable"
+// (after the barrier), then rank 0 only: "published" (step directory in
+// place), "latest" (rewritten), "done" (replaced directory removed).
+// Process-wide; set while no save runs.
+using SavePointHook = std::function<void(const char* point, int rank)>;
+void set_save_point_hook(SavePointHook hook);
+}  // namespace testing
 
 }  // namespace shardscope::engine::exec

@@ -1,0 +1,128 @@
+#include "engine/checkpoint/publish_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+#include "engine/checkpoint/atomic_file.h"
+#include "engine/checkpoint/checkpoint.h"
+
+namespace shardscope::engine::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStagingPrefix = ".staging-";
+
+[[noreturn]] void fail_errno(const std::string& what, int err) {
+  throw CheckpointError(what + ": " + std::strerror(err));
+}
+
+}  // namespace
+
+SaveLock::SaveLock(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) throw CheckpointError(root + ": cannot create directory: " + ec.message());
+  const std::string path = root + "/.save-lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail_errno(path + ": cannot open the save lock", errno);
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK)
+      throw CheckpointError(root +
+                            ": another process is saving a checkpoint into this directory "
+                            "(it holds " +
+                            path + "); save into another directory or wait for it");
+    fail_errno(path + ": cannot lock", err);
+  }
+}
+
+SaveLock::~SaveLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+std::string staging_path(const std::string& root, const std::string& name) {
+  return root + "/" + kStagingPrefix + name;
+}
+
+int remove_stale_staging(const std::string& root) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().rfind(kStagingPrefix, 0) == 0) stale.push_back(it->path());
+  if (ec) throw CheckpointError(root + ": cannot list: " + ec.message());
+  for (const fs::path& p : stale) remove_tree(p.string());
+  return static_cast<int>(stale.size());
+}
+
+void make_fresh_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0) fail_errno(path + ": cannot create directory", errno);
+  fsync_dir(fs::path(path).parent_path().string());
+}
+
+std::string publish_dir(const std::string& staging, const std::string& root,
+                        const std::string& name) {
+  const std::string final_path = root + "/" + name;
+  struct stat st {};
+  const bool exists = ::lstat(final_path.c_str(), &st) == 0;
+  if (exists && !S_ISDIR(st.st_mode))
+    throw CheckpointError(final_path + ": exists and is not a directory; not replacing it");
+  if (!exists) {
+    if (std::rename(staging.c_str(), final_path.c_str()) != 0)
+      fail_errno("cannot rename " + staging + " to " + final_path, errno);
+    fsync_dir(root);
+    return "";
+  }
+  // Swap: final_path becomes the new directory, staging the old one.
+  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) != 0) {
+    const int err = errno;
+    if (err == EINVAL || err == ENOSYS)
+      throw CheckpointError(final_path +
+                            ": already exists and this filesystem cannot exchange directories "
+                            "atomically (renameat2 RENAME_EXCHANGE: " +
+                            std::strerror(err) + "); the previous checkpoint is kept and the new "
+                            "one is left complete in " +
+                            staging + " until the next save: save into another directory");
+    fail_errno("cannot exchange " + staging + " with " + final_path, err);
+  }
+  fsync_dir(root);
+  return staging;
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) throw CheckpointError(path + ": cannot remove: " + ec.message());
+}
+
+void fsync_dir(const std::string& path) {
+  const std::string dir = path.empty() ? "." : path;
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail_errno(dir + ": cannot open directory to fsync", errno);
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail_errno(dir + ": fsync of directory failed", err);
+  }
+  ::close(fd);
+}
+
+void write_text_file_atomically(const std::string& path, const std::string& text) {
+  AtomicFile out(path);
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+}  // namespace shardscope::engine::checkpoint
