@@ -26,6 +26,7 @@
 #include "cli/run_cuda_options.h"
 #include "cli/run_output.h"
 #include "engine/device_info.h"
+#include "engine/exec/data.h"
 #include "engine/launch/launch.h"
 #include "engine/run/run.h"
 
@@ -79,6 +80,8 @@ engine::run::RunRequest make_request(const Args& args, const PlanInputs& in, int
   req.world = in.world;
   req.model_name = args.require("model");
   req.data_file = args.get("data");
+  // Checked here, before any rank starts (each rank would fail alone).
+  if (!req.data_file.empty()) engine::exec::DataSource::check_text_file(in.graph, req.data_file);
   req.trace_path = args.get("trace");
   req.on_progress = print_progress;
   return req;

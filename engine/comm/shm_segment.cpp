@@ -1,6 +1,7 @@
 // Creation, attach and rendezvous of the communicator's segment; layout math.
 #include "engine/comm/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -102,12 +103,19 @@ void validate_name(const std::string& name) {
   }
 }
 
-// Called when O_EXCL creation found `name`: returns normally when the segment
-// is a stale one from a dead creator (the caller removes it), else throws.
-void check_existing_is_stale(const std::string& name) {
+// What a named segment's header says of its creator.
+struct CreatorInfo {
+  enum class Kind { vanished, no_header, foreign, ours } kind = Kind::vanished;
+  off_t size = 0;
+  int32_t pid = 0;
+  uint64_t start = 0;
+};
+
+CreatorInfo inspect_segment(const std::string& name) {
+  CreatorInfo info;
   const int fd = shm_open(name.c_str(), O_RDONLY, 0);
   if (fd < 0) {
-    if (errno == ENOENT) return;  // vanished meanwhile: just retry
+    if (errno == ENOENT) return info;  // vanished meanwhile
     throw_sys("shm segment " + name + " exists but cannot be opened to inspect it");
   }
   struct stat st {};
@@ -115,30 +123,45 @@ void check_existing_is_stale(const std::string& name) {
     close(fd);
     throw_sys("fstat of existing shm segment " + name);
   }
+  info.size = st.st_size;
   if (static_cast<size_t>(st.st_size) < sizeof(SegmentHeader)) {
     close(fd);
-    throw CommError("shm segment " + name + " already exists with " + std::to_string(st.st_size) +
-                    " bytes and no shardscope header: another rank 0 is creating it, or it is "
-                    "not ours (remove /dev/shm" +
-                    name + " if it is stale)");
+    info.kind = CreatorInfo::Kind::no_header;
+    return info;
   }
   void* p = mmap(nullptr, sizeof(SegmentHeader), PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) throw_sys("mmap of existing shm segment " + name);
   uint64_t magic = 0;
-  int32_t pid = 0;
-  uint64_t start = 0;
   std::memcpy(&magic, p, sizeof magic);
-  std::memcpy(&pid, static_cast<const char*>(p) + offsetof(SegmentHeader, creator_pid), sizeof pid);
-  std::memcpy(&start, static_cast<const char*>(p) + offsetof(SegmentHeader, creator_start_time),
-              sizeof start);
+  std::memcpy(&info.pid, static_cast<const char*>(p) + offsetof(SegmentHeader, creator_pid),
+              sizeof info.pid);
+  std::memcpy(&info.start, static_cast<const char*>(p) + offsetof(SegmentHeader, creator_start_time),
+              sizeof info.start);
   munmap(p, sizeof(SegmentHeader));
-  if (magic != kMagic) {
+  info.kind = magic == kMagic ? CreatorInfo::Kind::ours : CreatorInfo::Kind::foreign;
+  return info;
+}
+
+// Called when O_EXCL creation found `name`: returns normally when the segment
+// is a stale one from a dead creator (the caller removes it), else throws.
+void check_existing_is_stale(const std::string& name) {
+  const CreatorInfo info = inspect_segment(name);
+  if (info.kind == CreatorInfo::Kind::vanished) return;  // just retry
+  if (info.kind == CreatorInfo::Kind::no_header) {
+    throw CommError("shm segment " + name + " already exists with " + std::to_string(info.size) +
+                    " bytes and no shardscope header: another rank 0 is creating it, or it is "
+                    "not ours (remove /dev/shm" +
+                    name + " if it is stale)");
+  }
+  if (info.kind == CreatorInfo::Kind::foreign) {
     throw CommError("shm segment " + name +
                     " already exists and is not a shardscope communicator segment; remove "
                     "/dev/shm" +
                     name + " or pick another name");
   }
+  const pid_t pid = info.pid;
+  const uint64_t start = info.start;
   const Liveness live = process_liveness(pid, start);
   if (live == Liveness::alive) {
     throw CommError("shm segment " + name + " already exists, created by pid " +
@@ -457,6 +480,33 @@ std::shared_ptr<Segment> make_heap_segment(int world_size, const std::vector<Gro
   return seg;
 }
 
+std::vector<std::string> remove_stale_segments(const std::string& prefix,
+                                               const std::string& shm_dir) {
+  std::vector<std::string> removed;
+  DIR* d = opendir(shm_dir.c_str());
+  if (!d) return removed;  // no /dev/shm: nothing can be stale
+  std::vector<std::string> candidates;
+  while (const dirent* e = readdir(d)) {
+    const std::string file = e->d_name;
+    if (file.rfind(prefix, 0) == 0) candidates.push_back(file);
+  }
+  closedir(d);
+  for (const std::string& file : candidates) {
+    const std::string name = "/" + file;
+    CreatorInfo info;
+    try {
+      info = inspect_segment(name);
+    } catch (const CommError&) {
+      continue;  // another user's, or unreadable: not ours to judge
+    }
+    // A header without a creator yet is being initialised: leave it.
+    if (info.kind != CreatorInfo::Kind::ours || info.pid <= 0) continue;
+    if (process_liveness(info.pid, info.start) == Liveness::alive) continue;
+    if (shm_unlink(name.c_str()) == 0) removed.push_back(name);
+  }
+  return removed;
+}
+
 std::shared_ptr<Segment> open_process_segment(const ShmOptions& o) {
   validate_name(o.name);
   validate_config(o.world_size, o.groups, o.slot_bytes);
@@ -473,6 +523,9 @@ std::shared_ptr<Segment> open_process_segment(const ShmOptions& o) {
     wait_all_attached(*seg, o, deadline);
     return seg;
   }
+  // Segments whose rank 0 died before unlinking them (killed between
+  // creation and the last attach) are removed here, by the next run.
+  remove_stale_segments();
   auto seg = create_segment(o, layout, pid, start);
   try {
     wait_all_attached(*seg, o, deadline);

@@ -65,7 +65,17 @@ std::shared_ptr<Segment> make_heap_segment(int world_size, const std::vector<Gro
 // Ranks as processes: create (rank 0) or attach (others), claim this rank's
 // entry, wait until every rank has attached, and (rank 0) unlink the name.
 // See "Segment life" in shm_communicator.h.
+// Rank 0 first removes stale segments (remove_stale_segments).
 std::shared_ptr<Segment> open_process_segment(const ShmOptions& options);
+
+// Unlinks every shardscope segment under shm_dir whose name starts with
+// `prefix` and whose creator (rank 0, by pid and start time) is no longer
+// alive: a rank 0 killed between creating its segment and the last rank's
+// attach leaves the name behind (16 MiB and more each). Segments of another
+// user, without a header yet, or not shardscope's are left alone. Returns the
+// names removed ("/shardscope-...").
+std::vector<std::string> remove_stale_segments(const std::string& prefix = "shardscope-",
+                                               const std::string& shm_dir = "/dev/shm");
 
 // The abort record: the first failure of any rank, with a self-describing
 // message (truncated to kMaxAbortMessageBytes). Later publications are ignored.

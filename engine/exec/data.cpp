@@ -1,6 +1,11 @@
 #include "engine/exec/data.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -86,12 +91,27 @@ float initial_value(const plan::Graph& g, int param, int64_t index, uint64_t see
 
 DataSource::DataSource(const plan::Graph& graph, uint64_t seed) : g_(&graph), seed_(seed) {}
 
-DataSource DataSource::from_text_file(const plan::Graph& graph, uint64_t seed,
-                                      const std::string& path) {
+void DataSource::check_text_file(const plan::Graph& graph, const std::string& path) {
   if (graph.vocab_size < 256)
     throw std::invalid_argument("--data " + path + ": model '" + graph.model_name +
                                 "' has a vocabulary of " + std::to_string(graph.vocab_size) +
                                 " < 256 byte values (byte-level training needs a token model)");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw std::invalid_argument("--data " + path + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    throw std::invalid_argument("--data " + path + ": is a directory, not a text file");
+  if (!S_ISREG(st.st_mode))
+    throw std::invalid_argument("--data " + path + ": not a regular file");
+  if (::access(path.c_str(), R_OK) != 0)
+    throw std::invalid_argument("--data " + path + ": " + std::strerror(errno));
+  if (st.st_size < 2)
+    throw std::invalid_argument("--data " + path + ": the file holds fewer than 2 bytes");
+}
+
+DataSource DataSource::from_text_file(const plan::Graph& graph, uint64_t seed,
+                                      const std::string& path) {
+  check_text_file(graph, path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument("--data " + path + ": cannot open the file");
   DataSource d(graph, seed);

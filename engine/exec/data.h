@@ -20,6 +20,10 @@ class DataSource {
   DataSource(const plan::Graph& graph, uint64_t seed);
   // Byte-level text: sample g is a window of T+1 bytes of the file at a
   // seeded offset. The model's vocabulary must hold the 256 byte values.
+  // Throws std::invalid_argument "--data PATH: ..." unless PATH is a readable
+  // regular file of >= 2 bytes and the model holds the 256 byte values; reads
+  // nothing (a launcher checks this before starting its ranks).
+  static void check_text_file(const plan::Graph& graph, const std::string& path);
   static DataSource from_text_file(const plan::Graph& graph, uint64_t seed,
                                    const std::string& path);
 

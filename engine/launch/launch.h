@@ -148,6 +148,7 @@ struct LaunchResult {
   int failed_rank = -1;   // the first rank that failed (-1: none, or the launcher was signalled)
   std::string message;    // "rank 1 (pid 1234) was killed by signal 9 (Killed)" / its error text
   std::vector<int> pids;  // pid of each rank (all reaped when launch() returns)
+  std::string run_id;     // the SHARDSCOPE_RUN_ID the ranks were given
 };
 // Serves the store itself on master_addr:master_port, then starts nproc processes with
 // RANK, WORLD_SIZE, LOCAL_RANK (= RANK: one node), MASTER_ADDR, MASTER_PORT and a

@@ -188,6 +188,7 @@ LaunchResult launch(const LaunchOptions& options) {
   SignalForwarding forwarding;
   std::vector<Rank> ranks(static_cast<size_t>(options.nproc));
   LaunchResult result;
+  result.run_id = run_id;
   std::string start_error;
   for (int r = 0; r < options.nproc; ++r) {
     const int out_fd = pump.child_stdout(r), err_fd = pump.child_stderr(r);

@@ -37,7 +37,7 @@ RunResult run_rank(const RunRequest& request) {
     const exec::RankPlan rank_plan =
         exec::build_rank_plan(*request.graph, request.policy, request.world, env.rank);
     engine::comm::ShmOptions opt;
-    opt.name = "/shardscope-" + env.run_id;
+    opt.name = shm_segment_name(env.run_id);
     opt.rank = env.rank;
     opt.world_size = env.world_size;
     opt.groups = rank_plan.groups;
@@ -70,6 +70,10 @@ RunResult run_threads(const RunRequest& request) {
 }
 
 }  // namespace
+
+std::string shm_segment_name(const std::string& run_id) {
+  return "/shardscope-" + run_id;
+}
 
 RunResult run_cpu(const RunRequest& request) {
   switch (request.role) {

@@ -15,6 +15,9 @@
 
 namespace shardscope::engine::run::detail {
 
+// The POSIX shm name of a CPU run's communicator segment: "/shardscope-<run id>".
+std::string shm_segment_name(const std::string& run_id);
+
 // The training hooks of a request: rank 0's progress (on_progress), with
 // `tokens` global tokens per step.
 exec::TrainHooks progress_hooks(const RunRequest& request, int64_t tokens);

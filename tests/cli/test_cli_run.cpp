@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -181,4 +182,87 @@ TEST_CASE("a checkpoint load says where it resumes and refuses another optimizer
   INFO(r.output);
   CHECK(r.status == 0);
   (void)std::system(("rm -rf " + dir).c_str());
+}
+
+namespace {
+
+std::vector<std::string> run_dirs_in(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("shardscope-run-", 0) == 0)
+      found.push_back(e.path().filename().string());
+  return found;
+}
+
+// Starts a long `run` (2 rank processes) with TMPDIR=tmp in the background and
+// waits until rank 0 prints step 3; returns the launcher's pid.
+pid_t start_long_run(const std::string& tmp, const std::string& log) {
+  std::remove(log.c_str());  // an earlier run's "step 3/" must not count
+  const pid_t launcher = fork();
+  REQUIRE(launcher >= 0);
+  if (launcher == 0) {
+    const std::string cmd = "TMPDIR=" + tmp + " exec " + std::string(SHARDSCOPE_CLI) +
+                            " run --model gpt2-tiny --nproc 2 --steps 1000000 --set batch_size=1 "
+                            "--set seq_len=16 > " +
+                            log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (ss.str().find("step 3/") != std::string::npos) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(launcher, SIGKILL);
+      waitpid(launcher, nullptr, 0);
+      FAIL("the run did not reach step 3: " << ss.str());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return launcher;
+}
+
+}  // namespace
+
+TEST_CASE("a killed launcher leaves no run directory behind", "[cli][run]") {
+  const std::string tmp = "/tmp/shardscope-tmpdir-test-" + std::to_string(getpid());
+  std::filesystem::create_directories(tmp);
+  const std::string log = tmp + ".log";
+
+  // SIGTERM: the launcher stops its ranks and removes its run directory.
+  pid_t launcher = start_long_run(tmp, log);
+  REQUIRE(run_dirs_in(tmp).size() == 1);
+  CHECK(run_dirs_in(tmp)[0].rfind("shardscope-run-" + std::to_string(launcher) + "-", 0) == 0);
+  REQUIRE(kill(launcher, SIGTERM) == 0);
+  int status = 0;
+  REQUIRE(waitpid(launcher, &status, 0) == launcher);
+  CHECK(run_dirs_in(tmp).empty());
+
+  // SIGKILL: nothing can clean up at once; the next run removes the directory
+  // of the dead launcher (and keeps its own until it ends).
+  launcher = start_long_run(tmp, log);
+  REQUIRE(kill(launcher, SIGKILL) == 0);
+  REQUIRE(waitpid(launcher, &status, 0) == launcher);
+  REQUIRE(run_dirs_in(tmp).size() == 1);
+  const auto r = run_cli("--help > /dev/null; TMPDIR=" + tmp + " " + SHARDSCOPE_CLI +
+                         " run --model gpt2-tiny --nproc 2 --steps 1 --set batch_size=1 --set "
+                         "seq_len=16");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(run_dirs_in(tmp).empty());
+  std::filesystem::remove_all(tmp);
+  std::remove(log.c_str());
+}
+
+TEST_CASE("a directory or missing file as --data is refused before any rank starts",
+          "[cli][run]") {
+  auto r = run_cli("run --model gpt2-tiny --steps 1 --data /tmp");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("--data /tmp: is a directory, not a text file"));
+  CHECK_THAT(r.output, !Catch::Contains("rank 1"));  // no rank was started
+  r = run_cli("run --model gpt2-tiny --steps 1 --data /nonexistent-shardscope-data");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("No such file or directory"));
 }

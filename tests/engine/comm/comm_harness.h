@@ -51,9 +51,12 @@ struct WorldSpec {
 
 using RankBody = std::function<std::string(Communicator&)>;
 
+// Test segments are "/sstest-<pid>-<n>": outside the "shardscope-" prefix
+// that a run's rank 0 sweeps for stale segments (remove_stale_segments), so a
+// test's deliberately stale segment is never removed by another test binary.
 inline std::string unique_shm_name() {
   static std::atomic<int> counter{0};
-  return "/shardscope-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+  return "/sstest-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
 }
 
 // ---- child processes --------------------------------------------------------

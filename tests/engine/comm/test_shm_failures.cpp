@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "engine/comm/shm_segment.h"
 #include "tests/engine/comm/comm_harness.h"
 
 using namespace shardscope::test::comm;
@@ -289,4 +290,37 @@ TEST_CASE(
   REQUIRE_THROWS_WITH(open_shm_communicator(orphan),
                       Contains("rank 1 could not attach to shm segment " + orphan.name +
                                " within 0.2 s: no segment of that name exists"));
+}
+
+TEST_CASE("stale segments of dead creators are swept; live and foreign ones are kept") {
+  const std::string prefix = "sstest-" + std::to_string(getpid()) + "-sweep-";
+  const std::string dead = "/" + prefix + "dead", live = "/" + prefix + "live",
+                    foreign = "/" + prefix + "foreign";
+  ChildSet set;
+  for (const std::string& name : {dead, live}) {
+    set.children.push_back(spawn([name] {
+      auto comm = open_shm_communicator(options(name, 0, 2));  // rank 1 never comes
+      return std::string("attached");
+    }));
+    while (!shm_name_exists(name)) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // initialised by now
+  ::kill(set.children[0].pid, SIGKILL);  // the rank 0 that created `dead`
+  REQUIRE(collect(set.children[0]).error == "killed by signal 9");
+  // A segment that is not a communicator's (no shardscope magic).
+  const int fd = shm_open(foreign.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 1 << 16) == 0);
+  ::close(fd);
+  REQUIRE(shm_name_exists(dead));
+
+  const std::vector<std::string> removed = shm::remove_stale_segments(prefix);
+  CHECK(removed == std::vector<std::string>{dead});
+  CHECK_FALSE(shm_name_exists(dead));
+  CHECK(shm_name_exists(live));  // its rank 0 still waits for rank 1
+  CHECK(shm_name_exists(foreign));
+  shm_unlink(foreign.c_str());
+  ::kill(set.children[1].pid, SIGKILL);
+  (void)collect(set.children[1]);
+  CHECK(shm::remove_stale_segments(prefix) == std::vector<std::string>{live});
 }
