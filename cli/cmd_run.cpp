@@ -14,7 +14,10 @@
 //    --emulate-world N --rank R (CUDA): this process is rank R of a modelled
 //    world of N on one GPU.
 // Errors, usage or environment (no CUDA device or driver), exit with status 2.
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <stdexcept>
@@ -37,6 +40,7 @@ namespace {
 const char* kUsage =
     "shardscope run --model M [--policy P] [--set K=V]... [--backend cpu|cuda] [--nproc N]\n"
     "               [--steps S] [--data FILE] [--trace OUT] [--json] [--ranks-as-threads]\n"
+    "               [--timeout S]\n"
     "               [--emulate-world N --rank R [--hw H]] [--profile] [--cuda-graph]\n"
     "               [--attention-kernel simt|tensor-core]\n\n"
     "  --backend cpu       CPU ranks (default)\n"
@@ -56,6 +60,10 @@ const char* kUsage =
     "  --load PATH         start from a checkpoint (DIR, DIR/step-N or a .safetensors file), any\n"
     "                      world size or policy (cpu only)\n"
     "  --ranks-as-threads  run the ranks as threads of this process (cpu only)\n"
+    "  --timeout S         seconds one wait on a peer may last (rendezvous, attach, a\n"
+    "                      collective or barrier) before the run fails naming the missing\n"
+    "                      rank; default 60 on cpu, 120 on cuda, or SHARDSCOPE_TIMEOUT.\n"
+    "                      Weight initialisation never waits: each rank makes its own shard\n"
     "cuda only:\n"
     "  --emulate-world N   this process is one rank of a world of N on one GPU: real compute\n"
     "  --rank R            and memory, collectives held for the hardware model's time, moving\n"
@@ -69,6 +77,24 @@ const char* kUsage =
     "Under torchrun, srun or mpirun (RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK set)\n"
     "this process is one rank (on GPU LOCAL_RANK with --backend cuda) and rendezvouses at\n"
     "MASTER_ADDR:MASTER_PORT.";
+
+// --timeout, else SHARDSCOPE_TIMEOUT, else the backend's default: whole
+// seconds in [1, 604800] (a week).
+std::chrono::milliseconds peer_timeout(const Args& args, int default_seconds) {
+  constexpr int64_t kMaxSeconds = 7 * 24 * 3600;
+  if (args.has("timeout"))
+    return std::chrono::seconds(args.get_int("timeout", default_seconds, 1, kMaxSeconds));
+  const char* env = std::getenv("SHARDSCOPE_TIMEOUT");
+  if (!env || !*env) return std::chrono::seconds(default_seconds);
+  const std::string text = env;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || v < 1 || v > kMaxSeconds)
+    throw UsageError("SHARDSCOPE_TIMEOUT: expected whole seconds in [1, " +
+                     std::to_string(kMaxSeconds) + "], got '" + text.substr(0, 40) + "'");
+  return std::chrono::seconds(v);
+}
 
 // The request of both backends: the plan inputs, the training flags, the
 // progress line and how this process takes part (engine/run/run.h).
@@ -112,6 +138,7 @@ int run_cpu(const Args& args, int argc, char** argv) {
   PlanInputs in = load_plan_inputs(args, world);
   engine::run::RunRequest req = make_request(args, in, world);
   req.backend = engine::run::Backend::cpu;
+  req.timeout = peer_timeout(args, 60);
   req.steps = args.get_int("steps", 5, 1, 1000000);
   req.save_dir = args.get("save");
   req.load_path = args.get("load");
@@ -147,6 +174,7 @@ int run_cuda(const Args& args, int argc, char** argv) {
   }
   engine::run::RunRequest req = make_request(args, *in, static_cast<int>(in->world.world_size));
   req.backend = engine::run::Backend::cuda;
+  req.timeout = peer_timeout(args, 120);
   req.cuda = options;
   if (options.emulate_world > 0) {
     req.role = engine::run::Role::emulated;
@@ -185,6 +213,7 @@ int cmd_run(int argc, char** argv) {
                               {"save"},
                               {"load"},
                               {"ranks-as-threads", false},
+                              {"timeout"},
                               {"run-dir"}}),
             false);
   if (args.help()) {

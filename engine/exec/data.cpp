@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -11,15 +12,9 @@
 #include <stdexcept>
 
 #include "engine/exec/f32_view.h"
+#include "engine/exec/normal_ziggurat.h"
 
 namespace shardscope::engine::exec {
-
-uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 uint64_t hash_name(const std::string& name) {  // FNV-1a 64
   uint64_t h = 0xcbf29ce484222325ull;
@@ -82,7 +77,22 @@ float ParamInit::value(int64_t index, uint64_t seed) const {
     case Kind::normal:
       break;
   }
-  return static_cast<float>(std * normal01(seed, stream, static_cast<uint64_t>(index)));
+  return static_cast<float>(std * ziggurat_normal(mix64(seed ^ mix64(stream)),
+                                                   static_cast<uint64_t>(index)));
+}
+
+void ParamInit::fill(int64_t first, int64_t count, uint64_t seed, float* out) const {
+  switch (kind) {
+    case Kind::zero:
+      std::fill(out, out + count, 0.0f);
+      return;
+    case Kind::one:
+      std::fill(out, out + count, 1.0f);
+      return;
+    case Kind::normal:
+      break;
+  }
+  fill_normal(mix64(seed ^ mix64(stream)), static_cast<uint64_t>(first), count, std, out);
 }
 
 float initial_value(const plan::Graph& g, int param, int64_t index, uint64_t seed) {

@@ -40,20 +40,30 @@ class DataSource {
 
 // Counter-based random numbers: the same (seed, stream, index) always gives
 // the same value, whatever the order of calls.
-uint64_t mix64(uint64_t x);
+inline uint64_t mix64(uint64_t x) {  // splitmix64's step and finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 uint64_t hash_name(const std::string& name);
 double uniform01(uint64_t seed, uint64_t stream, uint64_t index);  // (0, 1)
 double normal01(uint64_t seed, uint64_t stream, uint64_t index);   // Box-Muller
 
 // How parameter `param` is initialised (GPT-2/Llama conventions: normal(0,
 // 0.02) weights, GPT-2's residual projections scaled by 1/sqrt(2 n_layer),
-// norm weights 1, biases 0). Made once per parameter: value() is the
-// per-element part (a model of 10^8 elements initialises in seconds).
+// norm weights 1, biases 0). Made once per parameter: value() and fill() are
+// the per-element part. Normal values come from the counter-based ziggurat
+// (normal_ziggurat.h, key mix64(seed ^ mix64(stream))): element i of a
+// parameter's row-major flattening is the same whichever rank generates it,
+// at >= 100 M elements per second per core (bench/bench_init).
 struct ParamInit {
   enum class Kind : uint8_t { zero, one, normal } kind = Kind::normal;
   double std = 0.02;    // Kind::normal: standard deviation
   uint64_t stream = 0;  // Kind::normal: hash_name(the parameter's name)
   float value(int64_t index, uint64_t seed) const;
+  // out[j] = value(first + j, seed) for j in [0, count).
+  void fill(int64_t first, int64_t count, uint64_t seed, float* out) const;
 };
 ParamInit param_init(const plan::Graph& graph, int param);
 

@@ -1,6 +1,6 @@
-// Parameter state of a rank outside the step: initial weights (rank 0 builds,
-// broadcasts over the world, every rank keeps its shard) and gathering the
-// full parameters back (tests, consolidated checkpoints).
+// Parameter state of a rank outside the step: initial weights (each rank
+// generates its own shard, no communication) and gathering the full
+// parameters back (tests, consolidated checkpoints).
 #include <cstring>
 
 #include "engine/exec/rank_executor.h"
@@ -12,16 +12,7 @@ void RankExecutor::init_weights(uint64_t seed) {
   for (size_t u = 0; u < up_.units.size(); ++u) {
     const UnitLayout& lay = layouts_[u];
     if (lay.shard_numel() == 0) continue;
-    // Unsharded layout: rank 0's values, zeros elsewhere until the broadcast.
-    std::vector<float> full = s_.rank == 0
-                                  ? initial_unsharded(g_, lay, seed)
-                                  : std::vector<float>(static_cast<size_t>(lay.full_numel()), 0.0f);
-    comm_.broadcast(0, full.data(), full.size() * sizeof(float), 0);
-    std::vector<float> gathered(full.size());
-    lay.unsharded_to_gathered(full.data(), gathered.data(), 4);
-    std::memcpy(param_shard(static_cast<int>(u)),
-                gathered.data() + shard_index_ * lay.shard_numel(),
-                static_cast<size_t>(lay.shard_numel()) * sizeof(float));
+    fill_initial_shard(g_, lay, shard_index_, seed, param_shard(static_cast<int>(u)));
   }
 }
 

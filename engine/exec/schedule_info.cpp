@@ -46,21 +46,27 @@ GroupIndices group_indices(const plan::Schedule& s) {
 
 std::vector<float> initial_unsharded(const plan::Graph& g, const UnitLayout& lay, uint64_t seed) {
   std::vector<float> full(static_cast<size_t>(lay.full_numel()), 0.0f);
-  for (const ParamPlace& pp : lay.params()) {
-    const ParamInit init = param_init(g, pp.param);
-    for (int64_t i = 0; i < pp.numel; ++i)
-      full[static_cast<size_t>(pp.unsharded + i)] = init.value(i, seed);
-  }
+  for (const ParamPlace& pp : lay.params())
+    param_init(g, pp.param).fill(0, pp.numel, seed, full.data() + pp.unsharded);
   return full;
+}
+
+void fill_initial_shard(const plan::Graph& g, const UnitLayout& lay, int64_t shard_index,
+                        uint64_t seed, float* out) {
+  std::fill(out, out + lay.shard_numel(), 0.0f);  // padding
+  for (const ParamPlace& pp : lay.params()) {
+    const Range r = lay.held_range(pp, shard_index);
+    if (r.size() <= 0) continue;
+    param_init(g, pp.param).fill(r.begin, r.size(), seed,
+                                 out + lay.held_shard_offset(pp, shard_index));
+  }
 }
 
 std::vector<float> initial_shard(const plan::Graph& g, const UnitLayout& lay, int64_t shard_index,
                                  uint64_t seed) {
-  const std::vector<float> full = initial_unsharded(g, lay, seed);
-  std::vector<float> gathered(full.size());
-  lay.unsharded_to_gathered(full.data(), gathered.data(), 4);
-  const auto first = gathered.begin() + shard_index * lay.shard_numel();
-  return std::vector<float>(first, first + lay.shard_numel());
+  std::vector<float> shard(static_cast<size_t>(lay.shard_numel()));
+  fill_initial_shard(g, lay, shard_index, seed, shard.data());
+  return shard;
 }
 
 }  // namespace shardscope::engine::exec

@@ -42,11 +42,15 @@ GroupIndices group_indices(const plan::Schedule& schedule);
 
 // Unit parameters in the unsharded layout (layout.h), full_numel() elements:
 // every parameter's initial values (initial_value with `seed`), zeros in the
-// padding. What rank 0 builds and broadcasts.
+// padding.
 std::vector<float> initial_unsharded(const plan::Graph& graph, const UnitLayout& layout,
                                      uint64_t seed);
-// Shard `shard_index` of those values (shard_numel() elements): what that
-// rank keeps after the broadcast.
+// Shard `shard_index` of those values (shard_numel() elements, padding 0),
+// generated directly: only the held ranges of each parameter are computed,
+// so each rank initialises its own shard with no broadcast and the values do
+// not depend on the world size.
+void fill_initial_shard(const plan::Graph& graph, const UnitLayout& layout, int64_t shard_index,
+                        uint64_t seed, float* out);
 std::vector<float> initial_shard(const plan::Graph& graph, const UnitLayout& layout,
                                  int64_t shard_index, uint64_t seed);
 

@@ -88,7 +88,9 @@ std::vector<RankRun> train_threads(const TrainConfig& config, const std::vector<
                                    const TrainHooks& hooks) {
   if (plans.size() != static_cast<size_t>(config.world_size))
     throw std::invalid_argument("train_threads: one plan per rank expected");
-  auto comms = comm::make_thread_communicators(config.world_size, plans[0].groups);
+  comm::ThreadCommOptions comm_options;
+  comm_options.timeout = config.comm_timeout;
+  auto comms = comm::make_thread_communicators(config.world_size, plans[0].groups, comm_options);
   std::vector<RankRun> runs(static_cast<size_t>(config.world_size));
   std::vector<std::exception_ptr> errors(runs.size());
   std::vector<std::thread> threads;

@@ -5,6 +5,8 @@
 // communicator (train_threads).
 #pragma once
 
+#include <chrono>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -28,6 +30,9 @@ struct TrainConfig {
   std::string save_dir;  // non-empty: checkpoint after the last step (checkpointing.h)
   std::string
       load_path;  // non-empty: start from this checkpoint (its step count and data position)
+  // Longest wait on a peer (ranks as threads, train_threads): the
+  // communicator's timeout.
+  std::chrono::milliseconds comm_timeout{60'000};
 };
 
 struct StepReport {

@@ -50,7 +50,7 @@ RunResult run_launched_rank(const RunRequest& request, const RankTrainer& train)
   using namespace std::chrono_literals;
   if (!request.env) throw std::invalid_argument("engine::run: Role::rank needs request.env");
   const launch::RankEnv& env = *request.env;
-  launch::Rendezvous rv = launch::rendezvous(env, 60s);
+  launch::Rendezvous rv = launch::rendezvous(env, request.timeout);
   RankOutcome out;
   try {
     if (request.rank_error) std::rethrow_exception(request.rank_error);

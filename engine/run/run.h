@@ -20,6 +20,7 @@
 // RunResult, to_json below), the launcher reads it back and removes both.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -77,6 +78,11 @@ struct RunRequest {
   std::string save_dir;    // CPU: checkpoint after the last step
   std::string load_path;   // CPU: start from a checkpoint
   std::string trace_path;  // non-empty: the merged trace of every rank is written here
+  // Longest wait on a peer (the rendezvous, the shared-memory attach, one
+  // collective or barrier; NCCL's watchdog on cuda) before the run fails
+  // naming the missing rank. Weight initialisation is local (each rank
+  // generates its own shard) and never waits on a peer.
+  std::chrono::milliseconds timeout{60'000};
   CudaOptions cuda;
   ProgressCallback on_progress;  // rank 0 (or the one process) only; may be empty
 

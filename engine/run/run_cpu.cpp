@@ -24,6 +24,7 @@ exec::TrainConfig train_config(const RunRequest& request) {
   config.model_name = request.model_name;
   config.save_dir = request.save_dir;
   config.load_path = request.load_path;
+  config.comm_timeout = request.timeout;
   return config;
 }
 
@@ -41,7 +42,7 @@ RunResult run_rank(const RunRequest& request) {
     opt.rank = env.rank;
     opt.world_size = env.world_size;
     opt.groups = rank_plan.groups;
-    opt.timeout = 60s;
+    opt.timeout = request.timeout;
     std::unique_ptr<engine::comm::Communicator> comm = engine::comm::open_shm_communicator(opt);
     RankOutcome out;
     out.tokens_per_step = tokens_per_step(*request.graph, request.policy, env.world_size);

@@ -21,8 +21,6 @@ namespace shardscope::engine::run::detail {
 
 namespace {
 
-// Bounds NCCL's rendezvous through the store and every store wait of a rank.
-constexpr std::chrono::milliseconds kCommTimeout{120000};
 
 cuda::CudaTrainConfig train_config(const RunRequest& request, int device) {
   cuda::CudaTrainConfig c;
@@ -125,7 +123,7 @@ RunResult run_nccl_rank(const RunRequest& request) {
     const exec::RankPlan rank_plan =
         exec::build_rank_plan(*request.graph, request.policy, request.world, env.rank);
     cuda::NcclCommunicator comm(env.rank, env.world_size, rank_plan.groups, *rv.store,
-                                kCommTimeout);
+                                request.timeout);
     cuda::CudaRankRun r =
         cuda::train_cuda_rank(config, rank_plan, comm, progress_hooks(request, tokens));
     RankOutcome out;

@@ -266,3 +266,29 @@ TEST_CASE("a directory or missing file as --data is refused before any rank star
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Catch::Contains("No such file or directory"));
 }
+
+TEST_CASE("the peer timeout (--timeout, SHARDSCOPE_TIMEOUT) bounds the wait on a missing rank", "[cli][run]") {
+  const std::string cli = SHARDSCOPE_CLI;
+  // Rank 0 of 2 started alone (torchrun style): rank 1 never attaches.
+  const std::string alone =
+      "--help >/dev/null; RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+      "MASTER_PORT=" +
+      std::to_string(29600 + getpid() % 300) + " ";
+  auto r = run_cli(alone + cli + " run --model gpt2-tiny --steps 1 --timeout 1");
+  CHECK(r.status != 0);
+  CHECK_THAT(r.output, Catch::Contains("timeout after 1 s") &&
+                           Catch::Contains("rank(s) 1 of world size 2 have not attached"));
+  r = run_cli(alone + "SHARDSCOPE_TIMEOUT=2 " + cli + " run --model gpt2-tiny --steps 1");
+  CHECK_THAT(r.output, Catch::Contains("timeout after 2 s"));
+
+  r = run_cli("run --model gpt2-tiny --steps 1 --timeout 0");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("--timeout"));
+  r = run_cli("--help >/dev/null; SHARDSCOPE_TIMEOUT=soon " + cli +
+              " run --model gpt2-tiny --steps 1");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("SHARDSCOPE_TIMEOUT: expected whole seconds") &&
+                           Catch::Contains("'soon'"));
+  r = run_cli("run --help");
+  CHECK_THAT(r.output, Catch::Contains("default 60 on cpu, 120 on cuda"));
+}

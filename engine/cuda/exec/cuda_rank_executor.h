@@ -92,10 +92,8 @@ class CudaRankExecutor : private exec::RunnerBackend {
   CudaRankExecutor(const CudaRankExecutor&) = delete;
   CudaRankExecutor& operator=(const CudaRankExecutor&) = delete;
 
-  // Initial weights, the CPU engine's values (exec::initial_shard): rank 0
-  // builds each unit in full, broadcasts it over the world, every rank keeps
-  // its shard. With emulated peers (nothing moves between ranks) every rank
-  // computes its own shard from the seed instead.
+  // Initial weights, the CPU engine's values (exec::initial_shard): every
+  // rank generates its own shard from the seed, no communication.
   void init_weights(uint64_t seed);
   // Every parameter in full (graph order), all-gathered over the shard group
   // (a collective every rank must call). Meaningful with NCCL only: under

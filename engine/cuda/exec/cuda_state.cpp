@@ -37,59 +37,22 @@ class DeviceScratch {
   void* ptr_ = nullptr;
 };
 
-// Broadcast chunk: bounds the scratch for large units.
-constexpr int64_t kBroadcastChunkElems = int64_t{16} << 20;
-
 }  // namespace
 
 void CudaRankExecutor::init_weights(uint64_t seed) {
-  cudaStream_t compute = streams_[static_cast<size_t>(compute_)];
   for (size_t u = 0; u < up_.units.size(); ++u) {
     const exec::UnitLayout& lay = layouts_[u];
-    const int64_t s = lay.shard_numel();
-    if (s == 0) continue;
+    if (lay.shard_numel() == 0) continue;
     const int shard_buffer =
         runner_->persistent_buffer(plan::BufferRole::param_shard, static_cast<int>(u));
     if (shard_buffer < 0) throw ExecError("unit " + up_.units[u].name + " has no parameter shard");
     const bool host_shard = s_.buffers[static_cast<size_t>(shard_buffer)].on_host;
     void* dst = runner_->address(shard_buffer);
-
-    if (emulated(comm_) || comm_.world_size() == 1) {
-      // Nothing to receive: this rank's shard straight from the seed (the
-      // values rank 0 would have broadcast).
-      const std::vector<float> shard = exec::initial_shard(g_, lay, shard_index_, seed);
-      SS_CUDA_CHECK(cudaMemcpy(dst, shard.data(), shard.size() * sizeof(float),
-                               host_shard ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice));
-      continue;
-    }
-    // Rank 0 builds the unit in the gathered layout and broadcasts it over the
-    // world in chunks; each rank keeps [q*s, (q+1)*s) (PyTorch's sync_module_states).
-    std::vector<float> gathered;
-    if (s_.rank == 0) {
-      const std::vector<float> full = exec::initial_unsharded(g_, lay, seed);
-      gathered.resize(full.size());
-      lay.unsharded_to_gathered(full.data(), gathered.data(), 4);
-    }
-    const int64_t total = lay.full_numel();
-    const int64_t mine_begin = shard_index_ * s, mine_end = mine_begin + s;
-    DeviceScratch scratch(static_cast<size_t>(std::min(total, kBroadcastChunkElems)) *
-                          sizeof(float));
-    for (int64_t begin = 0; begin < total; begin += kBroadcastChunkElems) {
-      const int64_t len = std::min(kBroadcastChunkElems, total - begin);
-      if (s_.rank == 0)
-        SS_CUDA_CHECK(cudaMemcpyAsync(scratch.get(), gathered.data() + begin,
-                                      static_cast<size_t>(len) * sizeof(float),
-                                      cudaMemcpyHostToDevice, compute));
-      comm_.broadcast(0, scratch.get(), static_cast<size_t>(len) * sizeof(float), 0, compute);
-      const int64_t lo = std::max(begin, mine_begin), hi = std::min(begin + len, mine_end);
-      if (lo < hi)
-        SS_CUDA_CHECK(cudaMemcpyAsync(
-            static_cast<float*>(dst) + (lo - mine_begin), scratch.get() + (lo - begin),
-            static_cast<size_t>(hi - lo) * sizeof(float),
-            host_shard ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice, compute));
-      // The scratch is reused by the next chunk: wait for this one's copies.
-      SS_CUDA_CHECK(cudaStreamSynchronize(compute));
-    }
+    // This rank's shard straight from the seed: no broadcast, the values do
+    // not depend on the world size (exec::fill_initial_shard).
+    const std::vector<float> shard = exec::initial_shard(g_, lay, shard_index_, seed);
+    SS_CUDA_CHECK(cudaMemcpy(dst, shard.data(), shard.size() * sizeof(float),
+                             host_shard ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice));
   }
   // The whole device, not just compute: cudaMemcpy from pageable memory
   // (above) runs on the legacy default stream and may return before its DMA
