@@ -80,7 +80,12 @@ nlohmann::json parse_checked(std::string_view text, const std::string& what, boo
       *syntax_error = true;
       return nullptr;
     }
-    throw Error(what + ": not valid JSON: " + quote_input(e.what()));
+    // The open objects' keys say where the parse stopped (the callback saw
+    // every key up to the bad token).
+    if (e.id == 406)  // out_of_range.406: a number beyond a double's range
+      throw Error(what + ": the number at " + where() +
+                  " is too large for a double: " + quote_input(e.what()));
+    throw Error(what + ": not valid JSON (in " + where() + "): " + quote_input(e.what()));
   }
 }
 }  // namespace

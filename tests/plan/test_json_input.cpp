@@ -72,3 +72,18 @@ TEST_CASE("JSON input files: a directory, a missing file, a good file", "[json]"
   CHECK_THROWS_WITH(plan::load_json_input(good, "--policy"),
                     Catch::Contains("--policy '" + good + "': duplicate key 'batch_size'"));
 }
+
+TEST_CASE("JSON input: a number overflow names the key and quotes 200 characters", "[json]") {
+  const std::string digits(100000, '9');
+  try {
+    plan::parse_json_input(R"({"optimizer": {"lr": )" + digits + "}}", "--policy p.json");
+    FAIL("no error");
+  } catch (const plan::Error& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, Catch::Contains("--policy p.json: the number at '/optimizer/lr' is too large "
+                                  "for a double"));
+    CHECK(m.size() < 600);
+  }
+  CHECK_THROWS_WITH(plan::parse_json_input(R"({"wrap": {"type": ]}})", "--policy p.json"),
+                    Catch::Contains("not valid JSON (in '/wrap/type')"));
+}
