@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "traces/error.h"
+
 namespace shardscope::traces {
 
 using nlohmann::json;
@@ -81,10 +83,10 @@ std::vector<ChromeIssue> check_chrome_trace(std::string_view text, size_t max_is
   try {
     root = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
-    c.add("json", "byte " + std::to_string(e.byte), e.what());
+    c.add("json", "byte " + std::to_string(e.byte), clip_input(e.what()));
     return c.issues;
   } catch (const json::exception& e) {  // out_of_range: a number too large for a double
-    c.add("json", "/", e.what());
+    c.add("json", "/", clip_input(e.what()));
     return c.issues;
   }
   const json* events = nullptr;
@@ -165,7 +167,7 @@ std::vector<ChromeIssue> check_chrome_trace(std::string_view text, size_t max_is
       }
       for (auto it = e["args"].begin(); it != e["args"].end(); ++it)
         if (!it.value().is_number())
-          c.add("counter", where, "counter value \"" + it.key() + "\" is not a number");
+          c.add("counter", where, "counter value " + quote_input(it.key()) + " is not a number");
     }
   }
 
@@ -178,7 +180,7 @@ std::vector<ChromeIssue> check_chrome_trace(std::string_view text, size_t max_is
       while (!open.empty() && open.back()->end <= s.start) open.pop_back();
       if (!open.empty() && s.end > open.back()->end) {
         c.add("overlap", where_of(s.index),
-              "partially overlaps " + where_of(open.back()->index) + " on thread " + thread);
+              "partially overlaps " + where_of(open.back()->index) + " on thread " + clip_input(thread));
         continue;
       }
       open.push_back(&s);
@@ -199,7 +201,8 @@ std::vector<ChromeIssue> check_chrome_trace(std::string_view text, size_t max_is
       }
       if (!m.name.empty() && !open.back()->name.empty() && m.name != open.back()->name)
         c.add("begin_end", where_of(m.index),
-              "E \"" + m.name + "\" closes B \"" + open.back()->name + "\" (not nested)");
+              "E " + quote_input(m.name) + " closes B " + quote_input(open.back()->name) +
+                  " (not nested)");
       open.pop_back();
     }
     for (const Mark* m : open)
@@ -208,7 +211,7 @@ std::vector<ChromeIssue> check_chrome_trace(std::string_view text, size_t max_is
   for (const auto& [key, f] : flows) {
     if (f.starts != 1 || f.ends != 1)
       c.add("flow", where_of(f.first),
-            "flow " + key + " has " + std::to_string(f.starts) + " start(s) and " +
+            "flow " + clip_input(key) + " has " + std::to_string(f.starts) + " start(s) and " +
                 std::to_string(f.ends) + " end(s)");
   }
   return c.issues;

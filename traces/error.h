@@ -4,8 +4,10 @@
 // a detail; what() joins them. The CLI prints what() and exits with status 2.
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace shardscope::traces {
 
@@ -20,6 +22,19 @@ enum class ErrorKind {
 
 const char* error_kind_name(ErrorKind kind);
 
+// The most bytes of input text (a name, a key, a category, a parser's echo
+// of a token) an error message quotes.
+constexpr size_t kMaxQuotedInput = 200;
+
+// `s` cut to at most `max` bytes (at a UTF-8 character boundary) with
+// "... (N bytes)" appended when cut; control characters and bytes that are
+// not UTF-8 are shown as \xNN. For every piece of input put in a message.
+std::string clip_input(std::string_view s, size_t max = kMaxQuotedInput);
+// clip_input(s, max) in double quotes.
+std::string quote_input(std::string_view s, size_t max = kMaxQuotedInput);
+
+// A last guard on top of clip_input at the call sites: the position is cut
+// to 400 bytes and the detail to 800, so no message echoes megabytes of input.
 class TraceError : public std::runtime_error {
  public:
   TraceError(ErrorKind kind, const std::string& file, const std::string& position,

@@ -10,6 +10,7 @@
 
 #include "traces/error.h"
 #include "traces/gzip.h"
+#include "traces/input.h"
 #include "traces/utf8.h"
 
 namespace shardscope::traces {
@@ -23,16 +24,11 @@ std::string errno_text() {
 }  // namespace
 
 std::string read_file(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw TraceError(ErrorKind::io, path, "", "cannot open: " + errno_text());
+  InputFile in(path, InputLimits());
   std::string data;
-  char chunk[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) data.append(chunk, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) throw TraceError(ErrorKind::io, path, "", "read failed");
-  if (is_gzip(data)) return gunzip(data, path);
+  if (!in.gzip() && in.file_size()) data.reserve(in.file_size());
+  while (in.read(data, size_t{1} << 20) > 0) {
+  }
   return data;
 }
 

@@ -15,7 +15,9 @@ namespace shardscope::traces {
 class GzipDeflater;
 
 // The whole file, decompressed when it is gzip (magic bytes 1f 8b, whatever
-// its name); throws TraceError(io) naming the path, or gunzip's errors.
+// its name; InputLimits' gzip bounds); throws TraceError(io) naming the
+// path, or gunzip's errors. No JSON check: traces/input.h's read_json_text
+// is the bounded read for JSON traces.
 std::string read_file(const std::string& path);
 
 // Bytes in the file; throws TraceError(io).

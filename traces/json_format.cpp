@@ -40,7 +40,7 @@ void write_metadata_json(const Metadata& m, OutBuffer& out) {
       policy = json::parse(m.policy_json);
     } catch (const json::exception& e) {
       throw TraceError(ErrorKind::schema, "trace", "/metadata/policy",
-                       std::string("policy is not valid JSON: ") + e.what());
+                       "policy is not valid JSON: " + clip_input(e.what()));
     }
     out.put(policy.dump(-1, ' ', false, json::error_handler_t::replace));
   }
@@ -253,7 +253,7 @@ class NativeReader {
     const std::string format = top.get_string("format", true);
     if (format != kJsonFormatName)
       top.fail("format",
-               "expected \"" + std::string(kJsonFormatName) + "\", got \"" + format + "\"");
+               "expected \"" + std::string(kJsonFormatName) + "\", got " + quote_input(format));
     const int64_t version = top.get_int("version", true);
     if (version != kJsonFormatVersion)
       throw TraceError(ErrorKind::unsupported_version, file_, "/version",
@@ -303,7 +303,7 @@ class NativeReader {
     e.lane = static_cast<uint32_t>(f.get_uint("lane", true, 0, kNoLane - 1));
     e.name = trace_.intern(f.get_string("name", true));
     const std::string cat = f.get_string("cat", true);
-    if (!parse_category(cat, &e.category)) f.fail("cat", "unknown category \"" + cat + "\"");
+    if (!parse_category(cat, &e.category)) f.fail("cat", "unknown category " + quote_input(cat));
     e.start_ns = f.get_int("start_ns", true);
     e.dur_ns = f.get_int("dur_ns", true, 0, 0);
     e.unit = trace_.intern(f.get_string("unit", false));
@@ -325,7 +325,7 @@ class NativeReader {
     m.lane = static_cast<uint32_t>(f.get_uint("lane", false, kNoLane, kNoLane));
     const std::string cat = f.get_string("cat", false, "unknown");
     if (!parse_memory_category(cat, &m.category))
-      f.fail("cat", "unknown memory category \"" + cat + "\"");
+      f.fail("cat", "unknown memory category " + quote_input(cat));
     pending_.memory.push_back(m);
   }
 
@@ -358,7 +358,7 @@ class NativeReader {
       Lane l;
       l.name = trace_.intern(lf.get_string("name", true));
       const std::string kind = lf.get_string("kind", true);
-      if (!parse_lane_kind(kind, &l.kind)) lf.fail("kind", "unknown lane kind \"" + kind + "\"");
+      if (!parse_lane_kind(kind, &l.kind)) lf.fail("kind", "unknown lane kind " + quote_input(kind));
       l.stream = static_cast<int32_t>(lf.get_int("stream", false, -1, INT32_MIN, INT32_MAX));
       r.lanes.push_back(l);
     }
@@ -392,7 +392,7 @@ Metadata read_metadata_json(const json& obj, const std::string& where, const std
   JsonFields f(obj, where, file);
   Metadata m;
   const std::string source = f.get_string("source", true);
-  if (!parse_source(source, &m.source)) f.fail("source", "unknown source \"" + source + "\"");
+  if (!parse_source(source, &m.source)) f.fail("source", "unknown source " + quote_input(source));
   m.model = f.get_string("model", false);
   m.hardware = f.get_string("hardware", false);
   m.clock_alignment = f.get_string("clock_alignment", false);
@@ -406,7 +406,7 @@ Metadata read_metadata_json(const json& obj, const std::string& where, const std
   }
   if (const json* tools = f.get_object("tool_versions", false)) {
     for (auto it = tools->begin(); it != tools->end(); ++it) {
-      if (!it.value().is_string()) f.fail("tool_versions", "\"" + it.key() + "\" is not a string");
+      if (!it.value().is_string()) f.fail("tool_versions", quote_input(it.key()) + " is not a string");
       m.tool_versions[it.key()] = it.value().get<std::string>();
     }
   }

@@ -82,7 +82,7 @@ JsonKind JsonScanner::peek_kind() {
     default:
       if (text_[pos_] == '-' || is_digit(text_[pos_])) return JsonKind::number;
   }
-  fail(pos_, std::string("unexpected character '") + text_[pos_] + "', expected a value");
+  fail(pos_, "unexpected character " + quote_input(text_.substr(pos_, 1)) + ", expected a value");
 }
 
 void JsonScanner::enter() {

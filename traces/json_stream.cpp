@@ -8,11 +8,18 @@ namespace shardscope::traces {
 
 using nlohmann::json;
 
+namespace {
+
+// Bytes of one key shown in a JSON path (a path has at most 64 of them).
+constexpr size_t kMaxPathKey = 64;
+
+}  // namespace
+
 std::string json_path(const JsonParents& parents) {
   std::string p;
   for (const JsonFrame& f : parents) {
     p += '/';
-    p += f.is_array ? std::to_string(f.index) : f.key;
+    p += f.is_array ? std::to_string(f.index) : clip_input(f.key, kMaxPathKey);
   }
   return p.empty() ? "/" : p;
 }
@@ -20,7 +27,7 @@ std::string json_path(const JsonParents& parents) {
 std::string json_path(const JsonParents& parents, std::string_view key) {
   std::string p = json_path(parents);
   if (p != "/") p += '/';
-  p.append(key.data(), key.size());
+  p += clip_input(key, kMaxPathKey);
   return p;
 }
 
@@ -62,10 +69,10 @@ json parse_json_streaming(std::string_view text, const std::string& file,
     return json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true);
   } catch (const json::parse_error& e) {
     throw TraceError(ErrorKind::malformed, file, "byte " + std::to_string(e.byte),
-                     std::string("invalid JSON: ") + e.what());
+                     "invalid JSON: " + clip_input(e.what()));
   } catch (const json::exception& e) {
     // e.g. out_of_range 406: a number too large for a double ("1e400").
-    throw TraceError(ErrorKind::malformed, file, "", std::string("invalid JSON: ") + e.what());
+    throw TraceError(ErrorKind::malformed, file, "", "invalid JSON: " + clip_input(e.what()));
   }
 }
 
@@ -80,7 +87,7 @@ void JsonFields::fail(const char* key, const std::string& detail) const {
   std::string p = where_;
   if (key) {
     if (p != "/") p += '/';
-    p += key;
+    p += clip_input(key, kMaxPathKey);
   }
   throw TraceError(ErrorKind::schema, file_, p, detail);
 }

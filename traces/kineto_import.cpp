@@ -6,6 +6,7 @@
 
 #include "traces/error.h"
 #include "traces/file_io.h"
+#include "traces/input.h"
 #include "traces/json_scan.h"
 #include "traces/kineto_read.h"
 #include "traces/op_cost.h"
@@ -213,7 +214,7 @@ class RankBuilder {
           ErrorKind::schema, file_, "/traceEvents",
           "nothing to import: no device or host events, steps or memory records" +
               (skipped.empty() ? std::string()
-                               : " (Kineto categories not imported: " + skipped + ")"));
+                               : " (Kineto categories not imported: " + clip_input(skipped, 400) + ")"));
     }
     sort_events(r);
     for (const auto& [id, name] : d_.device_names)
@@ -361,7 +362,7 @@ int32_t import_kineto_rank(Trace& t, std::string_view text, const std::string& n
       int64_t v = 0;
       if (!parse_json_int(pid, &v) || v < 0 || v > INT32_MAX)
         throw TraceError(ErrorKind::schema, name, "/traceEvents",
-                         "a shardscope export whose process id " + pid + " is not a rank");
+                         "a shardscope export whose process id " + clip_input(pid) + " is not a rank");
       ranks.emplace_back(static_cast<int32_t>(v), pid);
     }
     std::sort(ranks.begin(), ranks.end());
@@ -392,7 +393,7 @@ Trace import_kineto(const std::vector<std::string>& paths, KinetoImportSummary* 
   t.meta.clock_alignment = "none: Kineto baseTimeNanoseconds + ts, as recorded";
   int32_t world = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
-    const std::string text = read_file(paths[i]);
+    const std::string text = read_json_text(paths[i]);
     world =
         std::max(world, import_kineto_rank(t, text, paths[i], static_cast<int32_t>(i), summary));
   }

@@ -513,7 +513,7 @@ class Reader {
     m.record.address = a.addr;
     if (!a.memory_category.empty() && !parse_memory_category(a.memory_category, &m.record.category))
       fail_at(where + "shardscope_category",
-              "unknown memory category \"" + a.memory_category + "\"");
+              "unknown memory category " + quote_input(a.memory_category));
     m.device = static_cast<int32_t>(a.device_id);
     m.pid = pid_;
     doc_.memory.push_back(std::move(m));

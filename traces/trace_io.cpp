@@ -2,10 +2,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "traces/binary_format.h"
 #include "traces/error.h"
 #include "traces/file_io.h"
+#include "traces/input.h"
 #include "traces/json_format.h"
 #include "traces/kineto_import.h"
 
@@ -36,51 +38,47 @@ TraceFormat detect_format(std::string_view text) {
 }
 
 Trace load_trace(const std::string& path) {
-  // Binary traces are read straight into their arrays; peek first so that a
-  // 500 MB binary file is not read into a string as well.
-  char head[8] = {};
-  size_t n = 0;
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    n = std::fread(head, 1, sizeof head, f);
-    std::fclose(f);
-  }
-  if (n > 0 && detect_format(std::string_view(head, n)) == TraceFormat::binary)
-    return read_trace_binary(path);
-  const std::string text = read_file(path);  // inflates .gz
-  // Neither the binary magic nor JSON: say what the file is not, rather than
-  // a JSON parser's "invalid literal".
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos)
+  return load_trace(path, InputLimits(), nullptr);
+}
+
+Trace load_trace(const std::string& path, const InputLimits& limits, InputStats* stats) {
+  // The first chunk decides what the file is; the rest is read only for a
+  // trace (binary traces straight into their arrays, JSON through the guard),
+  // so garbage costs one chunk however large the file.
+  std::optional<InputFile> in;
+  in.emplace(path, limits, stats);
+  std::string text;
+  in->read(text, kInputChunk);
+  if (text.empty())
     throw TraceError(ErrorKind::malformed, path, "byte 1",
-                     text.empty() ? "empty file: not a shardscope or Kineto trace"
-                                  : "only whitespace: not a shardscope or Kineto trace");
+                     "empty file: not a shardscope or Kineto trace");
   size_t magic = 0;  // leading bytes equal to the binary magic's
   while (magic < 8 && magic < text.size() && text[magic] == kBinaryMagic[magic]) ++magic;
   // All of the magic, or a file that ends inside it (a truncated binary
   // trace: its reader says so): binary.
-  const bool binary = magic == 8 || magic == text.size();
-  if (!binary && magic >= 4)
+  if (magic == 8 || magic == text.size()) {
+    if (!in->gzip()) {
+      in.reset();
+      return read_trace_binary(path);
+    }
+    while (in->read(text, size_t{1} << 20) > 0) {
+    }
+    return read_trace_binary(text.data(), text.size(), path);
+  }
+  if (magic >= 4)
     throw TraceError(ErrorKind::malformed, path, "byte " + std::to_string(magic + 1),
                      "a damaged binary trace magic: the first " + std::to_string(magic) +
                          " bytes match it, byte " + std::to_string(magic + 1) + " does not");
-  if (!binary && text[first] != '{' && text[first] != '[') {
-    char bytes[64];
-    const auto b = [&](size_t i) {
-      return i < text.size() ? static_cast<unsigned>(static_cast<unsigned char>(text[i])) : 0u;
-    };
-    std::snprintf(bytes, sizeof bytes, "%02x %02x %02x %02x", b(first), b(first + 1), b(first + 2),
-                  b(first + 3));
-    throw TraceError(ErrorKind::malformed, path, "byte " + std::to_string(first + 1),
-                     std::string("not a shardscope or Kineto trace: it starts with bytes ") +
-                         bytes + ", neither the binary trace magic (\\x89SSTRC) nor a JSON object");
-  }
+  // JSON: whitespace, garbage, huge strings and deep nesting fail in the
+  // guard, at the first bad byte.
+  text = read_json_text(*in, limits, std::move(text));
+  in.reset();
   switch (detect_format(text)) {
-    case TraceFormat::binary:
-      return read_trace_binary(text.data(), text.size(), path);
-    case TraceFormat::kineto:
-      return import_kineto_text(text, path);
+    case TraceFormat::binary:  // JSON text cannot start with the magic
     case TraceFormat::json:
       break;
+    case TraceFormat::kineto:
+      return import_kineto_text(text, path);
   }
   return read_trace_json(text, path);
 }

@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "traces/input.h"
 #include "traces/trace.h"
 
 namespace shardscope::traces {
@@ -18,8 +19,12 @@ const char* trace_format_name(TraceFormat f);  // "binary", "json", "kineto"
 TraceFormat detect_format(std::string_view head_or_text);
 
 // Any of the three forms (a Kineto file is imported as one rank, see
-// traces/kineto_import.h). Throws TraceError.
+// traces/kineto_import.h), plain or gzip. Throws TraceError. The form is
+// decided from the first 64 KiB; a file that is no trace fails there, and
+// JSON input within `limits` (traces/input.h) or fails at the first byte
+// over them. `stats`, when given, counts the bytes read (also on failure).
 Trace load_trace(const std::string& path);
+Trace load_trace(const std::string& path, const InputLimits& limits, InputStats* stats);
 
 // Native JSON when the path ends in ".json", else binary. Atomic: the file
 // appears complete or not at all. Throws TraceError.
