@@ -22,7 +22,7 @@ struct SpillRecord {
 
 [[noreturn]] void spill_failed(const char* what) {
   throw std::runtime_error(std::string("sweep: the temporary file of results: ") + what +
-                           " (it needs about 130 bytes per configuration in $TMPDIR or /tmp)");
+                           " (it needs about 120 bytes per configuration in /tmp)");
 }
 
 // A configuration that does not fit stopped at the failed allocation: its

@@ -19,7 +19,7 @@
 namespace shardscope::cli {
 
 /// Every configuration of a sweep in a temporary file (tmpfile(3): gone when
-/// closed), about 130 bytes each; the policy is not stored but rebuilt from
+/// closed, in /tmp), about 120 bytes each; the policy is not stored but rebuilt from
 /// the grid. Throws std::runtime_error when the file cannot be written.
 class SweepSpill {
  public:
