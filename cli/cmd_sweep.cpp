@@ -8,13 +8,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <map>
+#include <iostream>
+#include <memory>
+#include <set>
 #include <sstream>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/plan_inputs.h"
 #include "cli/sim_flags.h"
+#include "cli/sweep_output.h"
+#include "cli/sweep_progress.h"
 #include "plan/models.h"
 #include "sim/sweep.h"
 
@@ -25,7 +29,7 @@ namespace {
 const char* kUsage =
     "shardscope sweep --model M --grid G [--world N[,N...]] [--policy P] [--set K=V]...\n"
     "                 [--hw H] [--mem-limit BYTES] [--threads T] [--top K] [--out FILE] "
-    "[--json]\n\n"
+    "[--json] [--quiet]\n\n"
     "  --grid G           grid JSON: policy keys (dotted for nested) -> arrays of values\n"
     "  --world N,...      world sizes to sweep (default 8)\n"
     "  --policy/--set     the base policy the grid's values are applied to\n"
@@ -34,7 +38,12 @@ const char* kUsage =
     "  --threads T        worker threads (default: every core)\n"
     "  --top K            rows of the ranked table (default 10)\n"
     "  --out FILE         every configuration: CSV, or JSON when FILE ends in .json\n"
-    "  --json             print the sweep JSON (ARCHITECTURE.md \"Output contracts\")";
+    "  --json             print the sweep JSON (ARCHITECTURE.md \"Output contracts\")\n"
+    "  --quiet            no progress or warning on stderr\n\n"
+    "At most 10,000,000 configurations (grid x worlds); the count is checked first.\n"
+    "Progress goes to stderr: one updating line on a terminal, else a line per tenth\n"
+    "of sweeps of 10,000 configurations or more. Results stream to --out/--json:\n"
+    "memory does not grow with the grid.";
 
 std::vector<int64_t> parse_worlds(const std::string& text) {
   std::vector<int64_t> worlds;
@@ -56,164 +65,37 @@ std::vector<int64_t> parse_worlds(const std::string& text) {
   return worlds;
 }
 
-// A configuration that does not fit stopped at the failed allocation: its
-// times and throughput predict nothing and are written as null (CSV: empty);
-// its peaks are those up to the failure. A rejected one was never simulated.
-nlohmann::json time_or_null(bool timed, double v) {
-  return timed ? nlohmann::json(v) : nlohmann::json();
-}
-
-nlohmann::json metrics_json(const sim::SweepPoint& p) {
-  if (p.rejected) return nlohmann::json();
-  const traces::MetricValues& m = p.metrics;
-  return {{"step_time_ms", time_or_null(p.fits, m.step_time_ms)},
-          {"peak_allocated_bytes", m.peak_allocated_bytes},
-          {"peak_reserved_bytes", m.peak_reserved_bytes},
-          {"compute_ms", time_or_null(p.fits, m.compute_ms)},
-          {"comm_ms", time_or_null(p.fits, m.comm_ms)},
-          {"exposed_comm_ms", time_or_null(p.fits, m.exposed_comm_ms)},
-          {"overlap", time_or_null(p.fits, m.overlap)},
-          {"idle_ms", time_or_null(p.fits, m.idle_ms)}};
-}
-
-// The configurations simulated (rejected ones are counted, not listed), and
-// the index of the best among them.
-nlohmann::json sweep_json(const sim::SweepResult& r, const std::string& model,
-                          const std::string& hw, const std::vector<int64_t>& worlds,
-                          int64_t mem_limit) {
-  nlohmann::json configs = nlohmann::json::array();
-  int64_t best = -1;
-  for (const sim::SweepPoint& p : r.points) {
-    if (p.rejected) continue;
-    if (static_cast<int64_t>(p.config) == r.best) best = static_cast<int64_t>(configs.size());
-    nlohmann::json c = {{"world", p.world},
-                        {"policy", p.policy},
-                        {"metrics", metrics_json(p)},
-                        {"fits", p.fits},
-                        {"pareto", p.pareto},
-                        {"tokens_per_step", p.tokens_per_step},
-                        {"tokens_per_s", time_or_null(p.fits, p.tokens_per_s)}};
-    if (!p.fits) c["oom_buffer"] = p.oom_buffer;
-    configs.push_back(std::move(c));
-  }
-  nlohmann::json j = {{"model", model},
-                      {"hw", hw},
-                      {"worlds", worlds},
-                      {"memory_limit_bytes", mem_limit},
-                      {"configs", configs},
-                      {"rejected", r.rejected},
-                      {"best", best < 0 ? nlohmann::json() : nlohmann::json(best)}};
-  if (r.has_baseline) {
-    const sim::SweepPoint& b = r.baseline;
-    j["baseline"] = {{"world", b.world},
-                     {"policy", b.policy},
-                     {"rejected", b.rejected},
-                     {"fits", b.fits},
-                     {"tokens_per_step", b.tokens_per_step},
-                     {"tokens_per_s", time_or_null(b.fits, b.tokens_per_s)},
-                     {"metrics", metrics_json(b)}};
-    if (!b.rejected && !b.fits) j["baseline"]["oom_buffer"] = b.oom_buffer;
-  }
-  return j;
-}
-
-// The value at a dotted key of a policy document, null when absent.
-nlohmann::json value_at(const nlohmann::json& doc, const std::string& dotted) {
-  std::string p = "/" + dotted;
-  for (char& c : p)
-    if (c == '.') c = '/';
-  const nlohmann::json::json_pointer ptr(p);
-  return doc.contains(ptr) ? doc.at(ptr) : nlohmann::json();
-}
-
-std::string short_value(const nlohmann::json& v) {
-  return v.is_string() ? v.get<std::string>() : v.dump();
-}
-
-std::string csv_quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
-void write_csv(const sim::SweepResult& r, const sim::SweepGrid& grid, std::ostream& out) {
-  out << "config,world";
-  for (const sim::SweepAxis& a : grid.axes) out << ',' << csv_quote(a.key);
-  out << ",rejected,fits,pareto,tokens_per_step,tokens_per_s,step_time_ms,peak_allocated_bytes,"
-         "peak_reserved_bytes,compute_ms,comm_ms,exposed_comm_ms,overlap,idle_ms,oom_buffer,"
-         "policy\n";
-  // Empty fields: a rejected configuration has no metrics; one that does not
-  // fit has its peaks (up to the failure) and no time or throughput.
-  auto field = [&](bool present, const char* format, double v) {
-    char buf[64] = "";
-    if (present) std::snprintf(buf, sizeof buf, format, v);
-    out << ',' << buf;
-  };
-  for (const sim::SweepPoint& p : r.points) {
-    out << p.config << ',' << p.world;
-    for (const sim::SweepAxis& a : grid.axes)
-      out << ',' << csv_quote(short_value(value_at(p.policy, a.key)));
-    const traces::MetricValues& m = p.metrics;
-    const bool simulated = !p.rejected;
-    const bool timed = simulated && p.fits;
-    out << ',' << (p.rejected ? 1 : 0) << ',' << (p.fits ? 1 : 0) << ',' << (p.pareto ? 1 : 0);
-    out << ',';
-    if (simulated) out << p.tokens_per_step;
-    field(timed, "%.3f", p.tokens_per_s);
-    field(timed, "%.6f", m.step_time_ms);
-    out << ',';
-    if (simulated) out << m.peak_allocated_bytes;
-    out << ',';
-    if (simulated) out << m.peak_reserved_bytes;
-    field(timed, "%.6f", m.compute_ms);
-    field(timed, "%.6f", m.comm_ms);
-    field(timed, "%.6f", m.exposed_comm_ms);
-    field(timed, "%.6f", m.overlap);
-    field(timed, "%.6f", m.idle_ms);
-    out << ',';
-    if (simulated && !p.fits) out << csv_quote(p.oom_buffer);
-    out << ',' << csv_quote(p.policy.dump()) << '\n';
-  }
-}
-
 // "fsdp1 / bf16 / true": the grid values of a configuration, short.
 std::string axis_values(const sim::SweepPoint& p, const sim::SweepGrid& grid) {
   std::string s;
   for (const sim::SweepAxis& a : grid.axes) {
     if (!s.empty()) s += " ";
-    s += a.key + "=" + short_value(value_at(p.policy, a.key));
+    s += a.key + "=" + grid_value(p, a.key);
   }
   return s.empty() ? "(base policy)" : s;
 }
 
-void print_report(const sim::SweepResult& r, const sim::SweepGrid& grid, const std::string& model,
+void print_report(const sim::SweepSummary& r, const sim::SweepGrid& grid, const std::string& model,
                   const std::string& hw, int64_t capacity, size_t top, double seconds) {
-  const size_t total = r.points.size();
-  const size_t do_not_fit = total - r.rejected - r.ranking.size();
+  const size_t total = r.total;
+  const size_t do_not_fit = r.do_not_fit;
   std::printf(
       "sweep of %s on %s: %zu configurations, %zu rejected by validation, %zu fit in %s, %zu do "
       "not fit\n",
-      model.c_str(), hw.c_str(), total, r.rejected, r.ranking.size(),
+      model.c_str(), hw.c_str(), total, r.rejected, r.fit,
       human_bytes(static_cast<double>(capacity)).c_str(), do_not_fit);
   std::printf("simulated in %.2f s (%.0f configurations/s, %s events)\n", seconds,
               seconds > 0 ? static_cast<double>(total) / seconds : 0.0,
               with_commas(static_cast<int64_t>(r.sim_events)).c_str());
   if (r.rejected) {
     // The reasons, most frequent first (validation names the key).
-    std::map<std::string, size_t> reasons;
-    for (const sim::SweepPoint& p : r.points)
-      if (p.rejected) ++reasons[p.reason];
-    std::vector<std::pair<size_t, std::string>> by_count;
-    for (const auto& [reason, n] : reasons) by_count.emplace_back(n, reason);
-    std::stable_sort(by_count.begin(), by_count.end(),
-                     [](const auto& a, const auto& b) { return a.first > b.first; });
     std::printf("rejected:\n");
-    for (size_t i = 0; i < by_count.size() && i < 5; ++i)
-      std::printf("  %6zu x %s\n", by_count[i].first, by_count[i].second.c_str());
-    if (by_count.size() > 5) std::printf("  ... %zu more reasons\n", by_count.size() - 5);
+    for (size_t i = 0; i < r.reasons.size() && i < 5; ++i)
+      std::printf("  %6zu x %s\n", r.reasons[i].second, r.reasons[i].first.c_str());
+    if (r.reasons.size() > 5) std::printf("  ... %zu more reasons\n", r.reasons.size() - 5);
+    if (r.other_reasons)
+      std::printf("  %6zu x reasons beyond the first %zu distinct ones, not told apart\n",
+                  r.other_reasons, sim::kMaxSweepReasons);
   }
   if (do_not_fit) {
     // No numbers but why: a step that runs out of memory predicts no time.
@@ -221,19 +103,14 @@ void print_report(const sim::SweepResult& r, const sim::SweepGrid& grid, const s
         "\ndo not fit in %s (out of memory: no step time or throughput is predicted):\n"
         "  %6s %6s  %-12s  %s\n",
         human_bytes(static_cast<double>(capacity)).c_str(), "config", "world", "", "configuration");
-    size_t shown = 0;
-    for (const sim::SweepPoint& p : r.points) {
-      if (p.rejected || p.fits) continue;
-      if (shown++ == top) {
-        std::printf("  ... %zu more (--out FILE lists every configuration)\n", do_not_fit - top);
-        break;
-      }
+    for (const sim::SweepPoint& p : r.first_do_not_fit)
       std::printf("  %6zu %6lld  does not fit  %s  (out of memory at '%s')\n", p.config,
                   static_cast<long long>(p.world), axis_values(p, grid).c_str(),
                   p.oom_buffer.c_str());
-    }
+    if (do_not_fit > top)
+      std::printf("  ... %zu more (--out FILE lists every configuration)\n", do_not_fit - top);
   }
-  if (r.ranking.empty()) {
+  if (r.top.empty()) {
     std::printf("\nno configuration fits in %s\n",
                 human_bytes(static_cast<double>(capacity)).c_str());
     return;
@@ -242,8 +119,8 @@ void print_report(const sim::SweepResult& r, const sim::SweepGrid& grid, const s
       "\nhighest throughput that fit (tokens/s = world x batch x seq x accum / step):\n"
       "  %4s %6s %12s %12s %12s %12s %8s  %s\n",
       "#", "world", "tokens/s", "step ms", "reserved", "allocated", "overlap", "configuration");
-  for (size_t k = 0; k < r.ranking.size() && k < top; ++k) {
-    const sim::SweepPoint& p = r.points[r.ranking[k]];
+  for (size_t k = 0; k < r.top.size() && k < top; ++k) {
+    const sim::SweepPoint& p = r.top[k];
     std::printf("  %4zu %6lld %12.0f %12.3f %12s %12s %7.1f%%  %s%s\n", k + 1,
                 static_cast<long long>(p.world), p.tokens_per_s, p.metrics.step_time_ms,
                 human_bytes(static_cast<double>(p.metrics.peak_reserved_bytes)).c_str(),
@@ -252,15 +129,13 @@ void print_report(const sim::SweepResult& r, const sim::SweepGrid& grid, const s
                 p.pareto ? "  [pareto]" : "");
   }
   std::printf("\nPareto front (tokens/s vs peak reserved):\n");
-  for (size_t i : r.ranking) {
-    const sim::SweepPoint& p = r.points[i];
-    if (!p.pareto) continue;
+  for (const sim::SweepPoint& p : r.pareto) {
     std::printf("  %12.0f tokens/s %12.3f ms %12s  world %lld  %s\n", p.tokens_per_s,
                 p.metrics.step_time_ms,
                 human_bytes(static_cast<double>(p.metrics.peak_reserved_bytes)).c_str(),
                 static_cast<long long>(p.world), axis_values(p, grid).c_str());
   }
-  const sim::SweepPoint& best = r.points[static_cast<size_t>(r.best)];
+  const sim::SweepPoint& best = r.top.front();
   std::printf("\nrecommended (world %lld): %s\n", static_cast<long long>(best.world),
               best.policy.dump().c_str());
   std::printf(
@@ -307,7 +182,8 @@ int cmd_sweep(int argc, char** argv) {
                               {"threads"},
                               {"top"},
                               {"out"},
-                              {"json", false}}),
+                              {"json", false},
+                              {"quiet", false}}),
             false);
   if (args.help()) {
     std::printf("usage: %s\n", kUsage);
@@ -320,9 +196,13 @@ int cmd_sweep(int argc, char** argv) {
   const int64_t mem_limit = memory_limit_flag(args);
   const int threads = static_cast<int>(args.get_int("threads", 0, 0, 1024));
   const auto top = static_cast<size_t>(args.get_int("top", 10, 1, 1 << 20));
+  const bool quiet = args.has("quiet");
   sim::SweepGrid grid;
+  size_t total = 0;
   try {
     grid = sim::load_grid(grid_path);
+    // Counted before anything else: a grid over the limit is refused at once.
+    total = sim::count_configurations(grid, worlds.size());
   } catch (const sim::Error& e) {
     throw UsageError(std::string("--grid: ") + e.what());
   }
@@ -333,39 +213,70 @@ int cmd_sweep(int argc, char** argv) {
   options.base_policy = load_policy_doc(args);
   options.memory_limit_bytes = mem_limit;
   options.threads = threads;
-  const bool bar = isatty(STDERR_FILENO) != 0;
-  size_t last_shown = 0;
-  if (bar) {
-    options.progress = [&](size_t done, size_t total) {
-      if (done != total && done - last_shown < std::max<size_t>(1, total / 100)) return;
-      last_shown = done;
-      const int width = 40;
-      const int filled = static_cast<int>(width * done / total);
-      std::fprintf(stderr, "\r[%s%s] %zu/%zu",
-                   std::string(static_cast<size_t>(filled), '#').c_str(),
-                   std::string(static_cast<size_t>(width - filled), ' ').c_str(), done, total);
-      if (done == total) std::fprintf(stderr, "\n");
-    };
-  }
+  options.keep = top;
+  if (!quiet && total >= kLongSweepFrom)
+    std::fprintf(stderr,
+                 "shardscope sweep: warning: %s configurations (the limit is %s): a long sweep; "
+                 "progress and the time left follow on stderr (--quiet: none)\n",
+                 with_commas(static_cast<int64_t>(total)).c_str(),
+                 with_commas(static_cast<int64_t>(sim::kMaxSweepConfigurations)).c_str());
+  SweepProgress progress(total, stderr, isatty(STDERR_FILENO) != 0);
+  if (!quiet) options.progress = [&](size_t done, size_t) { progress.update(done); };
+  // --out and --json need every configuration with its Pareto mark, known
+  // at the end: they are kept on disk meanwhile, not in memory.
+  const bool json_out = args.has("json");
+  const std::string out = args.get("out", "");
+  std::unique_ptr<SweepSpill> spill;
+  if (json_out || !out.empty()) spill = std::make_unique<SweepSpill>();
+  sim::SweepSink sink;
+  if (spill) sink = [&](const sim::SweepPoint& p) { spill->add(p); };
+
   const auto t0 = std::chrono::steady_clock::now();
-  const sim::SweepResult r = sim::run_sweep(graph, grid, hw, options);
+  const sim::SweepSummary r = sim::sweep_stream(graph, grid, hw, options, sink);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t capacity = mem_limit > 0 ? mem_limit : hw.memory_bytes;
 
-  if (args.has("out")) {
+  std::set<size_t> front;
+  for (const sim::SweepPoint& p : r.pareto) front.insert(p.config);
+  // The sweep JSON less its "configs", streamed from the spill.
+  nlohmann::json head = {
+      {"model", model},
+      {"hw", hw.name},
+      {"worlds", worlds},
+      {"memory_limit_bytes", capacity},
+      {"configs", nullptr},
+      {"rejected", r.rejected},
+      {"best",
+       r.best_simulated_index < 0 ? nlohmann::json() : nlohmann::json(r.best_simulated_index)}};
+  if (r.has_baseline) head["baseline"] = baseline_json(r.baseline);
+  auto write_json = [&](int indent, std::ostream& to) {
+    write_json_streamed(
+        head, indent,
+        [&](const std::function<void(const nlohmann::json&)>& each) {
+          spill->replay(grid, options.base_policy, front, [&](const sim::SweepPoint& p) {
+            if (!p.rejected) each(config_json(p));
+          });
+        },
+        to);
+  };
+
+  if (!out.empty()) {
     // Written beside the target and renamed over it: a failed write leaves
     // any previous file intact.
-    const std::string out = args.get("out");
     const std::string tmp = out + ".tmp";
     {
       std::ofstream f(tmp);
       if (!f) throw UsageError("--out: cannot write '" + tmp + "'");
       const bool as_json = out.size() >= 5 && out.compare(out.size() - 5, 5, ".json") == 0;
-      if (as_json)
-        f << sweep_json(r, model, hw.name, worlds, capacity).dump(1) << '\n';
-      else
-        write_csv(r, grid, f);
+      if (as_json) {
+        write_json(1, f);
+        f << '\n';
+      } else {
+        write_csv_header(grid, f);
+        spill->replay(grid, options.base_policy, front,
+                      [&](const sim::SweepPoint& p) { write_csv_row(p, grid, f); });
+      }
       if (!f.flush()) {
         std::remove(tmp.c_str());
         throw UsageError("--out: writing '" + out + "' failed");
@@ -376,8 +287,11 @@ int cmd_sweep(int argc, char** argv) {
       throw UsageError("--out: cannot replace '" + out + "'");
     }
   }
-  if (args.has("json")) {
-    std::printf("%s\n", sweep_json(r, model, hw.name, worlds, capacity).dump(2).c_str());
+  if (json_out) {
+    std::fflush(stdout);
+    write_json(2, std::cout);
+    std::cout << '\n';
+    std::cout.flush();
     return 0;
   }
   print_report(r, grid, model, hw.name, capacity, top, seconds);

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -60,6 +61,16 @@ int main(int argc, char** argv) {
     } catch (const shardscope::cli::UsageError& e) {
       std::fprintf(stderr, "shardscope %s: %s (see shardscope %s --help)\n", name, e.what(), name);
       return 2;
+    } catch (const std::bad_alloc&) {
+      // The last line of defence: inputs are counted and refused before they
+      // need this much (docs/policy.md and docs/sweep.md, "Limits"), so this
+      // is a gap in those limits or a machine short of memory.
+      std::fprintf(stderr,
+                   "shardscope %s: error: out of memory (std::bad_alloc): the inputs need more "
+                   "memory than this process could get; make them smaller (fewer "
+                   "grad_accum_steps, configurations, ranks or steps)\n",
+                   name);
+      return 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "shardscope %s: error: %s\n", name, e.what());
       return 2;

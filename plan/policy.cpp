@@ -1,6 +1,9 @@
 #include "plan/policy.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -476,6 +479,13 @@ int64_t resolve_seq_len(const Policy& policy, const Graph& graph) {
   return std::min<int64_t>(1024, graph.max_seq_len);
 }
 
+int64_t estimated_schedule_ops(const Policy& policy, const Graph& graph) {
+  int64_t ops = 0;
+  const int64_t per_micro = 4 * std::max<int64_t>(1, static_cast<int64_t>(graph.ops.size()));
+  if (__builtin_mul_overflow(policy.grad_accum_steps, per_micro, &ops)) return INT64_MAX;
+  return ops;
+}
+
 World validate_policy(const Policy& p, const Graph& graph, int64_t world_size) {
   if (world_size < 1) fail("world_size", "must be >= 1");
   if (p.world_size && *p.world_size != world_size)
@@ -502,6 +512,21 @@ World validate_policy(const Policy& p, const Graph& graph, int64_t world_size) {
   if (seq > graph.max_seq_len)
     fail("seq_len", std::to_string(seq) + " exceeds the model's maximum of " +
                         std::to_string(graph.max_seq_len));
+  // Counted before anything is built: a schedule of 2e9 micro-steps would
+  // exhaust memory (std::bad_alloc) after minutes instead of being refused.
+  const int64_t ops = estimated_schedule_ops(p, graph);
+  if (ops > kMaxScheduleOps) {
+    const int64_t per_micro = estimated_schedule_ops(default_policy(p.flavor), graph);
+    char what[320];
+    std::snprintf(what, sizeof what,
+                  "%lld micro-steps would make a step schedule of about %.1e ops (%lld graph ops "
+                  "x 4 per micro-step), over the limit of %.0e ops (about 600 bytes each to plan "
+                  "and simulate); this model allows at most %lld",
+                  static_cast<long long>(p.grad_accum_steps), static_cast<double>(ops),
+                  static_cast<long long>(per_micro / 4), static_cast<double>(kMaxScheduleOps),
+                  static_cast<long long>(kMaxScheduleOps / per_micro));
+    fail("grad_accum_steps", what);
+  }
   if (p.loss_scale_mode && p.mixed_precision.param_dtype != DType::f16)
     fail("loss_scale", "applies to fp16 mixed precision only");
   // Casting each unit's forward outputs changes activation sizes unit by unit;

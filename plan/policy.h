@@ -111,7 +111,8 @@ struct World {
 
 // Checks everything that needs the world and the model: shard_group_size
 // divides world, reshard k divides N, world_size agrees, flavor-only knobs,
-// seq_len fits the model, loss_scale only with fp16, ... Returns the resolved
+// seq_len fits the model, loss_scale only with fp16, grad_accum_steps within
+// kMaxScheduleOps, ... Returns the resolved
 // world; throws plan::Error naming the key.
 World validate_policy(const Policy& policy, const Graph& graph, int64_t world_size);
 
@@ -120,5 +121,19 @@ World validate_policy(const Policy& policy, const Graph& graph, int64_t world_si
 int64_t reshard_degree(const Policy& policy, const World& world);
 
 int64_t resolve_seq_len(const Policy& policy, const Graph& graph);
+
+// The step schedule grows linearly with grad_accum_steps: every micro-step
+// repeats forward and backward (and the recompute) of every graph op, each a
+// few schedule ops, actions and buffers. This is an upper bound of its ops,
+// grad_accum_steps x graph ops x 4 (measured 2.8x graph ops per micro-step
+// without checkpointing, 3.8x with, per-unit ops included), saturating at
+// INT64_MAX. Planning and simulating cost about 600 bytes per estimated op
+// (measured: docs/benchmarks.md, "Limits").
+int64_t estimated_schedule_ops(const Policy& policy, const Graph& graph);
+// validate_policy refuses a policy whose estimate is above this: about 3 GiB
+// to plan and simulate, and still grad_accum_steps up to 1,197 for
+// Llama-3-70B (1,044 graph ops), where real runs use a few hundred at most
+// (docs/policy.md, "Limits").
+constexpr int64_t kMaxScheduleOps = 5'000'000;
 
 }  // namespace shardscope::plan

@@ -1,9 +1,11 @@
 #include "sim/sweep.h"
 
 #include <algorithm>
-#include <atomic>
+#include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -168,8 +170,30 @@ nlohmann::json normalized(const nlohmann::json& doc) {
 
 size_t SweepGrid::size() const {
   size_t n = 1;
-  for (const SweepAxis& a : axes) n *= a.values.size();
+  for (const SweepAxis& a : axes)
+    if (__builtin_mul_overflow(n, a.values.size(), &n)) return SIZE_MAX;
   return n;
+}
+
+uint64_t count_configurations(const SweepGrid& grid, size_t worlds) {
+  uint64_t n = worlds;
+  bool overflow = false;
+  for (const SweepAxis& a : grid.axes)
+    overflow = overflow || __builtin_mul_overflow(n, uint64_t{a.values.size()}, &n);
+  if (!overflow && n <= kMaxSweepConfigurations) return n;
+  // The lengths, for the message: "10 x 10 x ... x 1 world".
+  std::string dims;
+  for (const SweepAxis& a : grid.axes) dims += std::to_string(a.values.size()) + " x ";
+  dims += std::to_string(worlds) + (worlds == 1 ? " world" : " worlds");
+  char count[64];
+  if (overflow)
+    std::snprintf(count, sizeof count, "more than 2^64");
+  else
+    std::snprintf(count, sizeof count, "%llu (%.1e)", static_cast<unsigned long long>(n),
+                  static_cast<double>(n));
+  throw Error("the sweep has " + std::string(count) + " configurations (" + dims +
+              "), over the limit of " + std::to_string(kMaxSweepConfigurations) +
+              " (10^7); sweep fewer values, or split the grid into several sweeps");
 }
 
 SweepGrid grid_from_json(const nlohmann::json& doc, const std::string& source) {
@@ -218,52 +242,172 @@ nlohmann::json grid_policy(const SweepGrid& grid, const nlohmann::json& base, si
   return doc;
 }
 
-SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const HardwareModel& hw,
-                      const SweepOptions& options) {
+namespace {
+
+// The ranking's order: highest tokens/s, then lower step time, then lower
+// peak reserved, then grid order.
+bool ranks_above(const SweepPoint& a, const SweepPoint& b) {
+  if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
+  if (a.metrics.step_time_ms != b.metrics.step_time_ms)
+    return a.metrics.step_time_ms < b.metrics.step_time_ms;
+  if (a.metrics.peak_reserved_bytes != b.metrics.peak_reserved_bytes)
+    return a.metrics.peak_reserved_bytes < b.metrics.peak_reserved_bytes;
+  return a.config < b.config;
+}
+
+struct RankOrder {
+  bool operator()(const SweepPoint& a, const SweepPoint& b) const { return ranks_above(a, b); }
+};
+
+// The summary, fed the configurations in config order.
+class Summarizer {
+ public:
+  explicit Summarizer(size_t keep) : keep_(keep) {}
+
+  void add(const SweepPoint& p) {
+    ++s_.total;
+    s_.sim_events += p.sim_events;
+    if (p.rejected) {
+      ++s_.rejected;
+      auto it = reasons_.find(p.reason);
+      if (it != reasons_.end())
+        ++it->second;
+      else if (reasons_.size() < kMaxSweepReasons)
+        reasons_.emplace(p.reason, 1);
+      else
+        ++s_.other_reasons;
+      return;
+    }
+    const int64_t simulated_index = static_cast<int64_t>(simulated_++);
+    if (!p.fits) {
+      if (s_.first_do_not_fit.size() < keep_) s_.first_do_not_fit.push_back(p);
+      ++s_.do_not_fit;
+      return;
+    }
+    ++s_.fit;
+    // The best `keep` of the ranking.
+    if (top_.size() < keep_ || (keep_ > 0 && ranks_above(p, *std::prev(top_.end())))) {
+      top_.insert(p);
+      if (top_.size() > keep_) top_.erase(std::prev(top_.end()));
+    }
+    if (best_ < 0 || ranks_above(p, best_point_)) {
+      best_ = simulated_index;
+      best_point_ = p;
+    }
+    // The front, in ranking order, has strictly decreasing peak reserved
+    // memory; p joins it when it reserves less than the member ranked just
+    // above it (hence less than everything ranked above it), and then
+    // pushes out the members below it that reserve at least as much.
+    const int64_t reserved = p.metrics.peak_reserved_bytes;
+    auto pos = front_.lower_bound(p);
+    if (pos != front_.begin() && std::prev(pos)->metrics.peak_reserved_bytes <= reserved) return;
+    while (pos != front_.end() && pos->metrics.peak_reserved_bytes >= reserved)
+      pos = front_.erase(pos);
+    SweepPoint member = p;
+    member.pareto = true;
+    front_.insert(pos, std::move(member));
+  }
+
+  SweepSummary finish() {
+    for (const auto& kv : reasons_) s_.reasons.emplace_back(kv.first, kv.second);
+    std::stable_sort(s_.reasons.begin(), s_.reasons.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    const std::set<size_t> on_front = front_configs();
+    for (const SweepPoint& p : top_) {
+      s_.top.push_back(p);
+      s_.top.back().pareto = on_front.count(p.config) != 0;
+    }
+    s_.pareto.assign(front_.begin(), front_.end());
+    s_.best_simulated_index = best_;
+    return std::move(s_);
+  }
+
+  std::set<size_t> front_configs() const {
+    std::set<size_t> out;
+    for (const SweepPoint& p : front_) out.insert(p.config);
+    return out;
+  }
+
+ private:
+  size_t keep_;
+  SweepSummary s_;
+  std::map<std::string, size_t> reasons_;
+  std::set<SweepPoint, RankOrder> top_;
+  std::set<SweepPoint, RankOrder> front_;
+  size_t simulated_ = 0;
+  int64_t best_ = -1;
+  SweepPoint best_point_;
+};
+
+}  // namespace
+
+SweepSummary sweep_stream(const plan::Graph& graph, const SweepGrid& grid, const HardwareModel& hw,
+                          const SweepOptions& options, const SweepSink& sink) {
   if (options.worlds.empty()) throw Error("sweep: no world sizes");
   for (int64_t w : options.worlds)
     if (w < 1) throw Error("sweep: world size " + std::to_string(w) + " must be >= 1");
   if (options.memory_limit_bytes < 0) throw Error("sweep: memory limit must be >= 0");
   hw.validate();
+  const size_t total = count_configurations(grid, options.worlds.size());
   const size_t per_world = grid.size();
-  const size_t total = per_world * options.worlds.size();
 
-  SweepResult result;
-  result.points.resize(total);
   UnitsCache units;
   SizesCache sizes;
   ActsCache acts;
-  std::atomic<size_t> next{0};
-  std::atomic<size_t> done{0};
-  std::mutex progress_mu;
+  Summarizer summary(options.keep);
+  int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(std::min<size_t>(
+                                                   std::max<size_t>(total, 1), 1 << 16))));
+  // Finished configurations wait in `pending` until every earlier one is
+  // done, then go to the summary and the sink in config order. A worker
+  // takes no configuration more than `window` past the first unfinished
+  // one, which bounds `pending` (that one is always being simulated: it was
+  // handed out before any later one).
+  const size_t window = 64 * static_cast<size_t>(threads);
+  std::mutex mu;
+  std::condition_variable room;
+  std::map<size_t, SweepPoint> pending;
+  size_t next_out = 0;  // the first configuration not yet handed on
+  size_t next = 0;      // the next configuration to simulate
+  bool stop = false;
   std::exception_ptr failure;
-  std::mutex failure_mu;
   auto worker = [&] {
     while (true) {
-      const size_t i = next.fetch_add(1);
-      if (i >= total) return;
+      size_t i = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        room.wait(lock, [&] { return stop || next >= total || next < next_out + window; });
+        if (stop || next >= total) return;
+        i = next++;
+      }
       try {
         const int64_t world = options.worlds[i / per_world];
         SweepPoint pt = evaluate(graph, hw, options, units, sizes, acts,
                                  grid_policy(grid, options.base_policy, i % per_world), world);
         pt.config = i;
-        result.points[i] = std::move(pt);
+        std::lock_guard<std::mutex> lock(mu);
+        if (stop) return;
+        pending.emplace(i, std::move(pt));
+        bool moved = false;
+        for (auto it = pending.begin(); it != pending.end() && it->first == next_out;
+             it = pending.erase(it)) {
+          summary.add(it->second);
+          if (sink) sink(it->second);
+          ++next_out;
+          moved = true;
+          if (options.progress) options.progress(next_out, total);
+        }
+        if (moved) room.notify_all();
       } catch (...) {
-        std::lock_guard<std::mutex> lock(failure_mu);
+        std::lock_guard<std::mutex> lock(mu);
         if (!failure) failure = std::current_exception();
-        next.store(total);
+        stop = true;
+        room.notify_all();
         return;
-      }
-      const size_t d = done.fetch_add(1) + 1;
-      if (options.progress) {
-        std::lock_guard<std::mutex> lock(progress_mu);
-        options.progress(d, total);
       }
     }
   };
-  int threads =
-      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(std::max<size_t>(total, 1))));
   if (threads == 1) {
     worker();
   } else {
@@ -273,39 +417,38 @@ SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const Har
   }
   if (failure) std::rethrow_exception(failure);
 
-  // Ranking and the Pareto front of (tokens/s, peak reserved) among those that fit.
-  for (size_t i = 0; i < total; ++i) {
-    const SweepPoint& p = result.points[i];
-    result.sim_events += p.sim_events;
-    if (p.rejected)
-      ++result.rejected;
-    else if (p.fits)
-      result.ranking.push_back(i);
-  }
-  std::stable_sort(result.ranking.begin(), result.ranking.end(), [&](size_t a, size_t b) {
-    const traces::MetricValues& ma = result.points[a].metrics;
-    const traces::MetricValues& mb = result.points[b].metrics;
-    const double ta = result.points[a].tokens_per_s, tb = result.points[b].tokens_per_s;
-    if (ta != tb) return ta > tb;
-    if (ma.step_time_ms != mb.step_time_ms) return ma.step_time_ms < mb.step_time_ms;
-    return ma.peak_reserved_bytes < mb.peak_reserved_bytes;
-  });
-  int64_t lowest_reserved = INT64_MAX;
-  for (size_t i : result.ranking) {
-    SweepPoint& p = result.points[i];
-    if (p.metrics.peak_reserved_bytes < lowest_reserved) {
-      p.pareto = true;
-      lowest_reserved = p.metrics.peak_reserved_bytes;
-    }
-  }
-  if (!result.ranking.empty()) {
-    result.best = static_cast<int64_t>(result.ranking.front());
-    const SweepPoint& best = result.points[static_cast<size_t>(result.best)];
+  SweepSummary result = summary.finish();
+  if (!result.pareto.empty()) {
+    const SweepPoint& best = result.pareto.front();
     result.baseline = evaluate(
         graph, hw, options, units, sizes, acts,
         options.base_policy.is_null() ? nlohmann::json::object() : options.base_policy, best.world);
     result.has_baseline = true;
   }
+  return result;
+}
+
+SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const HardwareModel& hw,
+                      const SweepOptions& options) {
+  SweepResult result;
+  SweepOptions all = options;
+  all.keep = 0;  // the ranking below is built from the points
+  const SweepSummary summary =
+      sweep_stream(graph, grid, hw, all, [&](const SweepPoint& p) { result.points.push_back(p); });
+  for (const SweepPoint& front : summary.pareto) result.points[front.config].pareto = true;
+  for (size_t i = 0; i < result.points.size(); ++i) {
+    const SweepPoint& p = result.points[i];
+    if (p.rejected)
+      ++result.rejected;
+    else if (p.fits)
+      result.ranking.push_back(i);
+  }
+  std::sort(result.ranking.begin(), result.ranking.end(),
+            [&](size_t a, size_t b) { return ranks_above(result.points[a], result.points[b]); });
+  result.sim_events = summary.sim_events;
+  if (!result.ranking.empty()) result.best = static_cast<int64_t>(result.ranking.front());
+  result.baseline = summary.baseline;
+  result.has_baseline = summary.has_baseline;
   return result;
 }
 

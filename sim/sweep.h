@@ -6,6 +6,12 @@
 //
 // Results are in grid order and do not depend on the thread count: every
 // configuration is simulated independently and deterministically.
+//
+// Memory does not grow with the grid: sweep_stream hands each configuration
+// to a sink in grid order as it finishes (holding at most a bounded window of
+// finished configurations that wait for an earlier one) and keeps only what
+// the report needs: the counts, the first --top ranked and not fitting, the
+// Pareto front and the rejection reasons (at most kMaxSweepReasons).
 #pragma once
 
 #include <cstdint>
@@ -32,8 +38,20 @@ struct SweepAxis {
 /// that policy key. Axes in the object's key order (alphabetical).
 struct SweepGrid {
   std::vector<SweepAxis> axes;
-  size_t size() const;  ///< product of the axes' lengths (1 for no axes)
+  /// Product of the axes' lengths (1 for no axes); SIZE_MAX when it overflows.
+  size_t size() const;
 };
+
+/// The most configurations (grid x worlds) a sweep accepts: at a few hundred
+/// to a few thousand configurations per second and core, about a day's work.
+constexpr uint64_t kMaxSweepConfigurations = 10'000'000;
+/// Distinct rejection reasons counted one by one; further ones are counted together.
+constexpr size_t kMaxSweepReasons = 1000;
+
+/// grid x worlds configurations; throws Error giving the count (or "more than
+/// 2^64" when it overflows) and kMaxSweepConfigurations when over it. Counted
+/// before anything is allocated: a 1e12 grid is refused at once.
+uint64_t count_configurations(const SweepGrid& grid, size_t worlds);
 
 /// Throws Error naming the key for: a document that is not an object, a key
 /// that is not a policy key (or is world_size: worlds come from the sweep's
@@ -53,6 +71,9 @@ struct SweepOptions {
   int threads = 0;                 ///< 0: std::thread::hardware_concurrency()
   /// Called from worker threads (serialised) after each configuration.
   std::function<void(size_t done, size_t total)> progress;
+  /// sweep_stream: how many of the ranked and of the not-fitting
+  /// configurations SweepSummary keeps (the report's --top).
+  size_t keep = 10;
 };
 
 struct SweepPoint {
@@ -93,8 +114,45 @@ struct SweepResult {
   uint64_t sim_events = 0;  ///< over all configurations
 };
 
-/// Runs the sweep. Throws Error for an empty world list or bad options;
-/// configurations that the policy validation rejects are counted, not thrown.
+/// What a streamed sweep keeps: bounded by SweepOptions::keep, the Pareto
+/// front and kMaxSweepReasons, whatever the number of configurations.
+struct SweepSummary {
+  size_t total = 0;  ///< configurations, rejected included
+  size_t rejected = 0;
+  size_t fit = 0;         ///< simulated and fit the memory limit
+  size_t do_not_fit = 0;  ///< simulated and ran out of memory
+  uint64_t sim_events = 0;
+  /// Rejection reasons with their counts, most frequent first (ties in the
+  /// reasons' alphabetical order); at most kMaxSweepReasons distinct ones,
+  /// the configurations of further reasons in other_reasons.
+  std::vector<std::pair<std::string, size_t>> reasons;
+  size_t other_reasons = 0;
+  /// The first `keep` configurations of the ranking (SweepResult::ranking's order).
+  std::vector<SweepPoint> top;
+  /// The Pareto front in ranking order (pareto set); its first is the best.
+  std::vector<SweepPoint> pareto;
+  /// The first `keep` configurations that do not fit, in config order.
+  std::vector<SweepPoint> first_do_not_fit;
+  /// Index of the best among the simulated (not rejected) configurations in
+  /// config order: its index in the sweep JSON's "configs"; -1: none fits.
+  int64_t best_simulated_index = -1;
+  SweepPoint baseline;  ///< as SweepResult::baseline
+  bool has_baseline = false;
+};
+
+/// Every configuration in config order, from one thread at a time; `pareto`
+/// is not set yet (the front is known at the end: SweepSummary::pareto).
+using SweepSink = std::function<void(const SweepPoint&)>;
+
+/// Runs the sweep, streaming: memory does not depend on the number of
+/// configurations. Throws Error for an empty world list, bad options or more
+/// than kMaxSweepConfigurations; configurations that the policy validation
+/// rejects are counted, not thrown. An exception from the sink stops the sweep.
+SweepSummary sweep_stream(const plan::Graph& graph, const SweepGrid& grid, const HardwareModel& hw,
+                          const SweepOptions& options, const SweepSink& sink);
+
+/// sweep_stream with every point kept (memory grows with the grid: for
+/// small sweeps and tests; the CLI streams). Throws what sweep_stream throws.
 SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const HardwareModel& hw,
                       const SweepOptions& options);
 

@@ -152,3 +152,28 @@ TEST_CASE("an integer above INT64_MAX is out of range, not wrapped negative", "[
   CHECK(plan::policy_from_json(json::parse(R"({"seed": 9223372036854775807})")).seed ==
         9223372036854775807LL);
 }
+
+TEST_CASE("grad_accum_steps is counted before the schedule is built and refused over the limit",
+          "[policy][validation][limits]") {
+  const plan::Graph g = test::toy_graph();
+  const int64_t graph_ops = static_cast<int64_t>(g.ops.size());
+  plan::Policy p = plan::policy_from_json({{"grad_accum_steps", 3}});
+  CHECK(plan::estimated_schedule_ops(p, g) == 3 * 4 * graph_ops);
+  // The largest accepted value and the next.
+  const int64_t allowed = plan::kMaxScheduleOps / (4 * graph_ops);
+  p.grad_accum_steps = allowed;
+  CHECK_NOTHROW(plan::validate_policy(p, g, 8));
+  p.grad_accum_steps = allowed + 1;
+  CHECK_THROWS_WITH(plan::validate_policy(p, g, 8),
+                    Catch::StartsWith("policy: grad_accum_steps: " + std::to_string(allowed + 1) +
+                                      " micro-steps") &&
+                        Catch::Contains("over the limit of 5e+06 ops") &&
+                        Catch::Contains("this model allows at most " + std::to_string(allowed)));
+  // 2e9 (the issue's) and INT64_MAX: counted without overflow, refused at once.
+  p.grad_accum_steps = 2000000000;
+  CHECK_THROWS_WITH(plan::validate_policy(p, g, 8),
+                    Catch::Contains("grad_accum_steps: 2000000000"));
+  p.grad_accum_steps = INT64_MAX;
+  CHECK(plan::estimated_schedule_ops(p, g) == INT64_MAX);
+  CHECK_THROWS_WITH(plan::validate_policy(p, g, 8), Catch::Contains("grad_accum_steps"));
+}
