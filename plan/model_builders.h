@@ -78,7 +78,9 @@ struct Gpt2Config {
 
 // Hugging Face LlamaConfig / MistralConfig (LlamaForCausalLM, MistralForCausalLM).
 struct LlamaConfig {
-  std::string model_type = "llama";  // "llama" | "mistral": picks the class names
+  // "llama" | "mistral" | "qwen2": picks the class names; qwen2 also fixes
+  // the biases (q/k/v_proj with bias, o_proj and the MLP without).
+  std::string model_type = "llama";
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
   int64_t num_hidden_layers = 32;
@@ -91,7 +93,7 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   nlohmann::json rope_scaling = nullptr;  // recorded in the attention attrs
   int64_t sliding_window = 0;             // Mistral; 0 = none; recorded in attrs
-  bool attention_bias = false;            // bias on q/k/v/o_proj
+  bool attention_bias = false;            // bias on q/k/v/o_proj (llama, mistral)
   bool mlp_bias = false;                  // bias on gate/up/down_proj
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";  // silu | gelu | gelu_pytorch_tanh | gelu_new

@@ -117,11 +117,11 @@ Graph model_from_hf_config(const json& config, const std::string& source) {
     const std::string t = type->get<std::string>();
     if (t == "gpt2")
       family = "gpt2";
-    else if (t == "llama" || t == "mistral")
+    else if (t == "llama" || t == "mistral" || t == "qwen2")
       family = "llama";
     else
-      throw Error(source + ": unsupported model_type '" + t +
-                  "' (supported: gpt2, llama, mistral)");
+      throw Error(source + ": unsupported model_type '" + quote_input(t) +
+                  "' (supported: gpt2, llama, mistral, qwen2)");
   } else if (config.contains("n_layer") || config.contains("n_embd")) {
     family = "gpt2";
   } else if (config.contains("hidden_size") || config.contains("intermediate_size")) {
@@ -129,7 +129,7 @@ Graph model_from_hf_config(const json& config, const std::string& source) {
   } else {
     throw Error(source +
                 ": not a recognized model config (expected a shardscope graph JSON, or a Hugging "
-                "Face config.json with model_type gpt2/llama/mistral)");
+                "Face config.json with model_type gpt2/llama/mistral/qwen2)");
   }
   if (family == "gpt2") return build_gpt2(gpt2_config_from_hf(config, source), source);
   return build_llama(llama_config_from_hf(config, source), source);

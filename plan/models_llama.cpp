@@ -1,5 +1,5 @@
-// Llama / Mistral (Hugging Face LlamaForCausalLM, MistralForCausalLM), module
-// for module (P = "Llama" or "Mistral"):
+// Llama / Mistral / Qwen2 (Hugging Face LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM), module for module (P = "Llama", "Mistral" or "Qwen2"):
 //   ""                            PForCausalLM
 //   model                         PModel
 //   model.embed_tokens            Embedding [V, C]
@@ -12,6 +12,10 @@
 //   model.norm                    PRMSNorm
 //   lm_head                       Linear C->V (tied to model.embed_tokens.weight
 //                                 when tie_word_embeddings)
+// Qwen2 (Qwen2.5 too) is Llama's layer with a bias on q_proj, k_proj and
+// v_proj (transformers' Qwen2Attention: bias=True on those three, False on
+// o_proj and the MLP); its sliding window (use_sliding_window, off in every
+// published Qwen2/2.5 config) is refused.
 // RoPE has no parameters (LlamaRotaryEmbedding is left out); the attention op
 // applies it. Ops per layer: input_layernorm, q_proj, k_proj, v_proj, attention,
 // o_proj, residual_1, post_attention_layernorm, gate_proj, up_proj, swiglu,
@@ -19,6 +23,7 @@
 #include <cmath>
 
 #include "plan/error.h"
+#include "plan/json_input.h"
 #include "plan/model_builders.h"
 
 namespace shardscope::plan {
@@ -27,17 +32,21 @@ LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string
   HfConfigReader r(config, source);
   LlamaConfig c;
   c.model_type = r.get_string("model_type", "llama");
-  if (c.model_type != "llama" && c.model_type != "mistral")
-    r.fail("model_type", "expected \"llama\" or \"mistral\", got \"" + c.model_type + "\"");
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
+    r.fail("model_type", "expected \"llama\", \"mistral\" or \"qwen2\", got \"" +
+                             quote_input(c.model_type) + "\"");
+  const bool qwen2 = c.model_type == "qwen2";
   c.hidden_size = r.require_int("hidden_size");
   c.intermediate_size = r.require_int("intermediate_size");
   c.num_hidden_layers = r.require_int("num_hidden_layers");
   c.num_attention_heads = r.require_int("num_attention_heads");
   c.vocab_size = r.require_int("vocab_size");
   c.max_position_embeddings = r.require_int("max_position_embeddings");
-  // transformers' defaults: LlamaConfig uses num_attention_heads, MistralConfig 8.
-  c.num_key_value_heads =
-      r.get_int("num_key_value_heads", c.model_type == "mistral" ? 8 : c.num_attention_heads);
+  // transformers' defaults: LlamaConfig uses num_attention_heads, MistralConfig 8,
+  // Qwen2Config 32.
+  c.num_key_value_heads = r.get_int(
+      "num_key_value_heads",
+      c.model_type == "mistral" ? 8 : (qwen2 ? 32 : c.num_attention_heads));
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     r.fail("num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
                                       " is not a multiple of num_key_value_heads " +
@@ -54,14 +63,26 @@ LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string
     if (!v->is_object()) r.fail("rope_scaling", "expected an object or null, got " + v->dump());
     c.rope_scaling = *v;  // changes no parameter; recorded for the attention op
   }
-  c.sliding_window = r.get_int("sliding_window", 0);
+  if (qwen2) {
+    // Qwen2Config always carries sliding_window; it applies only with
+    // use_sliding_window, and then only to layers >= max_window_layers.
+    if (r.get_bool("use_sliding_window", false))
+      r.fail("use_sliding_window",
+             "true is not supported (Qwen2 slides on the layers from max_window_layers on only); "
+             "every published Qwen2 and Qwen2.5 config sets it false");
+    for (const char* key : {"attention_bias", "mlp_bias"})
+      if (r.has(key))
+        r.fail(key, "not a Qwen2 key: Qwen2 has biases on q/k/v_proj and none elsewhere");
+  } else {
+    c.sliding_window = r.get_int("sliding_window", 0);
+  }
   c.hidden_act = r.get_string("hidden_act", "silu");
   if (c.hidden_act != "silu" && c.hidden_act != "gelu" && c.hidden_act != "gelu_pytorch_tanh" &&
       c.hidden_act != "gelu_new")
     r.fail("hidden_act", "unsupported activation '" + c.hidden_act +
                              "' (supported: silu, gelu, gelu_pytorch_tanh, gelu_new)");
-  c.attention_bias = r.get_bool("attention_bias", false);
-  c.mlp_bias = r.get_bool("mlp_bias", false);
+  c.attention_bias = !qwen2 && r.get_bool("attention_bias", false);
+  c.mlp_bias = !qwen2 && r.get_bool("mlp_bias", false);
   c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
   // pretraining_tp only splits HF's matmuls (same math); attention_dropout is
   // dropout, which is not modeled: both accepted.
@@ -77,9 +98,11 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
     throw Error("llama config for '" + name +
                 "': sizes must be positive and num_attention_heads a multiple of "
                 "num_key_value_heads");
-  if (c.model_type != "llama" && c.model_type != "mistral")
-    throw Error("llama config for '" + name + "': model_type must be llama or mistral");
-  const std::string P = c.model_type == "mistral" ? "Mistral" : "Llama";
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
+    throw Error("llama config for '" + name + "': model_type must be llama, mistral or qwen2");
+  const bool qwen2 = c.model_type == "qwen2";
+  const std::string P = c.model_type == "mistral" ? "Mistral" : (qwen2 ? "Qwen2" : "Llama");
+  const bool qkv_bias = qwen2 || c.attention_bias, o_bias = !qwen2 && c.attention_bias;
   const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
   const double eps = c.rms_norm_eps;
@@ -105,7 +128,7 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
   } else if (c.hidden_act != "silu") {
     throw Error("llama config for '" + name + "': unsupported hidden_act '" + c.hidden_act + "'");
   }
-  GraphBuilder gb(name, "llama", c.max_position_embeddings, V);
+  GraphBuilder gb(name, qwen2 ? "qwen2" : "llama", c.max_position_embeddings, V);
   const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);
   const int labels = gb.add_input("labels", {dim_b(), dim_t()}, DType::i64);
 
@@ -124,11 +147,11 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
       return gb.linear(gb.add_module(parent, local, "Linear"), in_tensor, in, out, bias,
                        WeightLayout::out_in);
     };
-    const int q = proj(attn, "q_proj", a, C, H * head_dim, c.attention_bias);
-    const int k = proj(attn, "k_proj", a, C, Hkv * head_dim, c.attention_bias);
-    const int v = proj(attn, "v_proj", a, C, Hkv * head_dim, c.attention_bias);
+    const int q = proj(attn, "q_proj", a, C, H * head_dim, qkv_bias);
+    const int k = proj(attn, "k_proj", a, C, Hkv * head_dim, qkv_bias);
+    const int v = proj(attn, "v_proj", a, C, Hkv * head_dim, qkv_bias);
     const int y = gb.attention(attn, {q, k, v}, H, Hkv, head_dim, attn_attrs);
-    const int attn_out = proj(attn, "o_proj", y, H * head_dim, C, c.attention_bias);
+    const int attn_out = proj(attn, "o_proj", y, H * head_dim, C, o_bias);
     x = gb.residual(layer, "residual_1", x, attn_out);
 
     const int b =

@@ -72,6 +72,35 @@ TEST_CASE("engine peak allocated equals the simulator's on the gpt2-tiny grid", 
   CHECK(cases == 2 * (2 * 2 * 2 + 2 * 2 * 2 * 2 + 2 * 2 * 2));
 }
 
+TEST_CASE("engine peak allocated equals the simulator's on qwen2-tiny", "[exec][memory][hf]") {
+  const plan::Graph g =
+      plan::load_model(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/qwen2-tiny.json");
+  for (const std::string flavor : {"fsdp1", "fsdp2"})
+    for (const bool ckpt : {false, true}) {
+      nlohmann::json doc = {{"flavor", flavor},
+                            {"batch_size", 2},
+                            {"seq_len", 16},
+                            {"mixed_precision", {{"param_dtype", "bf16"}}},
+                            {"wrap", {{"type", "class"}, {"classes", {"Qwen2DecoderLayer"}}}}};
+      if (ckpt) doc["activation_checkpointing"] = "full";
+      INFO(doc.dump());
+      const plan::Policy policy = plan::policy_from_json(doc);
+      engine::exec::TrainConfig c;
+      c.graph = &g;
+      c.policy = policy;
+      c.world_size = 2;
+      c.steps = 2;
+      const auto runs = engine::exec::train_threads(c, {});
+      const plan::World world = plan::validate_policy(policy, g, 2);
+      const plan::UnitPlan units = plan::build_units(g, policy, world);
+      for (int r = 0; r < 2; ++r) {
+        const plan::Schedule s = plan::build_schedule(g, policy, units, r);
+        const sim::SimResult sr = sim::simulate(g, units, s, sim::hardware_preset("cpu-local"));
+        CHECK(runs[static_cast<size_t>(r)].peak_allocated_bytes == sr.peak_allocated_bytes);
+      }
+    }
+}
+
 TEST_CASE("engine traces carry the plan's FLOPs and bytes on compute events", "[exec][trace]") {
   // So that calibrate fits compute from an engine run as from a profiler
   // trace. gpt2-tiny (n_embd 64), batch 2 x seq 16 = 32 tokens per rank.

@@ -105,6 +105,17 @@ TEST_CASE("training on 2 ranks equals single-rank training: mlp fsdp1 per block"
   check_equivalent({"mlp", {"flavor=fsdp1", "wrap.type=class", "wrap.classes=[\"MLPBlock\"]"}, 2});
 }
 
+TEST_CASE("training on N ranks equals single-rank training: qwen2-tiny (q/k/v biases)",
+          "[exec][hf]") {
+  const std::string qwen2 = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/qwen2-tiny.json";
+  const std::vector<std::string> per_layer = {"wrap.type=class",
+                                              "wrap.classes=[\"Qwen2DecoderLayer\"]"};
+  check_equivalent(Case{qwen2, per_layer, 2});
+  std::vector<std::string> fsdp1 = per_layer;
+  fsdp1.push_back("flavor=fsdp1");
+  check_equivalent(Case{qwen2, fsdp1, 3});
+}
+
 TEST_CASE("losses decrease on the synthetic data's repeated batch structure", "[exec]") {
   const plan::Graph g = plan::load_model("mlp");
   const auto runs = engine::exec::train_threads(

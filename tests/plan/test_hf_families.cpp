@@ -1,0 +1,78 @@
+// Hugging Face families against transformers itself: every entry of
+// tests/recorded/hf/param_counts.json (written by scripts/hf-param-counts,
+// which builds each config with transformers' AutoModelForCausalLM on the
+// meta device) is read with shardscope's config reader, and its parameter
+// total must equal transformers' exactly. Family specifics are checked by
+// name and shape.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "plan/error.h"
+#include "plan/models.h"
+
+using namespace shardscope::plan;
+using nlohmann::json;
+
+namespace {
+
+json recorded_counts() {
+  std::ifstream in(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/recorded/hf/param_counts.json");
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str());
+}
+
+}  // namespace
+
+TEST_CASE("parameter totals equal transformers' for every recorded family", "[plan][models][hf]") {
+  const json counts = recorded_counts();
+  int qwen2 = 0;
+  for (const json& m : counts.at("models")) {
+    const std::string name = m.at("name");
+    INFO(name << " (transformers " << counts.at("transformers").get<std::string>() << ")");
+    const Graph g = model_from_hf_config(m.at("config"), name);
+    CHECK(g.params_total() == m.at("params_total").get<int64_t>());
+    qwen2 += m.at("config").at("model_type") == "qwen2";
+  }
+  CHECK(qwen2 >= 3);
+}
+
+TEST_CASE("Qwen2: biases on q/k/v_proj only, Qwen2 class names, no sliding window",
+          "[plan][models][hf]") {
+  const Graph g = load_model(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/qwen2-tiny.json");
+  CHECK(g.family == "qwen2");
+  for (const char* p : {"q_proj", "k_proj", "v_proj"})
+    CHECK(g.find_param(std::string("model.layers.1.self_attn.") + p + ".bias") >= 0);
+  CHECK(g.params[g.find_param("model.layers.0.self_attn.k_proj.bias")].shape ==
+        std::vector<int64_t>{2 * 16});  // Hkv * head_dim
+  CHECK(g.find_param("model.layers.0.self_attn.o_proj.bias") < 0);
+  CHECK(g.find_param("model.layers.0.mlp.down_proj.bias") < 0);
+  bool decoder_layer = false;
+  for (const Module& m : g.modules) decoder_layer |= m.class_name == "Qwen2DecoderLayer";
+  CHECK(decoder_layer);
+  for (const Op& op : g.ops) CHECK_FALSE(op.attrs.sliding_window.has_value());  // 4096 given, off
+
+  json config = {{"model_type", "qwen2"},    {"hidden_size", 64}, {"intermediate_size", 128},
+                 {"num_hidden_layers", 2},   {"num_attention_heads", 4},
+                 {"num_key_value_heads", 2}, {"vocab_size", 512},
+                 {"max_position_embeddings", 128}, {"use_sliding_window", true}};
+  CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"),
+                    Catch::Contains("c.json: key 'use_sliding_window': true is not supported"));
+  config["use_sliding_window"] = false;
+  config["attention_bias"] = true;
+  CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"),
+                    Catch::Contains("key 'attention_bias': not a Qwen2 key"));
+  config.erase("attention_bias");
+  config.erase("num_key_value_heads");
+  // Qwen2Config's default num_key_value_heads is 32: 4 heads cannot share 32.
+  CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"),
+                    Catch::Contains("num_key_value_heads"));
+  config["model_type"] = "qwen3_moe";
+  CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"),
+                    Catch::Contains("unsupported model_type 'qwen3_moe' (supported: gpt2, llama, "
+                                    "mistral, qwen2)"));
+}
