@@ -41,7 +41,7 @@ class JsonGuard {
   void open(char c, uint64_t at);
   void close(char c, uint64_t at);
 
-  const std::string& file_;
+  std::string file_;  // a copy: callers pass temporaries
   InputLimits limits_;
   uint64_t offset_ = 0;  // of data[0] in the current feed
   size_t depth_ = 0;
