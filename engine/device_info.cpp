@@ -1,25 +1,23 @@
 #include "engine/device_info.h"
 
 #ifdef SHARDSCOPE_HAVE_CUDA
-#include "engine/cuda/device_query.h"
+#include "engine/cuda_module.h"
 #endif
 
 namespace shardscope::engine {
 
 CudaAvailability query_cuda() {
-  CudaAvailability out;
 #ifdef SHARDSCOPE_HAVE_CUDA
-  out.built = true;
-  cuda::DeviceQuery q = cuda::query_devices();
-  out.usable = q.ok && q.device_count > 0;
-  out.device_count = q.device_count;
-  out.message = q.message;
+  // Through the CUDA module (cuda_module.h): loading it is the first use of
+  // the CUDA libraries in this process. CudaModuleError when it cannot load.
+  return cuda_module().query();
 #else
+  CudaAvailability out;
   out.message =
       "this build of shardscope has no CUDA support (built with SHARDSCOPE_CUDA=OFF "
       "or without the CUDA toolkit)";
-#endif
   return out;
+#endif
 }
 
 }  // namespace shardscope::engine

@@ -14,6 +14,10 @@ struct CudaAvailability {
   std::string message;  // why not usable, or a one-line device summary
 };
 
+// In CUDA builds the answer comes from the CUDA module (engine/cuda_module.h),
+// loaded by the first call: throws CudaModuleError (a std::runtime_error
+// naming the module's file and the loader's error) when it cannot be loaded.
+// Without CUDA: built = false and a message saying so.
 CudaAvailability query_cuda();
 
 }  // namespace shardscope::engine

@@ -1,6 +1,8 @@
 // The CUDA backend of engine/run: one rank of a launched world on GPU
 // LOCAL_RANK with NCCL collectives, or rank R of an emulated world of N on
-// GPU 0. Built only with CUDA (run_cuda_unavailable.cpp otherwise).
+// GPU 0. Part of the CUDA module, libshardscope_cuda.so (engine/cuda_module.h),
+// never of the `shardscope` executable: run_cuda_module.cpp calls it through
+// the module, run_cuda_unavailable.cpp refuses it in builds without CUDA.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -11,6 +13,7 @@
 #include "engine/cuda/check.h"
 #include "engine/cuda/comm/emulated_communicator.h"
 #include "engine/cuda/comm/nccl_communicator.h"
+#include "engine/cuda/device_query.h"
 #include "engine/cuda/exec/cuda_train.h"
 #include "engine/device_info.h"
 #include "engine/exec/rank_plan.h"
@@ -109,7 +112,7 @@ RunResult run_emulated(const RunRequest& request) {
 // through NCCL.
 RunResult run_nccl_rank(const RunRequest& request) {
   const launch::RankEnv& env = *request.env;
-  const CudaAvailability avail = query_cuda();
+  const CudaAvailability avail = cuda_devices();
   if (env.local_rank >= avail.device_count)
     throw std::runtime_error("LOCAL_RANK " + std::to_string(env.local_rank) + " (rank " +
                              std::to_string(env.rank) + ", started by " + env.source +
@@ -136,10 +139,20 @@ RunResult run_nccl_rank(const RunRequest& request) {
 
 }  // namespace
 
-RunResult run_cuda(const RunRequest& request) {
+CudaAvailability cuda_devices() {
+  CudaAvailability out;
+  out.built = true;
+  const cuda::DeviceQuery q = cuda::query_devices();
+  out.usable = q.ok && q.device_count > 0;
+  out.device_count = q.device_count;
+  out.message = q.message;
+  return out;
+}
+
+RunResult run_cuda_backend(const RunRequest& request) {
   // No device or driver: an error naming what the CUDA runtime reported,
   // before anything starts.
-  const CudaAvailability avail = query_cuda();
+  const CudaAvailability avail = cuda_devices();
   if (!avail.built || !avail.usable) throw std::runtime_error("--backend cuda: " + avail.message);
   switch (request.role) {
     case Role::emulated:

@@ -1,5 +1,5 @@
 // Parts of engine/run shared by the CPU backend (run_cpu.cpp), the CUDA
-// backend (run_cuda.cpp, CUDA builds only) and the dispatcher (run.cpp).
+// backend (run_cuda.cpp, in the CUDA module only) and the dispatcher (run.cpp).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/device_info.h"
 #include "engine/exec/train.h"
 #include "engine/launch/launch.h"
 #include "engine/run/run.h"
@@ -54,6 +55,14 @@ using RankTrainer = std::function<RankOutcome(launch::Rendezvous& rv)>;
 RunResult run_launched_rank(const RunRequest& request, const RankTrainer& train);
 
 RunResult run_cpu(const RunRequest& request);
-RunResult run_cuda(const RunRequest& request);  // run_cuda.cpp; throws in builds without CUDA
+// The CUDA backend as the dispatcher calls it: through the CUDA module
+// (run_cuda_module.cpp, engine/cuda_module.h); throws in builds without CUDA
+// (run_cuda_unavailable.cpp) and CudaModuleError when the module cannot load.
+RunResult run_cuda(const RunRequest& request);
+
+// Inside the CUDA module (run_cuda.cpp, libshardscope_cuda.so) only: the
+// backend itself and the devices the CUDA runtime sees.
+RunResult run_cuda_backend(const RunRequest& request);
+CudaAvailability cuda_devices();
 
 }  // namespace shardscope::engine::run::detail

@@ -15,9 +15,11 @@ struct CliResult {
   std::string output;
 };
 
-inline CliResult run_cli(const std::string& args) {
+// `env`: shell assignments put before the command ("NAME=value ..."); empty: none.
+inline CliResult run_cli(const std::string& args, const std::string& env = "",
+                         const std::string& cli = SHARDSCOPE_CLI) {
   CliResult r;
-  const std::string cmd = std::string(SHARDSCOPE_CLI) + " " + args + " 2>&1";
+  const std::string cmd = (env.empty() ? "" : env + " ") + cli + " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
   std::array<char, 4096> buf{};
