@@ -107,6 +107,14 @@ int run_viewer(const ViewerOptions& options) {
       glClear(GL_COLOR_BUFFER_BIT);
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
       if (headless && app_settled(state) && ++frames_after_settled >= options.frames) {
+        // An input that did not load (a trace, --sweep, --select,
+        // --open-config) is an input error: exit 2 and write no PNG, so
+        // that no output of a failed command looks like a good one.
+        if (app_errors(state) > 0) {
+          std::fprintf(stderr, "shardscope view: no screenshot written (%s)\n",
+                       options.screenshot_png.c_str());
+          break;
+        }
         try {
           write_framebuffer_png(options.screenshot_png, fb_w, fb_h);
         } catch (const std::exception& e) {
@@ -118,7 +126,7 @@ int run_viewer(const ViewerOptions& options) {
       glfwSwapBuffers(session.window);
       if (headless && busy(state)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    if (app_errors(state) > 0) status = 1;
+    if (app_errors(state) > 0) status = 2;
   }
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();
