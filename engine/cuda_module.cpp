@@ -31,17 +31,15 @@ CudaModuleEntry expected_entry() {
 
 std::string describe(const CudaModuleEntry& e) {
   return "ABI " + std::to_string(e.abi) + ", build '" + (e.build_id ? e.build_id : "") +
-         "', entry " +
-         std::to_string(e.entry_size) + " B, RunRequest " + std::to_string(e.request_size) +
-         " B, RunResult " + std::to_string(e.result_size) + " B, CudaAvailability " +
-         std::to_string(e.availability_size) + " B";
+         "', entry " + std::to_string(e.entry_size) + " B, RunRequest " +
+         std::to_string(e.request_size) + " B, RunResult " + std::to_string(e.result_size) +
+         " B, CudaAvailability " + std::to_string(e.availability_size) + " B";
 }
 
 bool same_build(const CudaModuleEntry& a, const CudaModuleEntry& b) {
   return a.abi == b.abi && a.entry_size == b.entry_size && a.build_id &&
-         std::string(a.build_id) == b.build_id &&
-         a.request_size == b.request_size && a.result_size == b.result_size &&
-         a.availability_size == b.availability_size;
+         std::string(a.build_id) == b.build_id && a.request_size == b.request_size &&
+         a.result_size == b.result_size && a.availability_size == b.availability_size;
 }
 
 std::string dl_error() {
@@ -64,16 +62,14 @@ const CudaModuleEntry* load(std::string* error) {
       "the CUDA module " + where + (env_set ? std::string(" ($") + kCudaModuleEnv + ")" : "");
   if (access(where.c_str(), F_OK) != 0) {
     if (env_set)
-      *error = named + " does not exist: point " + kCudaModuleEnv + " at the " +
-               kCudaModuleFile +
+      *error = named + " does not exist: point " + kCudaModuleEnv + " at the " + kCudaModuleFile +
                " built with this shardscope, or unset it to load the one beside the executable";
     else
       *error = named +
                " does not exist: GPU commands (run --backend cuda) load it from beside the "
                "shardscope executable, where CUDA builds write it: build the shardscope_cuda "
                "target, copy the " +
-               kCudaModuleFile + " of this build there, or set " + kCudaModuleEnv +
-               " to its path";
+               kCudaModuleFile + " of this build there, or set " + kCudaModuleEnv + " to its path";
     return nullptr;
   }
   // RTLD_NOW: a missing symbol or library is an error here, not a crash later.
@@ -112,8 +108,9 @@ const CudaModuleEntry* load(std::string* error) {
     return nullptr;
   }
   if (!same_build(*entry, expected)) {
-    *error = where + " is the CUDA module of another shardscope build (module: " +
-             describe(*entry) + "; this shardscope: " + describe(expected) + use_ours;
+    *error = where +
+             " is the CUDA module of another shardscope build (module: " + describe(*entry) +
+             "; this shardscope: " + describe(expected) + use_ours;
     return nullptr;
   }
   if (!entry->query || !entry->run) {

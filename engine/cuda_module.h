@@ -38,8 +38,8 @@ inline constexpr const char* kCudaModuleFile = "libshardscope_cuda.so";
 inline constexpr const char* kCudaModuleEnv = "SHARDSCOPE_CUDA_MODULE";
 
 struct CudaModuleEntry {
-  uint32_t abi = 0;          // kCudaModuleAbi of the module's build
-  uint32_t entry_size = 0;   // sizeof(CudaModuleEntry)
+  uint32_t abi = 0;           // kCudaModuleAbi of the module's build
+  uint32_t entry_size = 0;    // sizeof(CudaModuleEntry)
   const char* build_id = "";  // SHARDSCOPE_BUILD_ID of the module's build
   // sizeof of the types that cross, as the module's build saw them.
   uint32_t request_size = 0;

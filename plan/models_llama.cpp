@@ -45,8 +45,7 @@ LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string
   // transformers' defaults: LlamaConfig uses num_attention_heads, MistralConfig 8,
   // Qwen2Config 32.
   c.num_key_value_heads = r.get_int(
-      "num_key_value_heads",
-      c.model_type == "mistral" ? 8 : (qwen2 ? 32 : c.num_attention_heads));
+      "num_key_value_heads", c.model_type == "mistral" ? 8 : (qwen2 ? 32 : c.num_attention_heads));
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     r.fail("num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
                                       " is not a multiple of num_key_value_heads " +

@@ -180,7 +180,8 @@ std::vector<ChromeIssue> check_chrome_trace(std::string_view text, size_t max_is
       while (!open.empty() && open.back()->end <= s.start) open.pop_back();
       if (!open.empty() && s.end > open.back()->end) {
         c.add("overlap", where_of(s.index),
-              "partially overlaps " + where_of(open.back()->index) + " on thread " + clip_input(thread));
+              "partially overlaps " + where_of(open.back()->index) + " on thread " +
+                  clip_input(thread));
         continue;
       }
       open.push_back(&s);

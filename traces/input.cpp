@@ -42,7 +42,8 @@ size_t InputFile::read_raw(char* buf, size_t n) {
   if (got < n) {
     const size_t k = std::fread(buf + got, 1, n - got, file_);
     if (k < n - got && std::ferror(file_))
-      throw TraceError(ErrorKind::io, path_, "", std::string("read failed: ") + std::strerror(errno));
+      throw TraceError(ErrorKind::io, path_, "",
+                       std::string("read failed: ") + std::strerror(errno));
     stats_->file_bytes += k;
     got += k;
   }
@@ -96,8 +97,7 @@ std::string read_json_text(InputFile& in, const InputLimits& limits, std::string
   return text;
 }
 
-std::string read_json_text(const std::string& path, const InputLimits& limits,
-                           InputStats* stats) {
+std::string read_json_text(const std::string& path, const InputLimits& limits, InputStats* stats) {
   InputFile in(path, limits, stats);
   return read_json_text(in, limits);
 }

@@ -358,7 +358,8 @@ class NativeReader {
       Lane l;
       l.name = trace_.intern(lf.get_string("name", true));
       const std::string kind = lf.get_string("kind", true);
-      if (!parse_lane_kind(kind, &l.kind)) lf.fail("kind", "unknown lane kind " + quote_input(kind));
+      if (!parse_lane_kind(kind, &l.kind))
+        lf.fail("kind", "unknown lane kind " + quote_input(kind));
       l.stream = static_cast<int32_t>(lf.get_int("stream", false, -1, INT32_MIN, INT32_MAX));
       r.lanes.push_back(l);
     }
@@ -406,7 +407,8 @@ Metadata read_metadata_json(const json& obj, const std::string& where, const std
   }
   if (const json* tools = f.get_object("tool_versions", false)) {
     for (auto it = tools->begin(); it != tools->end(); ++it) {
-      if (!it.value().is_string()) f.fail("tool_versions", quote_input(it.key()) + " is not a string");
+      if (!it.value().is_string())
+        f.fail("tool_versions", quote_input(it.key()) + " is not a string");
       m.tool_versions[it.key()] = it.value().get<std::string>();
     }
   }

@@ -82,8 +82,8 @@ void JsonGuard::fail_long_string() const {
   throw TraceError(ErrorKind::malformed, file_,
                    "byte " + std::to_string(string_start_ + limits_.max_string_bytes),
                    what + " (starting at byte " + std::to_string(string_start_) +
-                       ") is longer than the limit of " +
-                       std::to_string(limits_.max_string_bytes) + " bytes for one string");
+                       ") is longer than the limit of " + std::to_string(limits_.max_string_bytes) +
+                       " bytes for one string");
 }
 
 void JsonGuard::fail_start(const char* data, size_t n, size_t i) const {

@@ -213,8 +213,9 @@ class RankBuilder {
       throw TraceError(
           ErrorKind::schema, file_, "/traceEvents",
           "nothing to import: no device or host events, steps or memory records" +
-              (skipped.empty() ? std::string()
-                               : " (Kineto categories not imported: " + clip_input(skipped, 400) + ")"));
+              (skipped.empty()
+                   ? std::string()
+                   : " (Kineto categories not imported: " + clip_input(skipped, 400) + ")"));
     }
     sort_events(r);
     for (const auto& [id, name] : d_.device_names)
@@ -361,8 +362,9 @@ int32_t import_kineto_rank(Trace& t, std::string_view text, const std::string& n
     for (const std::string& pid : pids) {
       int64_t v = 0;
       if (!parse_json_int(pid, &v) || v < 0 || v > INT32_MAX)
-        throw TraceError(ErrorKind::schema, name, "/traceEvents",
-                         "a shardscope export whose process id " + clip_input(pid) + " is not a rank");
+        throw TraceError(
+            ErrorKind::schema, name, "/traceEvents",
+            "a shardscope export whose process id " + clip_input(pid) + " is not a rank");
       ranks.emplace_back(static_cast<int32_t>(v), pid);
     }
     std::sort(ranks.begin(), ranks.end());

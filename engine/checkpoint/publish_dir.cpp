@@ -92,7 +92,8 @@ std::string publish_dir(const std::string& staging, const std::string& root,
       throw CheckpointError(final_path +
                             ": already exists and this filesystem cannot exchange directories "
                             "atomically (renameat2 RENAME_EXCHANGE: " +
-                            std::strerror(err) + "); the previous checkpoint is kept and the new "
+                            std::strerror(err) +
+                            "); the previous checkpoint is kept and the new "
                             "one is left complete in " +
                             staging + " until the next save: save into another directory");
     fail_errno("cannot exchange " + staging + " with " + final_path, err);

@@ -136,7 +136,8 @@ CreatorInfo inspect_segment(const std::string& name) {
   std::memcpy(&magic, p, sizeof magic);
   std::memcpy(&info.pid, static_cast<const char*>(p) + offsetof(SegmentHeader, creator_pid),
               sizeof info.pid);
-  std::memcpy(&info.start, static_cast<const char*>(p) + offsetof(SegmentHeader, creator_start_time),
+  std::memcpy(&info.start,
+              static_cast<const char*>(p) + offsetof(SegmentHeader, creator_start_time),
               sizeof info.start);
   munmap(p, sizeof(SegmentHeader));
   info.kind = magic == kMagic ? CreatorInfo::Kind::ours : CreatorInfo::Kind::foreign;

@@ -77,8 +77,8 @@ float ParamInit::value(int64_t index, uint64_t seed) const {
     case Kind::normal:
       break;
   }
-  return static_cast<float>(std * ziggurat_normal(mix64(seed ^ mix64(stream)),
-                                                   static_cast<uint64_t>(index)));
+  return static_cast<float>(
+      std * ziggurat_normal(mix64(seed ^ mix64(stream)), static_cast<uint64_t>(index)));
 }
 
 void ParamInit::fill(int64_t first, int64_t count, uint64_t seed, float* out) const {
@@ -111,8 +111,7 @@ void DataSource::check_text_file(const plan::Graph& graph, const std::string& pa
     throw std::invalid_argument("--data " + path + ": " + std::strerror(errno));
   if (S_ISDIR(st.st_mode))
     throw std::invalid_argument("--data " + path + ": is a directory, not a text file");
-  if (!S_ISREG(st.st_mode))
-    throw std::invalid_argument("--data " + path + ": not a regular file");
+  if (!S_ISREG(st.st_mode)) throw std::invalid_argument("--data " + path + ": not a regular file");
   if (::access(path.c_str(), R_OK) != 0)
     throw std::invalid_argument("--data " + path + ": " + std::strerror(errno));
   if (st.st_size < 2)

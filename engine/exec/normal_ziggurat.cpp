@@ -11,8 +11,8 @@ namespace shardscope::engine::exec {
 namespace {
 
 constexpr int kLayers = 128;
-constexpr double kR = 3.442619855899;         // right edge of the base strip
-constexpr double kV = 9.91256303526217e-3;    // area of each layer
+constexpr double kR = 3.442619855899;       // right edge of the base strip
+constexpr double kV = 9.91256303526217e-3;  // area of each layer
 constexpr double kTwoPowMinus53 = 1.0 / 9007199254740992.0;
 
 double density(double x) {  // unnormalised N(0,1) density
@@ -48,7 +48,8 @@ const Tables& tables() {
 }
 
 uint64_t draw(uint64_t counter, int k) {
-  return k < 8 ? mix64(counter + static_cast<uint64_t>(k)) : mix64(mix64(counter) + static_cast<uint64_t>(k));
+  return k < 8 ? mix64(counter + static_cast<uint64_t>(k))
+               : mix64(mix64(counter) + static_cast<uint64_t>(k));
 }
 
 double open_uniform(uint64_t bits) {  // (0, 1) from the top 53 bits
@@ -63,15 +64,14 @@ double normal_slow(const Tables& t, uint64_t counter, uint64_t b) {
     const bool negative = (b >> 7) & 1;
     const double z = static_cast<double>(b >> 11) * t.w[layer];
     if ((b >> 11) < t.box[layer]) return negative ? -z : z;  // inside the layer's box
-    if (layer == 0) {  // the tail beyond R (Marsaglia 1964)
+    if (layer == 0) {                                        // the tail beyond R (Marsaglia 1964)
       const double a = -std::log(open_uniform(draw(counter, ++k))) / kR;
       const double y = -std::log(open_uniform(draw(counter, ++k)));
       if (2.0 * y > a * a) return negative ? -(kR + a) : kR + a;
       continue;
     }
     // The wedge between the box and the curve.
-    const double y =
-        t.f[layer] + open_uniform(draw(counter, ++k)) * (t.f[layer + 1] - t.f[layer]);
+    const double y = t.f[layer] + open_uniform(draw(counter, ++k)) * (t.f[layer + 1] - t.f[layer]);
     if (y < density(z)) return negative ? -z : z;
   }
 }

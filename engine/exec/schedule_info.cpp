@@ -57,8 +57,8 @@ void fill_initial_shard(const plan::Graph& g, const UnitLayout& lay, int64_t sha
   for (const ParamPlace& pp : lay.params()) {
     const Range r = lay.held_range(pp, shard_index);
     if (r.size() <= 0) continue;
-    param_init(g, pp.param).fill(r.begin, r.size(), seed,
-                                 out + lay.held_shard_offset(pp, shard_index));
+    param_init(g, pp.param)
+        .fill(r.begin, r.size(), seed, out + lay.held_shard_offset(pp, shard_index));
   }
 }
 

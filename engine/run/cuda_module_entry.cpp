@@ -15,7 +15,9 @@ namespace {
 namespace engine = shardscope::engine;
 namespace run = shardscope::engine::run;
 
-engine::CudaAvailability module_query() { return run::detail::cuda_devices(); }
+engine::CudaAvailability module_query() {
+  return run::detail::cuda_devices();
+}
 
 run::RunResult module_run(const run::RunRequest& request) {
   return run::detail::run_cuda_backend(request);

@@ -24,7 +24,6 @@ namespace shardscope::engine::run::detail {
 
 namespace {
 
-
 cuda::CudaTrainConfig train_config(const RunRequest& request, int device) {
   cuda::CudaTrainConfig c;
   c.base.graph = request.graph;

@@ -6,6 +6,8 @@
 
 namespace shardscope::engine::run::detail {
 
-RunResult run_cuda(const RunRequest& request) { return cuda_module().run(request); }
+RunResult run_cuda(const RunRequest& request) {
+  return cuda_module().run(request);
+}
 
 }  // namespace shardscope::engine::run::detail

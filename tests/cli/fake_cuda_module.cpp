@@ -17,5 +17,7 @@ shardscope_cuda_module_v1() {
   return &entry;
 }
 #else
-extern "C" __attribute__((visibility("default"))) int not_the_cuda_module_entry() { return 0; }
+extern "C" __attribute__((visibility("default"))) int not_the_cuda_module_entry() {
+  return 0;
+}
 #endif

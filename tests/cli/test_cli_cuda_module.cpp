@@ -57,7 +57,7 @@ const std::string kSmall = "run --backend cuda --model gpt2-tiny --set seq_len=1
 // What every refusal of a missing or bad module has in common.
 void check_refused(const shardscope::test::CliResult& r) {
   CHECK(r.status == 2);
-  CHECK(r.output.find("[rank ") == std::string::npos);    // no rank started
+  CHECK(r.output.find("[rank ") == std::string::npos);      // no rank started
   CHECK(r.output.find("engine-cpu") == std::string::npos);  // no CPU run instead
   CHECK(r.output.find("loss") == std::string::npos);        // no training at all
 }
@@ -134,9 +134,8 @@ TEST_CASE("run --backend cuda without its module names the file and what to do",
     CHECK(r.output.find("LD_LIBRARY_PATH") != std::string::npos);
   }
   SECTION("a shared object without the entry point") {
-    const auto r =
-        run_cli(kSmall + " --nproc 1", std::string("SHARDSCOPE_CUDA_MODULE=") +
-                                           SHARDSCOPE_TEST_MODULE_NO_ENTRY);
+    const auto r = run_cli(kSmall + " --nproc 1", std::string("SHARDSCOPE_CUDA_MODULE=") +
+                                                      SHARDSCOPE_TEST_MODULE_NO_ENTRY);
     INFO(r.output);
     check_refused(r);
     CHECK(r.output.find(std::string(SHARDSCOPE_TEST_MODULE_NO_ENTRY) +

@@ -256,8 +256,7 @@ TEST_CASE("a killed launcher leaves no run directory behind", "[cli][run]") {
   std::remove(log.c_str());
 }
 
-TEST_CASE("a directory or missing file as --data is refused before any rank starts",
-          "[cli][run]") {
+TEST_CASE("a directory or missing file as --data is refused before any rank starts", "[cli][run]") {
   auto r = run_cli("run --model gpt2-tiny --steps 1 --data /tmp");
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Catch::Contains("--data /tmp: is a directory, not a text file"));
@@ -267,7 +266,8 @@ TEST_CASE("a directory or missing file as --data is refused before any rank star
   CHECK_THAT(r.output, Catch::Contains("No such file or directory"));
 }
 
-TEST_CASE("the peer timeout (--timeout, SHARDSCOPE_TIMEOUT) bounds the wait on a missing rank", "[cli][run]") {
+TEST_CASE("the peer timeout (--timeout, SHARDSCOPE_TIMEOUT) bounds the wait on a missing rank",
+          "[cli][run]") {
   const std::string cli = SHARDSCOPE_CLI;
   // Rank 0 of 2 started alone (torchrun style): rank 1 never attaches.
   const std::string alone =

@@ -25,12 +25,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // the Kineto scanner does.)
   const bool bom = size >= 3 && data[0] == 0xef && data[1] == 0xbb && data[2] == 0xbf;
   if (!bom) try {
-    JsonGuard g("fuzz.json", InputLimits{});
-    g.feed(reinterpret_cast<const char*>(data), size);
-    g.finish();
-  } catch (const TraceError&) {
-    std::abort();  // the guard refused a trace the reader reads
-  }
+      JsonGuard g("fuzz.json", InputLimits{});
+      g.feed(reinterpret_cast<const char*>(data), size);
+      g.finish();
+    } catch (const TraceError&) {
+      std::abort();  // the guard refused a trace the reader reads
+    }
   if (read_trace_json(trace_to_json(t)) != t) std::abort();
   (void)compute_metrics(t);
   return 0;

@@ -56,10 +56,11 @@ TEST_CASE("Qwen2: biases on q/k/v_proj only, Qwen2 class names, no sliding windo
   CHECK(decoder_layer);
   for (const Op& op : g.ops) CHECK_FALSE(op.attrs.sliding_window.has_value());  // 4096 given, off
 
-  json config = {{"model_type", "qwen2"},    {"hidden_size", 64}, {"intermediate_size", 128},
-                 {"num_hidden_layers", 2},   {"num_attention_heads", 4},
-                 {"num_key_value_heads", 2}, {"vocab_size", 512},
-                 {"max_position_embeddings", 128}, {"use_sliding_window", true}};
+  json config = {{"model_type", "qwen2"},     {"hidden_size", 64},
+                 {"intermediate_size", 128},  {"num_hidden_layers", 2},
+                 {"num_attention_heads", 4},  {"num_key_value_heads", 2},
+                 {"vocab_size", 512},         {"max_position_embeddings", 128},
+                 {"use_sliding_window", true}};
   CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"),
                     Catch::Contains("c.json: key 'use_sliding_window': true is not supported"));
   config["use_sliding_window"] = false;
@@ -69,8 +70,7 @@ TEST_CASE("Qwen2: biases on q/k/v_proj only, Qwen2 class names, no sliding windo
   config.erase("attention_bias");
   config.erase("num_key_value_heads");
   // Qwen2Config's default num_key_value_heads is 32: 4 heads cannot share 32.
-  CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"),
-                    Catch::Contains("num_key_value_heads"));
+  CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"), Catch::Contains("num_key_value_heads"));
   config["model_type"] = "qwen3_moe";
   CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"),
                     Catch::Contains("unsupported model_type 'qwen3_moe' (supported: gpt2, llama, "

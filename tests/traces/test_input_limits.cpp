@@ -124,10 +124,11 @@ TEST_CASE("a huge string is refused at the string limit, naming its field", "[in
   // Native JSON, a key, a smaller limit: stops within the first chunk.
   InputLimits small;
   small.max_string_bytes = 1000;
-  write_file(path, "{\"format\":\"shardscope.trace\",\"version\":1,\"" +
-                       std::string(1 << 20, 'k') + "\":1}");
+  write_file(path, "{\"format\":\"shardscope.trace\",\"version\":1,\"" + std::string(1 << 20, 'k') +
+                       "\":1}");
   const LoadResult k = load_error(path, small);
-  CHECK_THAT(k.what, Catch::Contains("a key (starting at byte 41) is longer than the limit of 1000"));
+  CHECK_THAT(k.what,
+             Catch::Contains("a key (starting at byte 41) is longer than the limit of 1000"));
   CHECK(k.stats.file_bytes <= kInputChunk + 2);
 
   // Escapes count their written bytes and are not mistaken for the end.
@@ -175,7 +176,8 @@ TEST_CASE("the JSON guard accepts JSON and fails at the first bad byte", "[input
   CHECK_THAT(guard_error("  \n"), Catch::Contains("only whitespace"));
   CHECK_THAT(guard_error("{\"a\": \"x\ty\"}"),
              Catch::Contains("byte 8: invalid JSON: control character in a string"));
-  CHECK_THAT(guard_error("{\"a\": [1}"), Catch::Contains("byte 8: invalid JSON: '}' closes an array"));
+  CHECK_THAT(guard_error("{\"a\": [1}"),
+             Catch::Contains("byte 8: invalid JSON: '}' closes an array"));
   CHECK_THAT(guard_error("[1]]"), Catch::Contains("byte 3: invalid JSON: unexpected ']'"));
   CHECK_THAT(guard_error("[] x"), Catch::Contains("byte 3: invalid JSON: trailing bytes"));
   CHECK_THAT(guard_error("[1, @]"), Catch::Contains("byte 4: invalid JSON: unexpected '@'"));
@@ -209,8 +211,8 @@ TEST_CASE("error messages quote at most ~200 bytes of input", "[input]") {
   CHECK_THAT(source, Catch::Contains("... (1000000 bytes)"));
   CHECK(source.size() < 1000);
   // A 1 MB key in a path, and a 1 MB tool_versions key.
-  const std::string tools =
-      what_of(head + "\"source\":\"simulator\",\"tool_versions\":{\"" + big + "\":1}},\"ranks\":[]}");
+  const std::string tools = what_of(head + "\"source\":\"simulator\",\"tool_versions\":{\"" + big +
+                                    "\":1}},\"ranks\":[]}");
   CHECK_THAT(tools, Catch::Contains("is not a string"));
   CHECK(tools.size() < 1000);
   // nlohmann's syntax errors echo the token read: a 1 MB string cut by a

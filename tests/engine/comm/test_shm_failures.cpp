@@ -305,7 +305,7 @@ TEST_CASE("stale segments of dead creators are swept; live and foreign ones are 
     while (!shm_name_exists(name)) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // initialised by now
-  ::kill(set.children[0].pid, SIGKILL);  // the rank 0 that created `dead`
+  ::kill(set.children[0].pid, SIGKILL);                        // the rank 0 that created `dead`
   REQUIRE(collect(set.children[0]).error == "killed by signal 9");
   // A segment that is not a communicator's (no shardscope magic).
   const int fd = shm_open(foreign.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);

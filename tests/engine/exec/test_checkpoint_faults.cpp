@@ -31,8 +31,8 @@ constexpr int kKilledAtPoint = 42;  // the child's exit status when it reached t
 
 engine::exec::TrainConfig config(const plan::Graph& g, int seed) {
   nlohmann::json doc = nlohmann::json::object();
-  for (const std::string& s : {std::string("batch_size=2"), std::string("seq_len=16"),
-                               "seed=" + std::to_string(seed)})
+  for (const std::string& s :
+       {std::string("batch_size=2"), std::string("seq_len=16"), "seed=" + std::to_string(seed)})
     plan::apply_set(doc, s);
   engine::exec::TrainConfig c;
   c.graph = &g;
@@ -106,21 +106,22 @@ TEST_CASE("a save killed at any point keeps the previous checkpoint loadable",
   };
   // (Rank 1 past the last barrier races rank 0's publication: not a fixed outcome.)
   const std::vector<Point> points = {
-      {"staging", 0, false},   {"shard", 1, false},     {"shard", 0, false},
-      {"index", 0, false},     {"consolidated", 0, false}, {"consolidated", 1, false},
-      {"durable", 0, false},   {"published", 0, true},  {"latest", 0, true},
+      {"staging", 0, false}, {"shard", 1, false},        {"shard", 0, false},
+      {"index", 0, false},   {"consolidated", 0, false}, {"consolidated", 1, false},
+      {"durable", 0, false}, {"published", 0, true},     {"latest", 0, true},
       {"done", 0, true},
   };
   for (const Point& p : points) {
     INFO("killed at " << p.name << " on rank " << p.rank);
     {
-      const int status = run_killed(
-          [&] { (void)engine::exec::train_threads(new_run, {}); },
-          [&] {
-            engine::exec::testing::set_save_point_hook([p](const char* point, int rank) {
-              if (std::string(point) == p.name && rank == p.rank) ::_exit(kKilledAtPoint);
-            });
-          });
+      const int status =
+          run_killed([&] { (void)engine::exec::train_threads(new_run, {}); },
+                     [&] {
+                       engine::exec::testing::set_save_point_hook([p](const char* point, int rank) {
+                         if (std::string(point) == p.name && rank == p.rank)
+                           ::_exit(kKilledAtPoint);
+                       });
+                     });
       REQUIRE(status == kKilledAtPoint);
       CHECK(loss_after_loading(g, dir) == (p.new_after ? new_loss : old_loss));
       // Put the old checkpoint back for the next point (a completed save,

@@ -49,8 +49,8 @@ TEST_CASE("the ziggurat's values have the moments and tails of N(0, 1)", "[exec]
   CHECK(std::abs(mean) < 5.0 / std::sqrt(double(n)));
   CHECK(std::abs(var - 1.0) < 5.0 * std::sqrt(2.0 / n));
   CHECK(std::abs(kurt - 3.0) < 5.0 * std::sqrt(96.0 / n));
-  for (auto [count, x] : {std::pair{beyond1, 1.0}, std::pair{beyond3, 3.0},
-                          std::pair{beyond_r, 3.442619855899}}) {
+  for (auto [count, x] :
+       {std::pair{beyond1, 1.0}, std::pair{beyond3, 3.0}, std::pair{beyond_r, 3.442619855899}}) {
     const double p = two_sided_tail(x);
     INFO("P(|X| > " << x << "): " << double(count) / n << " against " << p);
     CHECK(std::abs(double(count) / n - p) < 5.0 * std::sqrt(p * (1 - p) / n));
@@ -67,7 +67,8 @@ TEST_CASE("fill equals value at every index, from any first element", "[exec][in
   init.stream = hash_name("h.0.attn.c_attn.weight");
   std::vector<float> out(1000);
   init.fill(123'456, 1000, 7, out.data());
-  for (int64_t j = 0; j < 1000; ++j) REQUIRE(out[static_cast<size_t>(j)] == init.value(123'456 + j, 7));
+  for (int64_t j = 0; j < 1000; ++j)
+    REQUIRE(out[static_cast<size_t>(j)] == init.value(123'456 + j, 7));
   init.kind = ParamInit::Kind::one;
   init.fill(5, 3, 7, out.data());
   CHECK(out[0] == 1.0f);
