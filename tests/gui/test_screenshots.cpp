@@ -327,7 +327,9 @@ TEST_CASE(
   CHECK(img.count(gui::category_color(tr::Category::comm_reduce_scatter), x0, y0, x1, y1) > 100);
   // The selected all-gather is outlined.
   CHECK(img.count(gui::kSelection, x0, y0, x1, y1) > 20);
-  // A name that does not exist is reported, not ignored.
-  CHECK(view(trace + " --select nothing_named_so", png, err) == 1);
+  // A name that does not exist is reported, not ignored: an input error.
+  std::filesystem::remove(png);
+  CHECK(view(trace + " --select nothing_named_so", png, err) == 2);
+  CHECK_FALSE(std::filesystem::exists(png));
   CHECK(slurp(err).find("--select: no event named 'nothing_named_so'") != std::string::npos);
 }
