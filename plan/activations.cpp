@@ -45,10 +45,11 @@ std::vector<bool> checkpointed_units(const Policy& policy, const UnitPlan& up) {
     throw Error("policy: activation_checkpointing: needs wrapped blocks to checkpoint, but wrap." +
                 std::string("type \"") + wrap_type_name(policy.wrap.type) +
                 "\" yields only the root unit");
-  const int64_t every =
-      policy.activation_checkpointing == CheckpointMode::full ? 1 : policy.checkpoint_every;
+  const bool full = policy.activation_checkpointing == CheckpointMode::full;
+  const int64_t every = full ? 1 : policy.checkpoint_every;
+  const int64_t offset = full ? 0 : policy.checkpoint_offset;
   for (size_t j = 0; j < blocks.size(); ++j)
-    if (static_cast<int64_t>(j) % every == 0) checkpointed[blocks[j]] = true;
+    if (static_cast<int64_t>(j) % every == offset) checkpointed[blocks[j]] = true;
   return checkpointed;
 }
 

@@ -325,13 +325,23 @@ Policy policy_from_json(const json& doc) {
         else if (a == "full")
           p.activation_checkpointing = CheckpointMode::full;
         else
-          fail(k, "unknown value '" + a + "' (use \"none\", \"full\" or {\"every\": k})");
+          fail(k, "unknown value '" + a +
+                      "' (use \"none\", \"full\" or {\"every\": k, \"offset\": o})");
       } else if (v.is_object()) {
-        if (v.size() != 1 || !v.contains("every")) fail(k, "the object form is {\"every\": k}");
+        if (!v.contains("every"))
+          fail(k, "the object form is {\"every\": k} or {\"every\": k, \"offset\": o}");
+        for (auto field = v.begin(); field != v.end(); ++field)
+          if (field.key() != "every" && field.key() != "offset")
+            fail(k + "." + field.key(), "unknown key (the object form takes every and offset)");
         p.activation_checkpointing = CheckpointMode::every;
         p.checkpoint_every = get_int(v.at("every"), k + ".every", 1);
+        p.checkpoint_offset = v.contains("offset") ? get_int(v.at("offset"), k + ".offset", 0) : 0;
+        if (p.checkpoint_offset >= p.checkpoint_every)
+          fail(k + ".offset", std::to_string(p.checkpoint_offset) + " must be below every (" +
+                                  std::to_string(p.checkpoint_every) +
+                                  "): blocks j with j % every == offset are checkpointed");
       } else {
-        fail(k, "expected \"none\", \"full\" or {\"every\": k}");
+        fail(k, "expected \"none\", \"full\" or {\"every\": k, \"offset\": o}");
       }
     } else if (k == "optimizer") {
       read_optimizer(v, p.optimizer);
@@ -411,6 +421,8 @@ json policy_to_json(const Policy& p) {
       break;
     case CheckpointMode::every:
       j["activation_checkpointing"] = json{{"every", p.checkpoint_every}};
+      // Written only when set, so that policies without it keep their JSON.
+      if (p.checkpoint_offset != 0) j["activation_checkpointing"]["offset"] = p.checkpoint_offset;
       break;
   }
   json o;

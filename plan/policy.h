@@ -72,7 +72,12 @@ struct Policy {
   MixedPrecision mixed_precision;
   bool cpu_offload = false;
   CheckpointMode activation_checkpointing = CheckpointMode::none;
-  int64_t checkpoint_every = 1;  // for CheckpointMode::every: every k-th wrapped block
+  // CheckpointMode::every: wrapped blocks j (0-based, in model order) with
+  // j % checkpoint_every == checkpoint_offset. Offset 0: blocks 0, k, 2k, ...;
+  // torchtitan's layer-frequency option (ac_freq = k) is offset k - 1:
+  // blocks k-1, 2k-1, ... (its wrapper counts calls from 1).
+  int64_t checkpoint_every = 1;
+  int64_t checkpoint_offset = 0;
   OptimizerConfig optimizer;
   std::optional<double> grad_clip_norm;
   // optimizer.zero_grad(set_to_none=...) after the step (PyTorch's default

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "plan/activations.h"
 #include "plan/error.h"
 #include "plan/models.h"
 #include "plan/schedule.h"
@@ -336,6 +337,42 @@ TEST_CASE("activation checkpointing recomputes the checkpointed blocks' ops",
   CHECK(count_ops(every2.ranks[0], plan::OpKind::recompute) == b0.last_op - b0.first_op + 1);
   CHECK_THROWS_WITH(make(g, {{"activation_checkpointing", "full"}}, 4),
                     Catch::Contains("activation_checkpointing"));
+}
+
+TEST_CASE("every-k checkpointing with an offset: torchtitan's blocks k-1, 2k-1, ...",
+          "[schedule][checkpointing]") {
+  // gpt2-small: 12 GPT2Blocks, units 1..12 in model order (unit 0 the root).
+  const plan::Graph g = plan::load_model("gpt2-small");
+  const auto blocks = [&](const nlohmann::json& ac) {
+    const plan::Policy p =
+        plan::policy_from_json({{"activation_checkpointing", ac},
+                                {"wrap", {{"type", "class"}, {"classes", {"GPT2Block"}}}}});
+    const plan::UnitPlan units = plan::build_units(g, p, plan::validate_policy(p, g, 2));
+    const std::vector<bool> ckpt = plan::checkpointed_units(p, units);
+    std::vector<int> out;
+    for (size_t u = 1; u < ckpt.size(); ++u)
+      if (ckpt[u]) out.push_back(static_cast<int>(u) - 1);  // block index
+    return out;
+  };
+  CHECK(blocks({{"every", 4}}) == std::vector<int>{0, 4, 8});
+  // torchtitan ac_freq = 4: its wrapper's call count (from 1) % 4 == 0.
+  CHECK(blocks({{"every", 4}, {"offset", 3}}) == std::vector<int>{3, 7, 11});
+  CHECK(blocks({{"every", 5}, {"offset", 2}}) == std::vector<int>{2, 7});
+  CHECK(blocks({{"every", 1}, {"offset", 0}}).size() == 12);
+  // The offset survives the policy JSON round trip, and is left out when 0.
+  const plan::Policy p =
+      plan::policy_from_json({{"activation_checkpointing", {{"every", 4}, {"offset", 3}}}});
+  CHECK(plan::policy_to_json(p)["activation_checkpointing"] ==
+        nlohmann::json({{"every", 4}, {"offset", 3}}));
+  CHECK_FALSE(plan::policy_to_json(plan::policy_from_json(
+      {{"activation_checkpointing", {{"every", 4}}}}))["activation_checkpointing"]
+                  .contains("offset"));
+  CHECK_THROWS_WITH(
+      plan::policy_from_json({{"activation_checkpointing", {{"every", 4}, {"offset", 4}}}}),
+      Catch::Contains("activation_checkpointing.offset: 4 must be below every (4)"));
+  CHECK_THROWS_WITH(
+      plan::policy_from_json({{"activation_checkpointing", {{"every", 4}, {"ofset", 1}}}}),
+      Catch::Contains("activation_checkpointing.ofset: unknown key"));
 }
 
 TEST_CASE("cpu_offload keeps shards on the host and copies them over", "[schedule][offload]") {

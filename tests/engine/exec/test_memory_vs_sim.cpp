@@ -76,13 +76,14 @@ TEST_CASE("engine peak allocated equals the simulator's on qwen2-tiny", "[exec][
   const plan::Graph g =
       plan::load_model(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/qwen2-tiny.json");
   for (const std::string flavor : {"fsdp1", "fsdp2"})
-    for (const bool ckpt : {false, true}) {
+    for (const int ckpt : {0, 1, 2}) {  // none, full, {"every": 2, "offset": 1}
       nlohmann::json doc = {{"flavor", flavor},
                             {"batch_size", 2},
                             {"seq_len", 16},
                             {"mixed_precision", {{"param_dtype", "bf16"}}},
                             {"wrap", {{"type", "class"}, {"classes", {"Qwen2DecoderLayer"}}}}};
-      if (ckpt) doc["activation_checkpointing"] = "full";
+      if (ckpt == 1) doc["activation_checkpointing"] = "full";
+      if (ckpt == 2) doc["activation_checkpointing"] = {{"every", 2}, {"offset", 1}};
       INFO(doc.dump());
       const plan::Policy policy = plan::policy_from_json(doc);
       engine::exec::TrainConfig c;
