@@ -90,9 +90,9 @@ class RankExecutor : private RunnerBackend {
   RankExecutor(const RankExecutor&) = delete;
   RankExecutor& operator=(const RankExecutor&) = delete;
 
-  // Initial weights: rank 0 builds each unit's full parameters from the seed
-  // and the parameters' names and broadcasts them over the world (PyTorch's
-  // sync_module_states); every rank keeps its shard.
+  // Initial weights: every rank generates its own shard from the seed and
+  // the parameters' names (fill_initial_shard, schedule_info.h), with no
+  // communication; the values do not depend on the world size.
   void init_weights(uint64_t seed);
   // Every parameter in full (graph order), all-gathered over the shard group:
   // a collective every rank must call.
