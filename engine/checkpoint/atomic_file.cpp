@@ -107,19 +107,26 @@ void AtomicFile::commit() {
   if (std::rename(temp_.c_str(), path_.c_str()) != 0) fail("rename of " + temp_ + " failed", errno);
   committed_ = true;
   // The rename is durable only once the directory entry is on disk.
-  const std::string dir = parent_dir(path_);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) {
-    const int err = errno;
-    throw CheckpointError(path_ + ": cannot open directory " + dir +
-                          " to fsync: " + std::strerror(err));
+  try {
+    fsync_dir(parent_dir(path_));
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(path_ + ": " + e.what());
   }
-  if (::fsync(dfd) != 0) {
+}
+
+void fsync_dir(const std::string& path) {
+  const std::string dir = path.empty() ? "." : path;
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
     const int err = errno;
-    ::close(dfd);
-    throw CheckpointError(path_ + ": fsync of directory " + dir + " failed: " + std::strerror(err));
+    throw CheckpointError(dir + ": cannot open directory to fsync: " + std::strerror(err));
   }
-  ::close(dfd);
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw CheckpointError(dir + ": fsync of directory failed: " + std::strerror(err));
+  }
+  ::close(fd);
 }
 
 }  // namespace shardscope::engine::checkpoint

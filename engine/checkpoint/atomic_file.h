@@ -36,6 +36,10 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// fsync of a directory, so that renames and creations in it are durable.
+// CheckpointError "<dir>: ..." on failure.
+void fsync_dir(const std::string& dir);
+
 // Fault injection for tests (process-wide; set from one thread while no write runs).
 namespace testing {
 struct WriteFaults {

@@ -108,18 +108,6 @@ void remove_tree(const std::string& path) {
   if (ec) throw CheckpointError(path + ": cannot remove: " + ec.message());
 }
 
-void fsync_dir(const std::string& path) {
-  const std::string dir = path.empty() ? "." : path;
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail_errno(dir + ": cannot open directory to fsync", errno);
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail_errno(dir + ": fsync of directory failed", err);
-  }
-  ::close(fd);
-}
-
 void write_text_file_atomically(const std::string& path, const std::string& text) {
   AtomicFile out(path);
   out.write(text.data(), text.size());

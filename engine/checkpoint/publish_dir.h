@@ -52,9 +52,6 @@ std::string publish_dir(const std::string& staging, const std::string& root,
 // rm -rf `path` (no error when absent); throws CheckpointError on failure.
 void remove_tree(const std::string& path);
 
-// fsync of a directory (so that renames and creations in it are durable).
-void fsync_dir(const std::string& path);
-
 // Whole-file atomic replacement of a small text file (AtomicFile).
 void write_text_file_atomically(const std::string& path, const std::string& text);
 

@@ -1,11 +1,13 @@
 // Memory: the engine's measured peak allocated bytes per rank equal the
-// simulator's prediction exactly for every policy of a grid on gpt2-tiny with
+// simulator's prediction exactly for every policy of a grid on gpt2-tiny (and
+// qwen2-tiny: q/k/v biases, checkpointing with an offset) with
 // 2 ranks (both drive alloc/'s allocator with the plan's actions in host
 // order), and the persistent bytes equal the closed form 16 B per shard
 // element with AdamW (fp32 parameter, gradient and two moments).
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/exec/train.h"
@@ -16,6 +18,31 @@
 #include "sim/simulator.h"
 
 using namespace shardscope;
+
+namespace {
+
+// Trains `policy` on 2 ranks (threads, 2 steps) and checks each rank's
+// measured peak allocated against the simulator's; returns the runs and the
+// units for further checks.
+std::pair<std::vector<engine::exec::RankRun>, plan::UnitPlan> check_peak_equals_sim(
+    const plan::Graph& g, const plan::Policy& policy) {
+  engine::exec::TrainConfig c;
+  c.graph = &g;
+  c.policy = policy;
+  c.world_size = 2;
+  c.steps = 2;
+  auto runs = engine::exec::train_threads(c, {});
+  const plan::World world = plan::validate_policy(policy, g, 2);
+  plan::UnitPlan units = plan::build_units(g, policy, world);
+  for (int r = 0; r < 2; ++r) {
+    const plan::Schedule s = plan::build_schedule(g, policy, units, r);
+    const sim::SimResult sr = sim::simulate(g, units, s, sim::hardware_preset("cpu-local"));
+    CHECK(runs[static_cast<size_t>(r)].peak_allocated_bytes == sr.peak_allocated_bytes);
+  }
+  return {std::move(runs), std::move(units)};
+}
+
+}  // namespace
 
 TEST_CASE("engine peak allocated equals the simulator's on the gpt2-tiny grid", "[exec][memory]") {
   const plan::Graph g = plan::load_model("gpt2-tiny");
@@ -39,22 +66,8 @@ TEST_CASE("engine peak allocated equals the simulator's on the gpt2-tiny grid", 
                 if (wrap) doc["wrap"] = {{"type", "class"}, {"classes", {"GPT2Block"}}};
                 if (ckpt) doc["activation_checkpointing"] = "full";
                 INFO(doc.dump());
-                const plan::Policy policy = plan::policy_from_json(doc);
-                engine::exec::TrainConfig c;
-                c.graph = &g;
-                c.policy = policy;
-                c.world_size = 2;
-                c.steps = 2;
-                const auto runs = engine::exec::train_threads(c, {});
-
-                const plan::World world = plan::validate_policy(policy, g, 2);
-                const plan::UnitPlan units = plan::build_units(g, policy, world);
+                const auto [runs, units] = check_peak_equals_sim(g, plan::policy_from_json(doc));
                 for (int r = 0; r < 2; ++r) {
-                  const plan::Schedule s = plan::build_schedule(g, policy, units, r);
-                  const sim::SimResult sr =
-                      sim::simulate(g, units, s, sim::hardware_preset("cpu-local"));
-                  CHECK(runs[static_cast<size_t>(r)].peak_allocated_bytes ==
-                        sr.peak_allocated_bytes);
                   // Closed form: 16 B per shard element, 12 without the
                   // gradients (set_to_none); blocks rounded to 512 B.
                   int64_t expect = 0;
@@ -85,20 +98,7 @@ TEST_CASE("engine peak allocated equals the simulator's on qwen2-tiny", "[exec][
       if (ckpt == 1) doc["activation_checkpointing"] = "full";
       if (ckpt == 2) doc["activation_checkpointing"] = {{"every", 2}, {"offset", 1}};
       INFO(doc.dump());
-      const plan::Policy policy = plan::policy_from_json(doc);
-      engine::exec::TrainConfig c;
-      c.graph = &g;
-      c.policy = policy;
-      c.world_size = 2;
-      c.steps = 2;
-      const auto runs = engine::exec::train_threads(c, {});
-      const plan::World world = plan::validate_policy(policy, g, 2);
-      const plan::UnitPlan units = plan::build_units(g, policy, world);
-      for (int r = 0; r < 2; ++r) {
-        const plan::Schedule s = plan::build_schedule(g, policy, units, r);
-        const sim::SimResult sr = sim::simulate(g, units, s, sim::hardware_preset("cpu-local"));
-        CHECK(runs[static_cast<size_t>(r)].peak_allocated_bytes == sr.peak_allocated_bytes);
-      }
+      check_peak_equals_sim(g, plan::policy_from_json(doc));
     }
 }
 
