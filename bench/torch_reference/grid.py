@@ -2,7 +2,7 @@
 
 Plain data, no torch import. A configuration ("spec") is a dict:
 
-  family      "gpt2" | "llama" | "mistral"  (the Hugging Face model_type)
+  family      "gpt2" | "llama" | "mistral" | "qwen2"  (the Hugging Face model_type)
   model       keyword arguments of GPT2Config / LlamaConfig / MistralConfig
               (dropout probabilities are forced to 0 by the harness)
   model_name  short label of the model, used in the file name
@@ -73,6 +73,13 @@ MODELS = {
                                                   num_key_value_heads=1, vocab_size=1000,
                                                   max_position_embeddings=512,
                                                   hidden_act="silu", sliding_window=64)),
+    # Qwen2: Llama with biases on q/k/v_proj, tied here (as Qwen2.5-0.5B).
+    "qwen2-h128-l2-gqa2-tied": ("qwen2", dict(hidden_size=128, intermediate_size=352,
+                                              num_hidden_layers=2, num_attention_heads=4,
+                                              num_key_value_heads=2, vocab_size=1024,
+                                              max_position_embeddings=512, hidden_act="silu",
+                                              tie_word_embeddings=True,
+                                              use_sliding_window=False)),
 }
 
 # (model, flavor, param_dtype, reduce_dtype, world, batch, seq, reshard, ac)
@@ -116,6 +123,9 @@ _RUNS = [
     ("mistral-h128-l2-gqa4", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
     ("mistral-h128-l2-gqa4", "fsdp2", "fp32", "fp32", 2, 2, 256, False, "full"),
     ("mistral-h128-l2-gqa4-sw64", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    # Qwen2
+    ("qwen2-h128-l2-gqa2-tied", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("qwen2-h128-l2-gqa2-tied", "fsdp2", "fp32", "fp32", 4, 2, 128, False, "full"),
     # FSDP1 (FullyShardedDataParallel, use_orig_params=True)
     ("gpt2-h128-l2", "fsdp1", "fp32", "fp32", 8, 2, 128, True, "none"),
     ("gpt2-h128-l2", "fsdp1", "bf16", "fp32", 8, 2, 128, False, "none"),

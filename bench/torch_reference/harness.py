@@ -39,6 +39,8 @@ FAMILIES = {
               {"attention_dropout": 0.0}),
     "mistral": ("MistralConfig", "MistralForCausalLM", "MistralDecoderLayer",
                 {"attention_dropout": 0.0}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", "Qwen2DecoderLayer",
+              {"attention_dropout": 0.0}),
 }
 FLAVORS = ("fsdp1", "fsdp2")
 DTYPE_KEYS = ("fp32", "bf16")
