@@ -15,6 +15,7 @@
 #include <string>
 
 #include "engine/comm/shm_wait.h"
+#include "engine/run/cuda_support.h"
 #include "engine/run/run_internal.h"
 
 namespace shardscope::engine::run {
@@ -101,6 +102,8 @@ RunResult launch_ranks(const RunRequest& request) {
 }  // namespace
 
 RunResult run(const RunRequest& request) {
+  // Refused before any rank starts when the launcher has the graph.
+  if (request.backend == Backend::cuda && request.graph) check_cuda_supports(*request.graph);
   if (request.role == Role::launcher) return launch_ranks(request);
   if (!request.graph) throw std::invalid_argument("engine::run: request.graph is null");
   if (request.backend == Backend::cpu) return detail::run_cpu(request);
