@@ -37,7 +37,7 @@ TEST_CASE("an attribute the CUDA kernels do not implement is refused naming the 
   plan::Graph g = plan::load_model("llama-tiny");
   first_op(g, plan::OpType::attention).attrs.sliding_window = 16;
   const std::string why = refusal(g);
-  CHECK(why.find("op 'model.layers.0.self_attn' (attention): attribute sliding_window") !=
+  CHECK(why.find("op 'model.layers.0.self_attn.attention' (attention): attribute sliding_window") !=
         std::string::npos);
   CHECK(why.find("--backend cpu") != std::string::npos);
 
