@@ -11,6 +11,7 @@
 #include "gui/colors.h"
 #include "gui/time_ruler.h"
 #include "gui/window.h"
+#include "sim/sweep.h"
 
 namespace shardscope::gui {
 
@@ -20,6 +21,12 @@ constexpr Rgb kGrid = {56, 56, 66};
 
 ImVec2 v2(double x, double y) {
   return ImVec2(static_cast<float>(x), static_cast<float>(y));
+}
+
+// The policy without its overrides (shown one line each by sim::overrides_labels).
+nlohmann::json without_overrides(nlohmann::json policy) {
+  if (policy.is_object()) policy.erase("overrides");
+  return policy;
 }
 }  // namespace
 
@@ -187,7 +194,10 @@ void draw_sweep(AppState& s, const ScreenLayout& layout) {
                   format_bytes(static_cast<double>(p.peak_reserved_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.peak_allocated_bytes)).c_str(),
                   p.fits ? "" : " (up to the failure)");
-      ImGui::TextUnformatted(p.policy.dump(2).c_str());
+      // Overrides one line each; the rest of the policy as JSON.
+      for (const std::string& line : sim::overrides_labels(p.policy))
+        ImGui::Text("override %s", line.c_str());
+      ImGui::TextUnformatted(without_overrides(p.policy).dump(2).c_str());
       ImGui::TextDisabled("click: simulate and open its timeline");
       ImGui::EndTooltip();
       if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
@@ -222,7 +232,9 @@ void draw_sweep(AppState& s, const ScreenLayout& layout) {
         ImGui::Text("world %lld, does not fit: out of memory at '%s'",
                     static_cast<long long>(p.world), p.oom_buffer.c_str());
       }
-      ImGui::TextWrapped("%s", p.policy.dump(1).c_str());
+      for (const std::string& line : sim::overrides_labels(p.policy))
+        ImGui::TextWrapped("override %s", line.c_str());
+      ImGui::TextWrapped("%s", without_overrides(p.policy).dump(1).c_str());
     }
   }
   ImGui::End();

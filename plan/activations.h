@@ -43,6 +43,17 @@ class ActivationPlan {
   void set_checkpointed(const UnitPlan& units, const std::vector<bool>& checkpointed);
 
   bool needs_grad(int tensor) const;  // floating and produced by an op
+  // The unit whose compute dtype (its param_dtype: plan/overrides.h) a
+  // floating tensor of Precision::compute takes, and its gradient too: the
+  // innermost unit of the op producing it; the root for graph inputs. Ops
+  // compute in their own unit's dtype (FSDP2 casts a unit's floating forward
+  // inputs to its param_dtype: _fsdp_state.py FSDPState._pre_forward,
+  // cast_forward_inputs); an input arriving in another unit's dtype is read
+  // converted, the cast copy itself is not modelled (docs/policy.md,
+  // "overrides"). Needs set_checkpointed.
+  int tensor_unit(int tensor) const {
+    return units_ && producer_[tensor] >= 0 ? units_->op_unit[producer_[tensor]] : 0;
+  }
   // Bytes of a tensor: floating tensors take the compute dtype (`compute_bytes`).
   int64_t bytes(int tensor, const Workload& w, int compute_bytes) const;
   // The same for a tensor of `numel` elements (its count already evaluated).

@@ -1,5 +1,6 @@
 // Communication volume per rank: measured from a schedule, and the closed
 // forms of FSDP_SEMANTICS.md section 9 computed from the units alone.
+#include "plan/overrides.h"
 #include "plan/schedule.h"
 
 namespace shardscope::plan {
@@ -32,18 +33,22 @@ CommBytes closed_form_comm_bytes(const Graph& /*graph*/, const Policy& p, const 
   const double R = static_cast<double>(up.world.replicas);
   const double W = static_cast<double>(up.world.world_size);
   const double M = static_cast<double>(p.grad_accum_steps);
-  const double k = static_cast<double>(reshard_degree(p, up.world));
-  const double bp = dtype_bytes(p.mixed_precision.param_dtype);
-  const double br = dtype_bytes(p.mixed_precision.reduce_dtype);
-  for (const Unit& u : up.units) {
+  // Per unit: its backward all-gather degree and dtypes (policy overrides).
+  const std::vector<UnitSettings> settings = unit_settings(p, up);
+  for (size_t i = 0; i < up.units.size(); ++i) {
+    const Unit& u = up.units[i];
     if (u.numel == 0) continue;
+    const double k = static_cast<double>(settings[i].reshard_k);
+    const double bp = settings[i].param_bytes();
+    const double br = settings[i].reduce_bytes();
     const double padded = static_cast<double>(u.padded_numel);  // Psi_i with padding
     const double shard = static_cast<double>(u.shard_numel);
     if (N > 1) {
       // Forward all-gather every micro-step; backward again when resharded
-      // after forward (k ranks for an integer k; never for the root).
+      // after forward (k ranks for an integer k; the root only when an
+      // override sets it).
       double per_micro = (N - 1) / N * bp * padded;
-      if (!u.is_root && k > 1) per_micro += (k - 1) / k * bp * padded;
+      if (k > 1) per_micro += (k - 1) / k * bp * padded;
       c.all_gather += M * per_micro;
       c.reduce_scatter += (N - 1) / N * br * padded;  // last micro-step only
     }

@@ -202,6 +202,78 @@ void read_mixed_precision(const json& v, MixedPrecision& mp) {
   if (!reduce_given) mp.reduce_dtype = mp.param_dtype;
 }
 
+ReshardAfterForward read_reshard(const json& v, const std::string& key, Flavor flavor) {
+  if (v.is_boolean()) return ReshardAfterForward{false, v.get<bool>(), 0};
+  if (v.is_number_integer()) {
+    if (flavor != Flavor::fsdp2)
+      fail(key, "an integer applies to fsdp2 only (fsdp1 takes true or false)");
+    return ReshardAfterForward{true, true, get_int(v, key, 1)};
+  }
+  fail(key, "expected true, false or an integer, got " + quote_input(v.dump()));
+}
+
+// `overrides`: [{"units": regex | [names], "reshard_after_forward": ...,
+// "mixed_precision": {...}}, ...]. The units are resolved later, against the
+// model's units (plan/overrides.cpp): that an override matches a unit is
+// checked there.
+std::vector<UnitOverride> read_overrides(const json& v, Flavor flavor) {
+  if (v.is_null()) return {};
+  if (!v.is_array())
+    fail("overrides",
+         "expected an array of objects like {\"units\": [\"layers.3\"], "
+         "\"reshard_after_forward\": false}, got " +
+             quote_input(v.dump()));
+  std::vector<UnitOverride> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = "overrides[" + std::to_string(i) + "]";
+    const json& o = v[i];
+    if (!o.is_object()) fail(at, "expected an object, got " + quote_input(o.dump()));
+    if (!o.contains("units"))
+      fail(at + ".units", "missing: name the units (a regex string or a list of unit names)");
+    UnitOverride ov;
+    for (auto it = o.begin(); it != o.end(); ++it) {
+      const std::string key = at + "." + it.key();
+      const json& x = *it;
+      if (it.key() == "units") {
+        if (x.is_string()) {
+          ov.regex = x.get<std::string>();
+        } else if (x.is_array()) {
+          ov.names = get_string_list(x, key);
+          if (ov.names.empty()) fail(key, "an empty list names no unit");
+        } else {
+          fail(key,
+               "expected a regex string or a list of unit names, got " + quote_input(x.dump()));
+        }
+      } else if (it.key() == "reshard_after_forward") {
+        ov.reshard_after_forward = read_reshard(x, key, flavor);
+      } else if (it.key() == "mixed_precision") {
+        MixedPrecision mp;
+        if (!x.is_object())
+          fail(key, "expected an object (param_dtype, reduce_dtype, output_dtype)");
+        try {
+          read_mixed_precision(x, mp);
+        } catch (const Error& e) {
+          // "policy: mixed_precision.X: ..." -> "policy: overrides[i].mixed_precision.X: ..."
+          std::string msg = e.what();
+          const std::string prefix = "policy: ";
+          throw Error(prefix + at + "." + msg.substr(prefix.size()));
+        }
+        ov.mixed_precision = mp;
+      } else if (it.key() == "cpu_offload") {
+        fail(key,
+             "per-unit CPU offload is not modelled (the optimizer step would run partly on the "
+             "host); set the policy's cpu_offload for every unit");
+      } else {
+        fail(key, "unknown key (an override takes units, reshard_after_forward, mixed_precision)");
+      }
+    }
+    if (!ov.reshard_after_forward && !ov.mixed_precision)
+      fail(at, "sets nothing (give reshard_after_forward and/or mixed_precision)");
+    out.push_back(std::move(ov));
+  }
+  return out;
+}
+
 void read_optimizer(const json& v, OptimizerConfig& o) {
   if (v.is_string()) {
     std::string t = v.get<std::string>();
@@ -273,15 +345,7 @@ Policy policy_from_json(const json& doc) {
       p.wrap = WrapPolicy{};
       read_wrap(v, p.wrap);
     } else if (k == "reshard_after_forward") {
-      if (v.is_boolean()) {
-        p.reshard_after_forward = ReshardAfterForward{false, v.get<bool>(), 0};
-      } else if (v.is_number_integer()) {
-        if (flavor != Flavor::fsdp2)
-          fail(k, "an integer applies to fsdp2 only (fsdp1 takes true or false)");
-        p.reshard_after_forward = ReshardAfterForward{true, true, get_int(v, k, 1)};
-      } else {
-        fail(k, "expected true, false or an integer, got " + v.dump());
-      }
+      p.reshard_after_forward = read_reshard(v, k, flavor);
     } else if (k == "backward_prefetch") {
       std::string b = v.is_null() ? "none" : get_string(v, k);
       if (b == "none")
@@ -373,6 +437,8 @@ Policy policy_from_json(const json& doc) {
       p.grad_accum_steps = get_int(v, k, 1);
     } else if (k == "seed") {
       p.seed = get_int(v, k, 0);
+    } else if (k == "overrides") {
+      p.overrides = read_overrides(v, flavor);
     } else {
       fail(k, "unknown key");
     }
@@ -445,6 +511,29 @@ json policy_to_json(const Policy& p) {
   j["seq_len"] = p.seq_len == 0 ? json(nullptr) : json(p.seq_len);
   j["grad_accum_steps"] = p.grad_accum_steps;
   j["seed"] = p.seed;
+  // Written only when set, so that policies without overrides keep their JSON.
+  if (!p.overrides.empty()) {
+    json list = json::array();
+    for (const UnitOverride& ov : p.overrides) {
+      json e;
+      e["units"] = ov.regex ? json(*ov.regex) : json(ov.names);
+      if (ov.reshard_after_forward) {
+        if (ov.reshard_after_forward->is_int)
+          e["reshard_after_forward"] = ov.reshard_after_forward->k;
+        else
+          e["reshard_after_forward"] = ov.reshard_after_forward->flag;
+      }
+      if (ov.mixed_precision)
+        e["mixed_precision"] = {
+            {"param_dtype", mp_dtype_name(ov.mixed_precision->param_dtype)},
+            {"reduce_dtype", mp_dtype_name(ov.mixed_precision->reduce_dtype)},
+            {"output_dtype", ov.mixed_precision->output_dtype
+                                 ? json(mp_dtype_name(*ov.mixed_precision->output_dtype))
+                                 : json(nullptr)}};
+      list.push_back(std::move(e));
+    }
+    j["overrides"] = std::move(list);
+  }
   return j;
 }
 
@@ -516,6 +605,18 @@ World validate_policy(const Policy& p, const Graph& graph, int64_t world_size) {
       fail("reshard_after_forward", std::to_string(k) + " does not divide the shard group size " +
                                         std::to_string(w.shard_group_size));
   }
+  for (size_t i = 0; i < p.overrides.size(); ++i) {
+    const UnitOverride& o = p.overrides[i];
+    const std::string at = "overrides[" + std::to_string(i) + "]";
+    if (o.reshard_after_forward && o.reshard_after_forward->is_int &&
+        w.shard_group_size % o.reshard_after_forward->k != 0)
+      fail(at + ".reshard_after_forward", std::to_string(o.reshard_after_forward->k) +
+                                              " does not divide the shard group size " +
+                                              std::to_string(w.shard_group_size));
+    if (o.mixed_precision && o.mixed_precision->output_dtype)
+      fail(at + ".mixed_precision.output_dtype",
+           "casting forward outputs is not modelled yet; leave it null (PyTorch's default)");
+  }
   if (p.flavor == Flavor::fsdp2 && p.limit_all_gathers)
     fail("limit_all_gathers", "applies to fsdp1 only");
   if (p.flavor == Flavor::fsdp2 && p.backward_prefetch == BackwardPrefetch::post)
@@ -547,6 +648,10 @@ World validate_policy(const Policy& p, const Graph& graph, int64_t world_size) {
     fail("mixed_precision.output_dtype",
          "casting forward outputs is not modelled yet; leave it null (PyTorch's default)");
   return w;
+}
+
+std::string UnitOverride::units_text() const {
+  return quote_input(regex ? json(*regex).dump() : json(names).dump());
 }
 
 int64_t reshard_degree(const Policy& policy, const World& world) {

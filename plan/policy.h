@@ -46,6 +46,24 @@ struct MixedPrecision {
   bool enabled() const { return param_dtype != DType::f32 || reduce_dtype != DType::f32; }
 };
 
+// One entry of the policy's `overrides` list: per-unit settings, as FSDP2
+// gives every fully_shard call its own kwargs (and FSDP1 every wrap). The
+// units it applies to are named by a regex (full match against the unit's
+// name: its module path, "<root>" for the root) or by a list of exact names.
+// Keys left out keep the policy's value. Overrides apply in list order, a
+// later one winning for the keys it sets (docs/policy.md, "overrides").
+// Resolved against the units by unit_settings (plan/overrides.h).
+struct UnitOverride {
+  std::optional<std::string> regex;  // "units": "<regex>"
+  std::vector<std::string> names;    // "units": ["<name>", ...] (when no regex)
+  std::optional<ReshardAfterForward> reshard_after_forward;
+  // Replaces the unit's whole mixed precision (fields left out take their
+  // defaults: param fp32, reduce = param dtype), as a MixedPrecisionPolicy
+  // passed to that unit's fully_shard does.
+  std::optional<MixedPrecision> mixed_precision;
+  std::string units_text() const;  // the "units" value as written, for messages
+};
+
 enum class OptimizerType : uint8_t { adamw, sgd };
 const char* optimizer_type_name(OptimizerType type);  // "adamw", "sgd"
 
@@ -91,6 +109,7 @@ struct Policy {
   int64_t seq_len = 0;  // 0 = min(1024, model max), resolved by resolve_seq_len
   int64_t grad_accum_steps = 1;
   int64_t seed = 0;
+  std::vector<UnitOverride> overrides;  // per-unit settings, in order (later wins)
 };
 
 // PyTorch's defaults for a flavor: fsdp1 FULL_SHARD, BACKWARD_PRE,

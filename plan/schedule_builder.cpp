@@ -23,7 +23,7 @@ void Builder::setup_streams_and_groups() {
   if (r_ > 1) ar_ = add_stream(StreamRole::all_reduce);
 
   const int world = static_cast<int>(up_.world.world_size);
-  const int n = static_cast<int>(n_), r = static_cast<int>(r_), k = static_cast<int>(k_);
+  const int n = static_cast<int>(n_), r = static_cast<int>(r_);
   std::vector<int> all(world);
   for (int i = 0; i < world; ++i) all[i] = i;
   add_group(GroupRole::world, 0, all);
@@ -40,6 +40,13 @@ void Builder::setup_streams_and_groups() {
       int id = add_group(GroupRole::replica, i, ranks);
       if (rank_ % n == i) g_replica_ = id;
     }
+  }
+  // reshard_after_forward = k: one partial degree 1 < k < N per schedule
+  // (unit_settings refuses two), the groups of k consecutive ranks.
+  int k = 1;
+  for (size_t u = 0; u < up_.units.size(); ++u) {
+    const int ku = static_cast<int>(k_of(static_cast<int>(u)));
+    if (ku > 1 && ku < n && has_params(static_cast<int>(u))) k = ku;
   }
   if (k > 1 && k < n) {
     for (int j = 0; j < world / k; ++j) {
@@ -83,18 +90,18 @@ void Builder::ensure_grad_buffers(int o) {
     UnitState& st = state_[u];
     if (per_param_grads()) {
       if (param_grad_[p] >= 0) continue;
-      const int b = alloc(BufferRole::unsharded_grad, g_.params[p].numel() * b_p_, compute_, u);
+      const int b = alloc(BufferRole::unsharded_grad, g_.params[p].numel() * bp(u), compute_, u);
       s_.buffers[b].param = p;
       param_grad_[p] = b;
       st.grad_pieces.push_back(b);
       continue;
     }
     if (st.grad_buf >= 0) continue;
-    if (in_place()) {
+    if (in_place(u)) {
       st.grad_buf = grad_shard_for(u, compute_);
       continue;
     }
-    st.grad_buf = alloc(BufferRole::unsharded_grad, n_ * shard(u) * b_p_, compute_, u);
+    st.grad_buf = alloc(BufferRole::unsharded_grad, n_ * shard(u) * bp(u), compute_, u);
   }
 }
 
@@ -106,8 +113,10 @@ void Builder::compute_op(int o, OpKind kind) {
   for (int p : op.params) bufs.push_back(state_[up_.param_unit[p]].unsharded_buf);
   // Scratch and the op's temporaries (Op::fwd_temps / bwd_temps) in one block.
   const int64_t temps = kind == OpKind::backward ? bwd_temp_bytes_[o] : fwd_temp_bytes_[o];
-  int ws = alloc_named(BufferRole::workspace, micro_, -1, o, workspace_bytes_[o] * b_p_ / 4 + temps,
-                       compute_, up_.op_unit[o]);
+  // The op computes in its unit's dtype (plan/overrides.h).
+  const int ou = up_.op_unit[o];
+  int ws = alloc_named(BufferRole::workspace, micro_, -1, o,
+                       workspace_bytes_[o] * bp(ou) / 4 + temps, compute_, ou);
   bufs.push_back(ws);
   if (kind == OpKind::backward) {
     ensure_grad_buffers(o);
@@ -143,7 +152,7 @@ void Builder::compute_op(int o, OpKind kind) {
   sop.unit = up_.op_unit[o];
   sop.graph_op = o;
   sop.buffers = std::move(bufs);
-  sop.dtype = p_.mixed_precision.param_dtype;
+  sop.dtype = pdt(ou);
   launch(std::move(sop));
   free_buf(ws);
   for (int b : duplicates) free_buf(b);
@@ -350,13 +359,15 @@ Schedule Builder::build(bool persistent_only) {
   }
   act_bytes_.resize(g_.tensors.size());
   for (size_t t = 0; t < g_.tensors.size(); ++t)
-    act_bytes_[t] = acts_->bytes_of(static_cast<int>(t), sizes->tensor_numel[t], b_p_);
+    act_bytes_[t] = acts_->bytes_of(static_cast<int>(t), sizes->tensor_numel[t],
+                                    bp(acts_->tensor_unit(static_cast<int>(t))));
   workspace_bytes_ = sizes->workspace_bytes;
   fwd_temp_bytes_.resize(g_.ops.size());
   bwd_temp_bytes_.resize(g_.ops.size());
   for (size_t o = 0; o < g_.ops.size(); ++o) {
-    fwd_temp_bytes_[o] = temp_bytes(sizes->fwd_temp_numel[o], b_p_);
-    bwd_temp_bytes_[o] = temp_bytes(sizes->bwd_temp_numel[o], b_p_);
+    const int ou = up_.op_unit[o];
+    fwd_temp_bytes_[o] = temp_bytes(sizes->fwd_temp_numel[o], bp(ou));
+    bwd_temp_bytes_[o] = temp_bytes(sizes->bwd_temp_numel[o], bp(ou));
   }
   reserve_capacity();
 

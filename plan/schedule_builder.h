@@ -11,6 +11,7 @@
 
 #include "plan/activations.h"
 #include "plan/error.h"
+#include "plan/overrides.h"
 #include "plan/schedule.h"
 
 namespace shardscope::plan::detail {
@@ -37,10 +38,8 @@ class Builder {
     const World& w = up.world;
     n_ = w.shard_group_size;
     r_ = w.replicas;
-    k_ = reshard_degree(p, w);
     fsdp2_ = p.flavor == Flavor::fsdp2;
-    b_p_ = dtype_bytes(p.mixed_precision.param_dtype);
-    b_r_ = dtype_bytes(p.mixed_precision.reduce_dtype);
+    us_ = unit_settings(p, up);
     offload_ = p.cpu_offload;
     transient_grads_ = p.zero_grad_set_to_none && !p.cpu_offload;
     state_.resize(up.units.size());
@@ -58,10 +57,14 @@ class Builder {
     return static_cast<int>(s_.streams.size()) - 1;
   }
 
-  // Element type of a buffer of `role` (Buffer::dtype's rule).
-  DType role_dtype(BufferRole role, int tensor) const {
+  // Element type of a buffer of `role` of unit `unit` (Buffer::dtype's rule):
+  // the unit's param / reduce dtype; a tensor's, its own unit's
+  // (ActivationPlan::tensor_unit).
+  DType role_dtype(BufferRole role, int tensor, int unit) const {
     if (tensor >= 0 && !is_floating(g_.tensors[tensor].dtype)) return g_.tensors[tensor].dtype;
     if (tensor >= 0 && g_.tensors[tensor].precision == Precision::fp32) return DType::f32;
+    if (tensor >= 0) unit = acts_->tensor_unit(tensor);
+    const UnitSettings& us = us_[unit >= 0 ? unit : 0];
     switch (role) {
       case BufferRole::param_shard:
       case BufferRole::grad_shard:
@@ -71,9 +74,9 @@ class Builder {
       case BufferRole::rs_in:
       case BufferRole::rs_out:
       case BufferRole::accum_grad:
-        return p_.mixed_precision.reduce_dtype;
+        return us.reduce_dtype;
       default:
-        return p_.mixed_precision.param_dtype;
+        return us.param_dtype;
     }
   }
 
@@ -81,7 +84,7 @@ class Builder {
                  int unit, bool persistent) {
     Buffer b;
     b.role = role;
-    b.dtype = role_dtype(role, tensor);
+    b.dtype = role_dtype(role, tensor, unit);
     b.micro = micro;
     b.tensor = tensor;
     b.graph_op = graph_op;
@@ -232,7 +235,14 @@ class Builder {
   bool has_params(int u) const { return up_.units[u].numel > 0; }
   // DDP in full precision without offload: compute reads the persistent
   // parameters and gradients in place; nothing is gathered or staged.
-  bool in_place() const { return n_ == 1 && b_p_ == 4 && b_r_ == 4 && !offload_; }
+  bool in_place(int u) const { return n_ == 1 && bp(u) == 4 && br(u) == 4 && !offload_; }
+  // Per-unit settings (plan/overrides.h): bytes per element of the unit's
+  // param and reduce dtypes, its backward all-gather degree.
+  int bp(int u) const { return us_[u].param_bytes(); }
+  int br(int u) const { return us_[u].reduce_bytes(); }
+  DType pdt(int u) const { return us_[u].param_dtype; }
+  DType rdt(int u) const { return us_[u].reduce_dtype; }
+  int64_t k_of(int u) const { return us_[u].reshard_k; }
   // fsdp2 reduce-scatters: each parameter's unsharded gradient is its own
   // buffer, allocated with the first backward op producing it (Buffer::param).
   bool per_param_grads() const { return fsdp2_ && n_ > 1; }
@@ -274,9 +284,9 @@ class Builder {
   const ActivationPlan* acts_ = &own_acts_;  // the one in use
   int rank_;
   Schedule s_;
-  int64_t n_ = 1, r_ = 1, k_ = 1;
+  int64_t n_ = 1, r_ = 1;
   bool fsdp2_ = true;
-  int b_p_ = 4, b_r_ = 4;
+  std::vector<UnitSettings> us_;  // per unit
   bool offload_ = false;
   // zero_grad(set_to_none=True) without offload: the gradient shards are
   // allocated by the step's reductions and freed after the optimizer.

@@ -2,7 +2,9 @@
 // persistence, tensors, graph ops and dtypes; op purposes against kinds;
 // process-group roles against the collectives that use them.
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan/error.h"
@@ -30,9 +32,20 @@ bool is_reduce_role(BufferRole r) {
 }  // namespace
 
 void check_roles(const Graph& g, const Schedule& s, const std::function<void(std::string)>& err) {
-  // Buffers: one param dtype and one reduce dtype across the schedule.
-  const DType* param_dtype = nullptr;
-  const DType* reduce_dtype = nullptr;
+  // Buffers: one param dtype and one reduce dtype per unit (policy
+  // overrides may give units different ones). A tensor's buffers take its
+  // unit's: the unit of the forward op producing it (the root's for graph
+  // inputs), whichever op allocated them.
+  std::vector<int> producer_unit(g.tensors.size(), 0);
+  for (const ScheduleOp& op : s.ops) {
+    if (op.kind != OpKind::forward || op.graph_op < 0 ||
+        op.graph_op >= static_cast<int>(g.ops.size()))
+      continue;
+    for (int t : g.ops[static_cast<size_t>(op.graph_op)].outputs)
+      if (t >= 0 && t < static_cast<int>(producer_unit.size()))
+        producer_unit[static_cast<size_t>(t)] = op.unit;
+  }
+  std::map<std::pair<int, bool>, DType> shared_dtype;  // (unit, reduce?) -> dtype
   for (const Buffer& b : s.buffers) {
     const std::string name = "buffer " + buffer_name(g, b) + " (" + buffer_role_name(b.role) + ")";
     if (b.category != buffer_role_category(b.role))
@@ -62,13 +75,15 @@ void check_roles(const Graph& g, const Schedule& s, const std::function<void(std
       if (b.dtype != DType::f32) err(name + " is " + dtype_name(b.dtype) + ", not f32");
       continue;
     }
-    const DType*& shared = is_reduce_role(b.role) ? reduce_dtype : param_dtype;
-    if (!shared)
-      shared = &b.dtype;
-    else if (*shared != b.dtype)
+    const int unit = b.tensor >= 0 && b.tensor < static_cast<int>(producer_unit.size())
+                         ? producer_unit[static_cast<size_t>(b.tensor)]
+                         : b.unit;
+    const auto [it, fresh] =
+        shared_dtype.emplace(std::make_pair(unit, is_reduce_role(b.role)), b.dtype);
+    if (!fresh && it->second != b.dtype)
       err(name + " is " + dtype_name(b.dtype) + " where other " +
-          (is_reduce_role(b.role) ? "reduce" : "param") + "-dtype buffers are " +
-          dtype_name(*shared));
+          (is_reduce_role(b.role) ? "reduce" : "param") + "-dtype buffers of unit " +
+          std::to_string(unit) + " are " + dtype_name(it->second));
   }
 
   // Groups: group 0 is the world; every rank in one group of each role.

@@ -14,7 +14,7 @@ void Builder::unshard(int u) {
   if (st.gathered) return;
   st.gathered = true;
   if (!has_params(u)) return;
-  if (in_place()) {
+  if (in_place(u)) {
     st.unsharded_buf = param_shard_[u];
     st.ready_op = -1;
     return;
@@ -36,16 +36,17 @@ void Builder::unshard(int u) {
     src = h2d_buf;
   }
   if (backward_slice) src = st.post_fwd_buf;
-  const int64_t full_bytes = n_ * s * b_p_;
-  const DType pdt = p_.mixed_precision.param_dtype;
+  const int b_p = bp(u);
+  const int64_t full_bytes = n_ * s * b_p;
+  const DType pdt = this->pdt(u);
 
   if (n_ == 1) {
     // DDP: no collective; a cast (or the device copy when offloading in fp32)
     // stands in for the unsharded parameters.
-    if (b_p_ != 4) {
+    if (b_p != 4) {
       int lp = alloc(BufferRole::unsharded, full_bytes, copy_stream, u);
       st.ready_op =
-          launch_simple(OpKind::cast_params, copy_stream, u, {src, lp}, {}, s * (4 + b_p_), pdt);
+          launch_simple(OpKind::cast_params, copy_stream, u, {src, lp}, {}, s * (4 + b_p), pdt);
       free_buf(h2d_buf);
       st.unsharded_buf = lp;
     } else {
@@ -58,14 +59,14 @@ void Builder::unshard(int u) {
   if (fsdp2_) {
     // The all-gather input is this rank's slice of the output: one allocation.
     int out = alloc(BufferRole::ag_out, full_bytes, copy_in_, u);
-    const int64_t in_elems = backward_slice ? n_ * s / k_ : s;
-    const int64_t src_bytes = backward_slice ? b_p_ : 4;
+    const int64_t in_elems = backward_slice ? n_ * s / k_of(u) : s;
+    const int64_t src_bytes = backward_slice ? b_p : 4;
     // The copy-in stream waits for compute's write of the kept slice (FSDP2's
     // copy-in stream waits on the current stream before copying in).
     SmallVector<int, 4> copy_waits;
     if (backward_slice) copy_waits.push_back(st.post_fwd_op);
     int copy = launch_simple(OpKind::cast_params, copy_in_, u, {src, out}, copy_waits,
-                             in_elems * (src_bytes + b_p_), pdt);
+                             in_elems * (src_bytes + b_p), pdt);
     free_buf(h2d_buf);
     st.ag_op = collective(OpKind::all_gather, ag_, u, group, full_bytes, pdt, {out}, {copy});
     st.ag_out_buf = out;
@@ -77,9 +78,9 @@ void Builder::unshard(int u) {
   int input = src;
   int cast = -1;
   int lp = -1;
-  if (b_p_ != 4) {
-    lp = alloc(BufferRole::lowp_shard, s * b_p_, pre_unshard_, u);
-    cast = launch_simple(OpKind::cast_params, pre_unshard_, u, {src, lp}, {}, s * (4 + b_p_), pdt);
+  if (b_p != 4) {
+    lp = alloc(BufferRole::lowp_shard, s * b_p, pre_unshard_, u);
+    cast = launch_simple(OpKind::cast_params, pre_unshard_, u, {src, lp}, {}, s * (4 + b_p), pdt);
     input = lp;
   }
   int full = alloc(BufferRole::unsharded, full_bytes, unshard_, u);
@@ -98,7 +99,7 @@ void Builder::wait_for_unshard(int u) {
   UnitState& st = state_[u];
   if (!has_params(u)) return;
   if (fsdp2_ && st.ag_out_buf >= 0) {
-    const int64_t full_bytes = n_ * shard(u) * b_p_;
+    const int64_t full_bytes = n_ * shard(u) * bp(u);
     // FSDPParamGroup.wait_for_unshard: the output kept from the previous
     // forward unit is released first (its copy-out is the last use), then
     // this unit's is copied out into the unsharded parameters.
@@ -106,7 +107,7 @@ void Builder::wait_for_unshard(int u) {
     prev_fwd_ag_out_ = -1;
     int full = alloc(BufferRole::unsharded, full_bytes, compute_, u);
     int copy = launch_simple(OpKind::copy_out, compute_, u, {st.ag_out_buf, full}, {st.ag_op},
-                             2 * full_bytes, p_.mixed_precision.param_dtype);
+                             2 * full_bytes, pdt(u));
     // reshard_after_forward=k: the kept slice is dropped once the parameters
     // are whole again (FSDPParam.to_unsharded), after compute has waited for
     // the all-gather that read it.
@@ -145,15 +146,18 @@ void Builder::reshard(int u) {
 }
 
 void Builder::post_forward(int u) {
-  if (up_.units[u].is_root || !has_params(u)) return;  // the root stays unsharded
-  if (k_ == 1) return;                                 // reshard_after_forward=false
+  if (!has_params(u)) return;
+  // reshard_after_forward=false (the root's default: unit_settings); a unit
+  // whose parameters compute reads in place (DDP) has nothing to free.
+  const int64_t k = k_of(u);
+  if (k == 1 || n_ == 1) return;
   UnitState& st = state_[u];
-  if (k_ < n_) {
+  if (k < n_) {
     // fsdp2 reshard_after_forward=k: keep this rank's 1/k slice of the whole unit.
-    const int64_t slice_bytes = n_ * shard(u) * b_p_ / k_;
+    const int64_t slice_bytes = n_ * shard(u) * bp(u) / k;
     int slice = alloc(BufferRole::post_fwd_slice, slice_bytes, compute_, u);
     st.post_fwd_op = launch_simple(OpKind::reshard_copy, compute_, u, {st.unsharded_buf, slice}, {},
-                                   2 * slice_bytes, p_.mixed_precision.param_dtype);
+                                   2 * slice_bytes, pdt(u));
     reshard(u);
     st.post_fwd_buf = slice;
     return;
@@ -198,14 +202,14 @@ void Builder::accumulate_without_sync(int u) {
     return;  // in-place DDP: accumulates into .grad
   const int64_t full = n_ * shard(u);
   if (st.accum_buf < 0)
-    st.accum_buf = alloc_named(BufferRole::accum_grad, -1, -1, -1, full * b_r_, compute_, u);
+    st.accum_buf = alloc_named(BufferRole::accum_grad, -1, -1, -1, full * br(u), compute_, u);
   // fsdp2: every parameter's gradient added at its place in the unit's layout.
   SmallVector<int, 8> srcs;
   for (int b : st.grad_pieces) srcs.push_back(b);
   if (st.grad_buf >= 0) srcs.push_back(st.grad_buf);
   srcs.push_back(st.accum_buf);
-  launch_simple(OpKind::grad_accumulate, compute_, u, std::move(srcs), {}, full * (b_p_ + 2 * b_r_),
-                p_.mixed_precision.reduce_dtype);
+  launch_simple(OpKind::grad_accumulate, compute_, u, std::move(srcs), {},
+                full * (bp(u) + 2 * br(u)), rdt(u));
   free_buf(st.grad_buf);
   free_grad_pieces(st);
   st.grad_buf = -1;
@@ -224,7 +228,8 @@ void Builder::reduce_grads(int u) {
   if (!has_grads(st)) return;
   const int64_t s = shard(u);
   const int64_t full = n_ * s;
-  const DType rdt = p_.mixed_precision.reduce_dtype;
+  const DType rdt = this->rdt(u);
+  const int b_p = bp(u), b_r = br(u);
   const bool world_one = n_ == 1 && r_ == 1;
 
   if (st.grad_buf >= 0 && st.grad_buf == grad_shard_[u]) {
@@ -244,16 +249,16 @@ void Builder::reduce_grads(int u) {
     // At most one reduce-scatter outstanding: wait for the previous one and
     // free its input before copying this unit's gradients in (compute stream).
     flush_reduce_scatter();
-    int rs_in = alloc(BufferRole::rs_in, full * b_r_, compute_, u);
+    int rs_in = alloc(BufferRole::rs_in, full * b_r, compute_, u);
     grads.insert(grads.begin(), st.grad_pieces.begin(), st.grad_pieces.end());
     grads.push_back(rs_in);
-    last = launch_simple(OpKind::grad_cast, compute_, u, grads, {}, full * (b_p_ + b_r_), rdt);
+    last = launch_simple(OpKind::grad_cast, compute_, u, grads, {}, full * (b_p + b_r), rdt);
     free_buf(st.grad_buf);
     free_grad_pieces(st);
     free_buf(st.accum_buf);
     input = rs_in;
     const int rs_out = reduce_scatter_output(u);
-    last = collective(OpKind::reduce_scatter, rs_, u, g_shard_, full * b_r_, rdt, {rs_in, rs_out},
+    last = collective(OpKind::reduce_scatter, rs_, u, g_shard_, full * b_r, rdt, {rs_in, rs_out},
                       {last});
     outstanding_rs_ = last;
     outstanding_rs_in_ = rs_in;
@@ -264,16 +269,16 @@ void Builder::reduce_grads(int u) {
     // reusable once the reduction has finished (record_stream).
     int wait = last_compute_;
     std::vector<int> release = {st.grad_buf, st.accum_buf};
-    if (b_r_ != b_p_ || st.accum_buf >= 0) {
-      int rs_in = alloc(BufferRole::rs_in, full * b_r_, rs_, u);
+    if (b_r != b_p || st.accum_buf >= 0) {
+      int rs_in = alloc(BufferRole::rs_in, full * b_r, rs_, u);
       grads.push_back(rs_in);
-      wait = launch_simple(OpKind::grad_cast, rs_, u, grads, {wait}, full * (b_p_ + b_r_), rdt);
+      wait = launch_simple(OpKind::grad_cast, rs_, u, grads, {wait}, full * (b_p + b_r), rdt);
       input = rs_in;
     }
     last = wait;
     if (n_ > 1) {
       const int rs_out = reduce_scatter_output(u);
-      last = collective(OpKind::reduce_scatter, rs_, u, g_shard_, full * b_r_, rdt, {input, rs_out},
+      last = collective(OpKind::reduce_scatter, rs_, u, g_shard_, full * b_r, rdt, {input, rs_out},
                         {wait});
       if (input != st.grad_buf) release.push_back(input);
       input = rs_out;
@@ -286,7 +291,7 @@ void Builder::reduce_grads(int u) {
   st.accum_buf = -1;
   // Hybrid sharding / DDP: all-reduce the shard across replicas.
   if (r_ > 1) {
-    last = collective(OpKind::all_reduce, ar_, u, g_replica_, s * b_r_, rdt, {input}, {last});
+    last = collective(OpKind::all_reduce, ar_, u, g_replica_, s * b_r, rdt, {input}, {last});
   }
   // The reduce-scatter wrote the gradient shard itself: nothing to add.
   if (input == grad_shard_[u]) {
@@ -304,7 +309,7 @@ void Builder::reduce_grads(int u) {
   } else {
     const int grad = grad_shard_for(u, red_stream);
     post_reduce_ops_.push_back(launch_simple(OpKind::grad_accumulate, red_stream, u, {input, grad},
-                                             {last}, s * (b_r_ + 8)));
+                                             {last}, s * (b_r + 8)));
   }
   free_buf(input);
 }
@@ -315,8 +320,8 @@ void Builder::reduce_grads(int u) {
 // kept as _saved_grad_shard); else a reduce-dtype rs_out on the
 // reduce-scatter stream.
 int Builder::reduce_scatter_output(int u) {
-  if (transient_grads_ && b_r_ == 4 && grad_shard_[u] < 0) return grad_shard_for(u, rs_);
-  return alloc(BufferRole::rs_out, shard(u) * b_r_, rs_, u);
+  if (transient_grads_ && br(u) == 4 && grad_shard_[u] < 0) return grad_shard_for(u, rs_);
+  return alloc(BufferRole::rs_out, shard(u) * br(u), rs_, u);
 }
 
 }  // namespace shardscope::plan::detail

@@ -204,7 +204,8 @@ SweepGrid grid_from_json(const nlohmann::json& doc, const std::string& source) {
   for (const auto& [key, values] : doc.items()) {
     if (key == "world_size")
       throw Error(source + ": grid key 'world_size': give the worlds with --world N[,N...]");
-    if (!known.contains(top_key(key)))
+    // `overrides` is written only when set (a list: one grid value is a whole list).
+    if (!known.contains(top_key(key)) && top_key(key) != "overrides")
       throw Error(source + ": grid key '" + key + "' is not a policy key");
     if (!values.is_array() || values.empty())
       throw Error(source + ": grid key '" + key + "' must be a non-empty array of values");
@@ -464,6 +465,46 @@ std::vector<std::string> policy_differences(const nlohmann::json& from, const nl
     const nlohmann::json va = a.count(k) ? a.at(k) : nlohmann::json();
     const nlohmann::json vb = b.count(k) ? b.at(k) : nlohmann::json();
     if (va != vb) out.push_back(k + ": " + va.dump() + " -> " + vb.dump());
+  }
+  return out;
+}
+
+std::vector<std::string> overrides_labels(const nlohmann::json& policy) {
+  std::vector<std::string> out;
+  if (!policy.is_object() || !policy.contains("overrides") || !policy.at("overrides").is_array())
+    return out;
+  for (const nlohmann::json& o : policy.at("overrides")) {
+    if (!o.is_object() || !o.contains("units")) {
+      out.push_back(o.dump());
+      continue;
+    }
+    const nlohmann::json& units = o.at("units");
+    std::string line;
+    if (units.is_string()) {
+      line = units.get<std::string>();
+    } else if (units.is_array()) {
+      line = "[";
+      for (size_t i = 0; i < units.size(); ++i)
+        line += (i ? ", " : "") +
+                (units[i].is_string() ? units[i].get<std::string>() : units[i].dump());
+      line += "]";
+    } else {
+      line = units.dump();
+    }
+    line += ":";
+    for (const auto& [k, v] : o.items()) {
+      if (k == "units") continue;
+      if (k == "mixed_precision" && v.is_object()) {
+        const std::string param = v.value("param_dtype", "fp32");
+        const std::string reduce = v.contains("reduce_dtype") && v.at("reduce_dtype").is_string()
+                                       ? v.at("reduce_dtype").get<std::string>()
+                                       : param;
+        line += " mixed_precision " + param + "/" + reduce;
+      } else {
+        line += " " + k + " " + v.dump();
+      }
+    }
+    out.push_back(line);
   }
   return out;
 }

@@ -160,4 +160,10 @@ SweepResult run_sweep(const plan::Graph& graph, const SweepGrid& grid, const Har
 /// "key: a -> b" (for explaining a recommendation).
 std::vector<std::string> policy_differences(const nlohmann::json& from, const nlohmann::json& to);
 
+/// A policy document's `overrides`, one readable line each (for the sweep
+/// explorer and reports): "layers.3: reshard_after_forward false",
+/// "[<root>, norm]: mixed_precision bf16/fp32" (param/reduce dtype). Empty
+/// when the policy has none; a malformed entry is shown as its JSON.
+std::vector<std::string> overrides_labels(const nlohmann::json& policy);
+
 }  // namespace shardscope::sim

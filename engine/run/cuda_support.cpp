@@ -40,4 +40,16 @@ void check_cuda_supports(const plan::Graph& graph) {
   }
 }
 
+void check_cuda_supports(const plan::Policy& policy) {
+  for (size_t i = 0; i < policy.overrides.size(); ++i) {
+    const auto& mp = policy.overrides[i].mixed_precision;
+    if (mp && (mp->param_dtype != policy.mixed_precision.param_dtype ||
+               mp->reduce_dtype != policy.mixed_precision.reduce_dtype))
+      throw std::invalid_argument(
+          "policy overrides[" + std::to_string(i) +
+          "].mixed_precision: per-unit dtypes (ops reading another unit's dtype) are not "
+          "implemented by the CUDA engine (use --backend cpu)");
+  }
+}
+
 }  // namespace shardscope::engine::run

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "plan/graph.h"
+#include "plan/policy.h"
 
 namespace shardscope::engine::run {
 
@@ -13,5 +14,10 @@ namespace shardscope::engine::run {
 // Every op type and attribute a model builder can emit must be listed in
 // cuda_support.cpp as supported or refused.
 void check_cuda_supports(const plan::Graph& graph);
+
+// The same for policy features: per-unit mixed precision overrides (an op
+// reading a tensor in another unit's dtype: the CUDA kernels take one dtype
+// per op) are refused naming overrides[i].mixed_precision.
+void check_cuda_supports(const plan::Policy& policy);
 
 }  // namespace shardscope::engine::run

@@ -104,6 +104,7 @@ RunResult launch_ranks(const RunRequest& request) {
 RunResult run(const RunRequest& request) {
   // Refused before any rank starts when the launcher has the graph.
   if (request.backend == Backend::cuda && request.graph) check_cuda_supports(*request.graph);
+  if (request.backend == Backend::cuda) check_cuda_supports(request.policy);
   if (request.role == Role::launcher) return launch_ranks(request);
   if (!request.graph) throw std::invalid_argument("engine::run: request.graph is null");
   if (request.backend == Backend::cpu) return detail::run_cpu(request);
