@@ -45,6 +45,7 @@ std::vector<bool> checkpointed_units(const Policy& policy, const UnitPlan& up) {
     throw Error("policy: activation_checkpointing: needs wrapped blocks to checkpoint, but wrap." +
                 std::string("type \"") + wrap_type_name(policy.wrap.type) +
                 "\" yields only the root unit");
+  // full: every block; every and ops: blocks j % every == offset.
   const bool full = policy.activation_checkpointing == CheckpointMode::full;
   const int64_t every = full ? 1 : policy.checkpoint_every;
   const int64_t offset = full ? 0 : policy.checkpoint_offset;
@@ -53,9 +54,11 @@ std::vector<bool> checkpointed_units(const Policy& policy, const UnitPlan& up) {
   return checkpointed;
 }
 
-void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool>& ckpt) {
+void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool>& ckpt,
+                                      const std::vector<bool>& cached) {
   units_ = &up;
   checkpointed_ = ckpt;
+  cached_ = cached.empty() ? std::vector<bool>(g_.ops.size(), false) : cached;
   const size_t nt = g_.tensors.size(), no = g_.ops.size();
   // Checkpointed block of each op (-1 when none).
   std::vector<int> block(no, -1);
@@ -86,10 +89,23 @@ void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool
   }
   if (g_.loss >= 0 && producer_[g_.loss] >= 0)
     release[g_.loss] = std::min(release[g_.loss], producer_[g_.loss]);
+  // A cached tensor (an output of a cached op of a checkpointed block) is
+  // held by the checkpoint's cache from forward until the recompute hands it
+  // out again, even when the rules above release it earlier (in the backward
+  // of a later block): then it lives on through the recompute like a
+  // recomputed tensor.
+  auto last_of_block = [&](int t) { return up.units[block[producer_[t]]].last_op; };
+  auto cached_tensor = [&](int t) {
+    return producer_[t] >= 0 && block[producer_[t]] >= 0 && cached_[producer_[t]];
+  };
+  auto held_to_recompute = [&](int t) {
+    return cached_tensor(t) && (release[t] == kNone || release[t] > last_of_block(t));
+  };
   for (size_t o = 0; o < no; ++o) {
     if (block[o] < 0) continue;
     for (int t : g_.ops[o].saved)
-      if (release[t] == kNone && producer_[t] >= 0 && block[producer_[t]] == block[o])
+      if ((release[t] == kNone || held_to_recompute(t)) && producer_[t] >= 0 &&
+          block[producer_[t]] == block[o])
         rc_release[t] = std::min(rc_release[t], static_cast<int>(o));
   }
   dead_fwd_.assign(no, {});
@@ -98,7 +114,10 @@ void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool
   for (size_t ti = 0; ti < nt; ++ti) {
     const int t = static_cast<int>(ti);
     if (last_use_[t] < 0) continue;  // not touched by any op
-    if (release[t] != kNone) {
+    const bool held = held_to_recompute(t);
+    if (held) {
+      // kept by the cache: no release in forward nor before the recompute
+    } else if (release[t] != kNone) {
       released_bwd_[release[t]].push_back(t);
     } else {
       dead_fwd_[last_use_[t]].push_back(t);
@@ -110,11 +129,14 @@ void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool
     const int block_last = up.units[block[p]].last_op;
     if (rc_release[t] != kNone) {
       released_bwd_[rc_release[t]].push_back(t);
-    } else if (release[t] > block_last) {
+    } else if (release[t] > block_last || held) {
       // Not live at the recompute (never kept, or already released by a later
       // op's backward): the recomputed value dies after its last use inside
       // the block. Tensors still kept from the first forward are recomputed as
-      // duplicates that the builder drops right after the op.
+      // duplicates that the builder drops right after the op. A cached tensor
+      // is not recomputed: its forward buffer is handed out at its producer's
+      // place in the recompute and freed by the same rule (at the producer
+      // itself when no op of the block reads it).
       int last_in_block = p;
       for (size_t o = p; o < no && block[o] == block[p]; ++o)
         for (int in : g_.ops[o].inputs)

@@ -14,6 +14,10 @@
 //  - during a block's recompute, tensors produced in the block and saved by
 //    ops of the block are kept until the earliest such op's backward; the
 //    others die after their last use inside the block;
+//  - per-op selective checkpointing (plan/op_checkpointing.h): the outputs of
+//    a block's cached ops are held by the checkpoint's cache from forward to
+//    the block's recompute, where the cached op does not run; from there on
+//    they follow the recompute rule above;
 //  - the gradient of a tensor appears at the backward of its last consumer and
 //    is freed after the backward of its producer.
 #pragma once
@@ -30,17 +34,19 @@ namespace shardscope::plan {
 // The units activation checkpointing applies to (indexed like
 // UnitPlan::units): "blocks" are non-root units not nested in another
 // non-root unit, in forward order; "full" checkpoints every block,
-// {"every": k} blocks 0, k, 2k, ... Throws Error when the policy
-// checkpoints but the wrap yields no block.
+// {"every": k, "offset": o} and the per-op form blocks o, o + k, ...
+// Throws Error when the policy checkpoints but the wrap yields no block.
 std::vector<bool> checkpointed_units(const Policy& policy, const UnitPlan& units);
 
 class ActivationPlan {
  public:
   explicit ActivationPlan(const Graph& graph);
 
-  // Marks the checkpointed units (indexed like UnitPlan::units) and derives
-  // what is kept; must be called once before the queries below.
-  void set_checkpointed(const UnitPlan& units, const std::vector<bool>& checkpointed);
+  // Marks the checkpointed units (indexed like UnitPlan::units) and the
+  // cached ops (indexed like Graph::ops, cached_ops(); empty: none) and
+  // derives what is kept; must be called once before the queries below.
+  void set_checkpointed(const UnitPlan& units, const std::vector<bool>& checkpointed,
+                        const std::vector<bool>& cached = {});
 
   bool needs_grad(int tensor) const;  // floating and produced by an op
   // The unit whose compute dtype (its param_dtype: plan/overrides.h) a
@@ -75,11 +81,15 @@ class ActivationPlan {
   // schedule's (sweeps share them) only for the same units and blocks.
   const UnitPlan* units() const { return units_; }
   const std::vector<bool>& checkpointed() const { return checkpointed_; }
+  // Per graph op: a cache hit in its block's recompute (it does not run).
+  const std::vector<bool>& cached() const { return cached_; }
+  bool cached(int op) const { return cached_[static_cast<size_t>(op)]; }
 
  private:
   const Graph& g_;
   const UnitPlan* units_ = nullptr;
   std::vector<bool> checkpointed_;
+  std::vector<bool> cached_;   // per graph op
   std::vector<int> producer_;  // tensor -> op (-1: graph input)
   std::vector<int> last_use_;  // tensor -> last forward consumer (or producer)
   std::vector<std::vector<int>> dead_fwd_, dead_rc_, released_bwd_;

@@ -389,14 +389,21 @@ Policy policy_from_json(const json& doc) {
         else if (a == "full")
           p.activation_checkpointing = CheckpointMode::full;
         else
-          fail(k, "unknown value '" + a +
-                      "' (use \"none\", \"full\" or {\"every\": k, \"offset\": o})");
+          fail(k, "unknown value '" + quote_input(a) +
+                      "' (use \"none\", \"full\", {\"every\": k, \"offset\": o}, "
+                      "{\"save_ops\": [...]} or {\"preset\": \"torchtitan\"})");
+      } else if (v.is_object() && (v.contains("save_ops") || v.contains("preset"))) {
+        read_op_checkpointing(v, k, p);  // plan/op_checkpointing.cpp
       } else if (v.is_object()) {
         if (!v.contains("every"))
-          fail(k, "the object form is {\"every\": k} or {\"every\": k, \"offset\": o}");
+          fail(k,
+               "the object form is {\"every\": k, \"offset\": o}, {\"save_ops\": [...]} or "
+               "{\"preset\": \"torchtitan\"}");
         for (auto field = v.begin(); field != v.end(); ++field)
           if (field.key() != "every" && field.key() != "offset")
-            fail(k + "." + field.key(), "unknown key (the object form takes every and offset)");
+            fail(k + "." + field.key(),
+                 "unknown key (the block form takes every and offset; the per-op form "
+                 "save_ops, save_every_other_matmul, every and offset)");
         p.activation_checkpointing = CheckpointMode::every;
         p.checkpoint_every = get_int(v.at("every"), k + ".every", 1);
         p.checkpoint_offset = v.contains("offset") ? get_int(v.at("offset"), k + ".offset", 0) : 0;
@@ -405,7 +412,9 @@ Policy policy_from_json(const json& doc) {
                                   std::to_string(p.checkpoint_every) +
                                   "): blocks j with j % every == offset are checkpointed");
       } else {
-        fail(k, "expected \"none\", \"full\" or {\"every\": k, \"offset\": o}");
+        fail(k,
+             "expected \"none\", \"full\", {\"every\": k, \"offset\": o}, "
+             "{\"save_ops\": [...]} or {\"preset\": \"torchtitan\"}");
       }
     } else if (k == "optimizer") {
       read_optimizer(v, p.optimizer);
@@ -489,6 +498,9 @@ json policy_to_json(const Policy& p) {
       j["activation_checkpointing"] = json{{"every", p.checkpoint_every}};
       // Written only when set, so that policies without it keep their JSON.
       if (p.checkpoint_offset != 0) j["activation_checkpointing"]["offset"] = p.checkpoint_offset;
+      break;
+    case CheckpointMode::ops:
+      j["activation_checkpointing"] = op_checkpointing_to_json(p);
       break;
   }
   json o;

@@ -12,13 +12,17 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/graph.h"
+#include "plan/op_checkpointing.h"
 
 namespace shardscope::plan {
 
 enum class Flavor : uint8_t { fsdp1, fsdp2 };
 enum class WrapType : uint8_t { none, size, class_name, modules };
 enum class BackwardPrefetch : uint8_t { none, pre, post };
-enum class CheckpointMode : uint8_t { none, full, every };
+// none; full (every block); every (blocks j % every == offset, recomputed
+// whole); ops (per-op selective checkpointing inside the blocks every/offset
+// choose: plan/op_checkpointing.h).
+enum class CheckpointMode : uint8_t { none, full, every, ops };
 
 const char* flavor_name(Flavor f);
 const char* wrap_type_name(WrapType w);
@@ -94,8 +98,10 @@ struct Policy {
   // j % checkpoint_every == checkpoint_offset. Offset 0: blocks 0, k, 2k, ...;
   // torchtitan's layer-frequency option (ac_freq = k) is offset k - 1:
   // blocks k-1, 2k-1, ... (its wrapper counts calls from 1).
+  // CheckpointMode::ops chooses its blocks the same way (default 1, 0).
   int64_t checkpoint_every = 1;
   int64_t checkpoint_offset = 0;
+  OpCheckpointing op_checkpointing;  // CheckpointMode::ops: what is saved inside a block
   OptimizerConfig optimizer;
   std::optional<double> grad_clip_norm;
   // optimizer.zero_grad(set_to_none=...) after the step (PyTorch's default

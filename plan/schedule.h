@@ -226,7 +226,8 @@ struct Schedule {
 // `sizes`: the graph's sizes at the policy's workload when the caller keeps
 // them (sweeps); ignored when they are for another workload. `acts`: an
 // activation plan built for these very `units` (same object) with
-// checkpointed_units(policy, units) (sweeps share them); ignored otherwise.
+// checkpointed_units(policy, units) and cached_ops(policy, graph, units, those)
+// (sweeps share them); ignored otherwise.
 Schedule build_schedule(const Graph& graph, const Policy& policy, const UnitPlan& units, int rank,
                         const WorkloadSizes* sizes = nullptr, const ActivationPlan* acts = nullptr);
 // build_schedule's schedule before its first action: the same streams,

@@ -75,6 +75,7 @@ void Builder::setup_persistent() {
 
 void Builder::setup_checkpointing() {
   checkpointed_ = checkpointed_units(p_, up_);
+  cached_ = cached_ops(p_, g_, up_, checkpointed_);
 }
 
 int Builder::next_unit(Phase order, int u) const {
@@ -211,6 +212,15 @@ void Builder::recompute_block(int block) {
       unshard(u);
       wait_for_unshard(u);
     }
+    if (acts_->cached(r)) {
+      // Per-op checkpointing: a cache hit, nothing runs; the forward outputs
+      // it hands out die by the recompute rule (ActivationPlan).
+      for (int t : acts_->dead_after_forward(r, true)) {
+        free_buf(tensor_buf_[t]);
+        tensor_buf_[t] = -1;
+      }
+      continue;
+    }
     compute_op(r, OpKind::recompute);
   }
 }
@@ -329,10 +339,10 @@ Schedule Builder::build(bool persistent_only) {
   setup_checkpointing();
   if (persistent_only) return std::move(s_);
   if (shared_acts_ && shared_acts_->units() == &up_ &&
-      shared_acts_->checkpointed() == checkpointed_) {
+      shared_acts_->checkpointed() == checkpointed_ && shared_acts_->cached() == cached_) {
     acts_ = shared_acts_;
   } else {
-    own_acts_.set_checkpointed(up_, checkpointed_);
+    own_acts_.set_checkpointed(up_, checkpointed_, cached_);
     acts_ = &own_acts_;
   }
   for (size_t u = 0; u < up_.units.size(); ++u)

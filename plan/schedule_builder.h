@@ -306,6 +306,7 @@ class Builder {
   std::vector<int> fwd_order_, bwd_order_;  // units with parameters
   std::vector<int> next_fwd_, next_bwd_;    // unit -> next in that order
   std::vector<bool> checkpointed_;          // per unit
+  std::vector<bool> cached_;                // per graph op: per-op checkpointing cache hits
   std::vector<bool> backward_started_;      // per unit, this micro-step
   // Per stream: ops its next op waits on (cudaStreamWaitEvent before the
   // next launch there): compute waiting for unshards and reductions, fsdp2

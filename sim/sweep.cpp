@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include "plan/error.h"
 #include "plan/json_input.h"
@@ -66,9 +67,11 @@ class SharedCache {
 using UnitsCache = SharedCache<std::string, plan::UnitPlan>;
 // The graph's sizes, by workload (batch, seq).
 using SizesCache = SharedCache<std::pair<int64_t, int64_t>, plan::WorkloadSizes>;
-// Activation liveness, by units key and the checkpointed units (which hold
-// the cached units' identity: plan::build_schedule uses it for those only).
-using ActsCache = SharedCache<std::pair<std::string, std::vector<bool>>, plan::ActivationPlan>;
+// Activation liveness, by units key, the checkpointed units (which hold the
+// cached units' identity: plan::build_schedule uses it for those only) and
+// the ops per-op checkpointing saves.
+using ActsCache = SharedCache<std::tuple<std::string, std::vector<bool>, std::vector<bool>>,
+                              plan::ActivationPlan>;
 
 SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const SweepOptions& options,
                     UnitsCache& units, SizesCache& sizes_cache, ActsCache& acts_cache,
@@ -135,11 +138,13 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
       return pt;
     }
   }
-  std::vector<bool> checkpointed = plan::checkpointed_units(policy, *up);
+  // Both ran in build_persistent_schedule already: they do not throw here.
+  const std::vector<bool> checkpointed = plan::checkpointed_units(policy, *up);
+  const std::vector<bool> cached = plan::cached_ops(policy, graph, *up, checkpointed);
   const std::shared_ptr<const plan::ActivationPlan> acts =
-      acts_cache.get({units_key, checkpointed}, [&] {
+      acts_cache.get({units_key, checkpointed, cached}, [&] {
         plan::ActivationPlan a(graph);
-        a.set_checkpointed(*up, checkpointed);
+        a.set_checkpointed(*up, checkpointed, cached);
         return a;
       });
   const plan::Schedule schedule =
