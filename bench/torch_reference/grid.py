@@ -11,7 +11,11 @@ Plain data, no torch import. A configuration ("spec") is a dict:
   batch, seq  micro-batch size B and sequence length T
   param_dtype, reduce_dtype   "fp32" | "bf16"
   reshard     True | False | int k (fsdp2 only: reshard to k ranks after forward)
-  ac          "none" | "full" (non-reentrant checkpoint of every decoder layer)
+  ac          "none" | "full" (non-reentrant checkpoint of every decoder layer) |
+              {"every": k, "offset": o} (layers j with j % k == o checkpointed whole) |
+              "torchtitan" (torchtitan v0.2.2's op-level selective checkpointing of every
+              layer, torchtitan_sac.py, with the CPU SDPA kernel saved as torchtitan saves
+              the GPU ones)
   steps       training steps; the last one is measured
 
 The models are small (hidden 128-256, 2-4 layers, vocab 1000-2051) with the
@@ -131,6 +135,11 @@ _RUNS = [
     ("gpt2-h128-l2", "fsdp1", "bf16", "fp32", 8, 2, 128, False, "none"),
     ("llama-h128-l2-gqa2", "fsdp1", "bf16", "fp32", 8, 2, 128, True, "full"),
     ("llama-h128-l2-gqa2", "fsdp1", "fp32", "fp32", 4, 2, 128, True, "none"),
+    # Selective checkpointing: torchtitan's per-op policy, and every other layer
+    # (torchtitan's layer frequency 2: layers 1, 3, ...)
+    ("llama-h256-l4-gqa4", "fsdp2", "bf16", "fp32", 8, 2, 256, True, "torchtitan"),
+    ("qwen2-h128-l2-gqa2-tied", "fsdp2", "fp32", "fp32", 4, 2, 128, True, "torchtitan"),
+    ("llama-h256-l4-gqa4", "fsdp2", "bf16", "fp32", 8, 2, 256, True, {"every": 2, "offset": 1}),
 ]
 
 
@@ -144,13 +153,20 @@ def _raf_label(reshard):
 
 def spec_name(spec):
     """gpt2-h128-l2-fsdp2-bf16-w8-b2-t128-rafT-ac0 (reduce dtype only when it differs
-    from fp32)."""
+    from fp32; ac as _ac_label writes it)."""
     dt = spec["param_dtype"]
     if spec["reduce_dtype"] != "fp32":
         dt += "-r" + spec["reduce_dtype"]
-    return "%s-%s-%s-w%d-b%d-t%d-%s-ac%d" % (
+    return "%s-%s-%s-w%d-b%d-t%d-%s-%s" % (
         spec["model_name"], spec["flavor"], dt, spec["world"], spec["batch"], spec["seq"],
-        _raf_label(spec["reshard"]), 0 if spec["ac"] == "none" else 1)
+        _raf_label(spec["reshard"]), _ac_label(spec["ac"]))
+
+
+def _ac_label(ac):
+    """ac0 (none), ac1 (full), acE2o1 ({"every": 2, "offset": 1}), acTT (torchtitan)."""
+    if isinstance(ac, dict):
+        return "acE%do%d" % (ac["every"], ac.get("offset", 0))
+    return {"none": "ac0", "full": "ac1", "torchtitan": "acTT"}[ac]
 
 
 def make_spec(model_name, flavor, param_dtype, reduce_dtype, world, batch, seq, reshard, ac,

@@ -44,6 +44,43 @@ FAMILIES = {
 }
 FLAVORS = ("fsdp1", "fsdp2")
 DTYPE_KEYS = ("fp32", "bf16")
+# "torchtitan": torchtitan v0.2.2's op-level selective checkpointing
+# (torchtitan_sac.py) with the CPU SDPA kernel treated as torchtitan treats the
+# GPU ones (saved); {"every": k, "offset": o}: blocks j % k == o checkpointed whole.
+AC_NAMES = ("none", "full", "torchtitan")
+
+
+def ac_policy_value(ac):
+    """The spec's ac as shardscope's activation_checkpointing value (JSON text)."""
+    if isinstance(ac, dict):
+        return json.dumps({"every": ac["every"], "offset": ac.get("offset", 0)},
+                          separators=(",", ":"))
+    if ac == "torchtitan":
+        return '{"preset":"torchtitan"}'
+    return ac
+
+
+def ac_checkpointed(ac, j):
+    """Whether decoder layer j (0-based, model order) is checkpointed."""
+    if isinstance(ac, dict):
+        return j % ac["every"] == ac.get("offset", 0)
+    return ac != "none"
+
+
+def ac_wrapper(torch_reference_dir, ac):
+    """checkpoint_wrapper with the arguments of this ac (non-reentrant)."""
+    import functools
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl, checkpoint_wrapper)
+    if ac == "torchtitan":
+        sys.path.insert(0, torch_reference_dir)
+        import torchtitan_sac
+        # torchtitan's _apply_op_sac: context_fn and early_stop=False (its
+        # config default in v0.2.2).
+        return functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
+                                 context_fn=torchtitan_sac.context_fn(cpu_sdpa_as_gpu=True),
+                                 early_stop=False)
+    return functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 SPEC_KEYS = {"name", "family", "model", "model_name", "flavor", "world", "batch", "seq",
              "param_dtype", "reduce_dtype", "reshard", "ac", "steps"}
 
@@ -93,8 +130,16 @@ def check_spec(spec):
         bad("'reshard' must be true, false or an integer, got %r" % (r,))
     if spec["flavor"] == "fsdp1" and not isinstance(r, bool):
         bad("fsdp1 has no integer reshard_after_forward (FULL_SHARD = true, SHARD_GRAD_OP = false)")
-    if spec["ac"] not in ("none", "full"):
-        bad("'ac' must be \"none\" or \"full\", got %r" % (spec["ac"],))
+    ac = spec["ac"]
+    if isinstance(ac, dict):
+        if set(ac) - {"every", "offset"} or "every" not in ac:
+            bad("'ac' as an object is {\"every\": k, \"offset\": o}, got %r" % (ac,))
+        k, o = ac["every"], ac.get("offset", 0)
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (k, o)) \
+                or k < 1 or not 0 <= o < k:
+            bad("'ac' needs integers every >= 1 and 0 <= offset < every, got %r" % (ac,))
+    elif ac not in AC_NAMES:
+        bad("'ac' must be one of %s or {\"every\": k, \"offset\": o}, got %r" % (AC_NAMES, ac))
 
 
 def shardscope_args(spec, wrap_class):
@@ -108,7 +153,7 @@ def shardscope_args(spec, wrap_class):
             "--set", "reshard_after_forward=" + raf,
             "--set", "mixed_precision.param_dtype=" + spec["param_dtype"],
             "--set", "mixed_precision.reduce_dtype=" + spec["reduce_dtype"],
-            "--set", "activation_checkpointing=" + spec["ac"],
+            "--set", "activation_checkpointing=" + ac_policy_value(spec["ac"]),
             "--set", "optimizer=adamw",
             "--set", "batch_size=%d" % spec["batch"],
             "--set", "seq_len=%d" % spec["seq"]]
@@ -271,6 +316,13 @@ def run(spec):
                 "default (None: the root is not resharded after forward)" if flavor == "fsdp2"
                 else "FSDP1 never reshards the root after forward"),
             "activation_checkpointing": spec["ac"],
+            "activation_checkpointing_impl": (
+                "none" if spec["ac"] == "none" else
+                "torchtitan v0.2.2 op-level SAC (bench/torch_reference/torchtitan_sac.py: "
+                "_op_sac_save_list + _custom_policy, context_fn per call, early_stop=False) with "
+                "aten._scaled_dot_product_flash_attention_for_cpu added to the save list as the "
+                "CPU stand-in for the GPU SDPA kernels" if spec["ac"] == "torchtitan" else
+                "checkpoint_wrapper(NO_REENTRANT) on the chosen decoder layers"),
             "wrap_classes": [block_cls_name],
             "optimizer": "adamw",
             "optimizer_args": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
@@ -325,12 +377,11 @@ def _decoder_layers(model, block_cls):
     return out
 
 
-def _checkpoint_wrap(layers):
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl, checkpoint_wrapper)
-    for parent, cname, _ in layers:
-        setattr(parent, cname, checkpoint_wrapper(getattr(parent, cname),
-                                                  checkpoint_impl=CheckpointImpl.NO_REENTRANT))
+def _checkpoint_wrap(layers, ac):
+    wrap = ac_wrapper(os.path.dirname(os.path.abspath(__file__)), ac)
+    for j, (parent, cname, _) in enumerate(layers):
+        if ac_checkpointed(ac, j):
+            setattr(parent, cname, wrap(getattr(parent, cname)))
 
 
 def shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
@@ -341,8 +392,8 @@ def shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
     mesh = init_device_mesh("cpu", (spec["world"],))
     mp = MixedPrecisionPolicy(param_dtype=None if pdt == torch.float32 else pdt, reduce_dtype=rdt)
     layers = _decoder_layers(model, block_cls)
-    if spec["ac"] == "full":
-        _checkpoint_wrap(layers)  # before fully_shard: FSDP's hooks sit outside the checkpoint
+    if spec["ac"] != "none":
+        _checkpoint_wrap(layers, spec["ac"])  # before fully_shard: FSDP's hooks sit outside it
     unit_mods = []
     for parent, cname, path in layers:
         mod = getattr(parent, cname)
@@ -384,15 +435,16 @@ def shard_fsdp1(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
     strategy = ShardingStrategy.FULL_SHARD if spec["reshard"] else ShardingStrategy.SHARD_GRAD_OP
     wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({block_cls}), sharding_strategy=strategy,
                    mixed_precision=mp, use_orig_params=True, device_id=torch.device("cpu"))
-    if spec["ac"] == "full":
+    if spec["ac"] != "none":
         # FSDP1's documented order: wrap first, then checkpoint the blocks inside the units.
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-            CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
-        import functools
+            apply_activation_checkpointing)
+        blocks = [m for m in wrapped.modules() if isinstance(m, block_cls)]
+        chosen = {id(m) for j, m in enumerate(blocks) if ac_checkpointed(spec["ac"], j)}
         apply_activation_checkpointing(
-            wrapped, checkpoint_wrapper_fn=functools.partial(
-                checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
-            check_fn=lambda m: isinstance(m, block_cls))
+            wrapped, checkpoint_wrapper_fn=ac_wrapper(os.path.dirname(os.path.abspath(__file__)),
+                                                      spec["ac"]),
+            check_fn=lambda m: id(m) in chosen)
     units = []
     for path, mod in wrapped.named_modules():
         if isinstance(mod, FSDP):

@@ -197,8 +197,7 @@ TEST_CASE("op checkpointing on llama-tiny: kept tensors, recompute FLOPs, live b
   }
   CHECK(kept == std::set<std::string>{"self_attn.q_proj.out", "self_attn.v_proj.out",
                                       "self_attn.attention.out", "self_attn.attention.lse",
-                                      "mlp.gate_proj.out", "mlp.down_proj.out",
-                                      "residual_2.out"});
+                                      "mlp.gate_proj.out", "mlp.down_proj.out", "residual_2.out"});
 
   // Recompute FLOPs of layer 0 (unit of model.layers.0): the non-cached ops.
   //   input_layernorm 4*N*C = 8192, k_proj 2*N*C*32 = 131072,

@@ -1,6 +1,7 @@
 // Memory: the engine's measured peak allocated bytes per rank equal the
 // simulator's prediction exactly for every policy of a grid on gpt2-tiny (and
-// qwen2-tiny: q/k/v biases, checkpointing with an offset) with
+// qwen2-tiny: q/k/v biases, checkpointing with an offset; llama-tiny and
+// gpt2-tiny with per-op selective checkpointing) with
 // 2 ranks (both drive alloc/'s allocator with the plan's actions in host
 // order), and the persistent bytes equal the closed form 16 B per shard
 // element with AdamW (fp32 parameter, gradient and two moments).
@@ -88,8 +89,11 @@ TEST_CASE("engine peak allocated equals the simulator's on the gpt2-tiny grid", 
 TEST_CASE("engine peak allocated equals the simulator's on qwen2-tiny", "[exec][memory][hf]") {
   const plan::Graph g =
       plan::load_model(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/qwen2-tiny.json");
+  // none, full, {"every": 2, "offset": 1}, torchtitan's per-op preset
+  // (attention, o_proj and up_proj cached), a custom per-op list on layer 0
+  // only (the addmm q/k/v cached, everything after them recomputed)
   for (const std::string flavor : {"fsdp1", "fsdp2"})
-    for (const int ckpt : {0, 1, 2}) {  // none, full, {"every": 2, "offset": 1}
+    for (const int ckpt : {0, 1, 2, 3, 4}) {
       nlohmann::json doc = {{"flavor", flavor},
                             {"batch_size", 2},
                             {"seq_len", 16},
@@ -97,9 +101,44 @@ TEST_CASE("engine peak allocated equals the simulator's on qwen2-tiny", "[exec][
                             {"wrap", {{"type", "class"}, {"classes", {"Qwen2DecoderLayer"}}}}};
       if (ckpt == 1) doc["activation_checkpointing"] = "full";
       if (ckpt == 2) doc["activation_checkpointing"] = {{"every", 2}, {"offset", 1}};
+      if (ckpt == 3) doc["activation_checkpointing"] = {{"preset", "torchtitan"}};
+      if (ckpt == 4)
+        doc["activation_checkpointing"] = {{"save_ops", {"addmm"}}, {"every", 2}, {"offset", 0}};
       INFO(doc.dump());
       check_peak_equals_sim(g, plan::policy_from_json(doc));
     }
+}
+
+TEST_CASE("engine peak allocated equals the simulator's with per-op checkpointing",
+          "[exec][memory][sac]") {
+  // llama-tiny and gpt2-tiny under torchtitan's preset and custom save lists,
+  // both flavors, with accumulation (the cache lives per micro-step) and
+  // bf16 (cached fp32 log-sum-exp next to bf16 values).
+  int cases = 0;
+  for (const std::string model : {"llama-tiny", "gpt2-tiny"}) {
+    const plan::Graph g = plan::load_model(model);
+    const std::string block = model == "llama-tiny" ? "LlamaDecoderLayer" : "GPT2Block";
+    for (const std::string flavor : {"fsdp1", "fsdp2"})
+      for (const nlohmann::json& ac :
+           {nlohmann::json{{"preset", "torchtitan"}},
+            nlohmann::json{{"save_ops", {"linear", "attention"}},
+                           {"save_every_other_matmul", model == "llama-tiny"}},
+            nlohmann::json{{"save_ops", {"residual"}}, {"every", 2}, {"offset", 1}}})
+        for (const int accum : {1, 2}) {
+          nlohmann::json doc = {
+              {"flavor", flavor},
+              {"batch_size", 2},
+              {"seq_len", 16},
+              {"grad_accum_steps", accum},
+              {"mixed_precision", {{"param_dtype", accum == 2 ? "bf16" : "fp32"}}},
+              {"wrap", {{"type", "class"}, {"classes", {block}}}},
+              {"activation_checkpointing", ac}};
+          INFO(doc.dump());
+          check_peak_equals_sim(g, plan::policy_from_json(doc));
+          ++cases;
+        }
+  }
+  CHECK(cases == 2 * 2 * 3 * 2);
 }
 
 TEST_CASE("engine traces carry the plan's FLOPs and bytes on compute events", "[exec][trace]") {

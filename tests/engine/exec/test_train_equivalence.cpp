@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/exec/train.h"
@@ -116,6 +117,48 @@ TEST_CASE("training on N ranks equals single-rank training: qwen2-tiny (q/k/v bi
   check_equivalent(Case{qwen2, fsdp1, 3});
 }
 
+// Per-op selective checkpointing: N ranks equal one rank, and on the same
+// world the losses and final parameters equal those without checkpointing
+// bit for bit (a cache hit hands out the forward value; a recompute runs the
+// same kernels on the same inputs).
+TEST_CASE("per-op checkpointing: N ranks equal one, and bit-identical to no checkpointing",
+          "[exec][sac]") {
+  const std::string qwen2 = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/qwen2-tiny.json";
+  const std::vector<std::string> llama = {"wrap.type=class",
+                                          "wrap.classes=[\"LlamaDecoderLayer\"]"};
+  const std::vector<std::string> qwen = {"wrap.type=class", "wrap.classes=[\"Qwen2DecoderLayer\"]"};
+  auto with = [](std::vector<std::string> s, const std::string& extra) {
+    s.push_back(extra);
+    return s;
+  };
+  const std::string titan = "activation_checkpointing={\"preset\":\"torchtitan\"}";
+  check_equivalent(Case{"llama-tiny", with(llama, titan), 2});
+  check_equivalent(Case{"llama-tiny", with(with(llama, titan), "flavor=fsdp1"), 4});
+  check_equivalent(Case{qwen2, with(qwen, titan), 2});
+
+  for (const auto& [model, wrap] :
+       {std::pair{std::string("llama-tiny"), llama}, std::pair{qwen2, qwen}}) {
+    const plan::Graph g = plan::load_model(model);
+    engine::exec::TrainHooks hooks;
+    hooks.gather_final_params = true;
+    auto train = [&](const std::string& ac) {
+      std::vector<std::string> sets = wrap;
+      for (const char* s : {"batch_size=2", "seq_len=16", "grad_accum_steps=2"}) sets.push_back(s);
+      if (!ac.empty()) sets.push_back(ac);
+      return engine::exec::train_threads(config_for(g, make_policy(sets), 2), hooks).at(0);
+    };
+    const engine::exec::RankRun plain = train("");
+    for (const std::string& ac :
+         {titan, std::string("activation_checkpointing=full"),
+          std::string("activation_checkpointing={\"save_ops\":[\"attention\",\"swiglu\"]}")}) {
+      INFO(model << " " << ac);
+      const engine::exec::RankRun run = train(ac);
+      CHECK(run.losses == plain.losses);
+      CHECK(run.params == plain.params);
+    }
+  }
+}
+
 TEST_CASE("losses decrease on the synthetic data's repeated batch structure", "[exec]") {
   const plan::Graph g = plan::load_model("mlp");
   const auto runs = engine::exec::train_threads(
@@ -176,12 +219,18 @@ TEST_CASE("training equals single-rank training over the policy grid", "[exec][g
         Case{"gpt2-tiny", with({"cpu_offload=true"}), 2},
         Case{"gpt2-tiny", with({"grad_clip_norm=0.5"}), 2},
         Case{"gpt2-tiny", with({"activation_checkpointing={\"every\":2}"}), 2},
+        Case{"gpt2-tiny", with({"activation_checkpointing={\"preset\":\"torchtitan\"}"}), 2},
+        Case{"gpt2-tiny",
+             with({"grad_accum_steps=2",
+                   "activation_checkpointing={\"save_ops\":[\"linear\",\"residual\"],"
+                   "\"every\":2,\"offset\":1}"}),
+             4},
         Case{"gpt2-tiny", with({"shard_group_size=2", "flavor=fsdp1"}), 4}}) {
     INFO(c.model << " world " << c.world << " " << c.sets.back());
     check_equivalent(c);
     ++cases;
   }
-  CHECK(cases == 2 * (2 * 2 * 2 * 2 * 2 + 2 * 2 * 2 * 2) + 10);
+  CHECK(cases == 2 * (2 * 2 * 2 * 2 * 2 + 2 * 2 * 2 * 2) + 12);
   std::printf(
       "equivalence grid: %d policies, worst relative loss difference %.3g, worst "
       "relative parameter difference %.3g\n",
