@@ -9,6 +9,7 @@
 #include <string>
 
 #include "plan/error.h"
+#include "plan/graph_io.h"
 #include "plan/models.h"
 
 using namespace shardscope::plan;
@@ -161,4 +162,29 @@ TEST_CASE("Gemma 2 config: defaults, layer_types, null soft-capping, errors name
   config["attn_logit_softcapping"] = -1.0;
   CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"),
                     Catch::Contains("key 'attn_logit_softcapping': must be > 0"));
+}
+
+TEST_CASE("graph JSON keeps scale, softcap, weight_offset, packed and per-head norms",
+          "[plan][models][hf][graph_io]") {
+  for (const char* name :
+       {"qwen3-tiny.json", "gemma-tiny.json", "gemma2-tiny.json", "phi3-tiny.json"}) {
+    INFO(name);
+    const Graph g = tiny(name);
+    const json first = graph_to_json(g);
+    const Graph back = graph_from_json(first);
+    CHECK(graph_to_json(back) == first);
+    REQUIRE(back.ops.size() == g.ops.size());
+    for (size_t i = 0; i < g.ops.size(); ++i) CHECK(back.ops[i].attrs == g.ops[i].attrs);
+  }
+  for (OpType t : {OpType::scale, OpType::softcap})
+    CHECK(parse_op_type(op_type_name(t), "type") == t);
+  // weight_offset belongs to rmsnorm only: the first layernorm of gpt2-tiny refuses it.
+  json j = graph_to_json(load_model("gpt2-tiny"));
+  for (json& op : j["ops"])
+    if (op["type"] == "layernorm") {
+      op["attrs"]["weight_offset"] = 1.0;
+      break;
+    }
+  CHECK_THROWS_WITH(graph_from_json(j), Catch::Contains("weight_offset: unknown key for a "
+                                                        "layernorm op"));
 }
