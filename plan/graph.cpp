@@ -153,13 +153,16 @@ constexpr std::pair<const char*, OpType> kOpTypeNames[] = {
     {"cross_entropy", OpType::cross_entropy},
     {"rope", OpType::rope},
     {"relu", OpType::relu},
+    {"scale", OpType::scale},
+    {"softcap", OpType::softcap},
 };
 
 auto attr_tuple(const OpAttrs& a) {
   return std::tie(a.num_embeddings, a.embedding_dim, a.positions, a.in_features, a.out_features,
-                  a.bias, a.weight_layout, a.tied, a.eps, a.dim, a.n_head, a.n_kv_head, a.head_dim,
-                  a.scale, a.rope, a.rope_theta, a.rope_scaling, a.sliding_window, a.causal,
-                  a.qkv_packed, a.approximate, a.activation, a.broadcast, a.classes, a.reduction);
+                  a.bias, a.weight_layout, a.tied, a.eps, a.dim, a.weight_offset, a.n_head,
+                  a.n_kv_head, a.head_dim, a.scale, a.rope, a.rope_theta, a.rope_scaling,
+                  a.sliding_window, a.softcap, a.causal, a.qkv_packed, a.approximate, a.activation,
+                  a.packed, a.broadcast, a.classes, a.reduction);
 }
 
 }  // namespace

@@ -82,6 +82,9 @@ enum class OpType : uint8_t {
   cross_entropy,  // mean cross entropy of logits against labels -> scalar loss
   rope,           // standalone RoPE: accepted in a graph, built by no model, run by no engine
   relu,           // elementwise ReLU
+  scale,          // y = x * scale (a constant rounded to the activation dtype): Gemma's
+                  // embedding normalizer sqrt(hidden_size)
+  softcap,        // y = softcap * tanh(x / softcap): Gemma 2's final logit soft-capping
 };
 
 const char* op_type_name(OpType type);
@@ -106,7 +109,10 @@ struct OpAttrs {
   std::optional<bool> tied;                  // weight is another module's (set only if true)
   // layernorm, rmsnorm
   std::optional<double> eps;   // added to the variance (absent: 1e-5)
-  std::optional<int64_t> dim;  // normalized (last) dim
+  std::optional<int64_t> dim;  // normalized dim: the last dim, or (rmsnorm) a divisor of it,
+                               // normalizing each group of `dim` (Qwen3's per-head q/k norm)
+  // rmsnorm
+  std::optional<double> weight_offset;  // y = x * rstd * (weight_offset + w) (Gemma: 1; absent: 0)
   // attention
   std::optional<int64_t> n_head;
   std::optional<int64_t> n_kv_head;  // < n_head: grouped-query attention
@@ -115,13 +121,16 @@ struct OpAttrs {
   std::optional<bool> rope;                 // rotate q and k (absent: false)
   std::optional<double> rope_theta;         // RoPE base (absent: 10000)
   std::optional<std::string> rope_scaling;  // Hugging Face rope_scaling, as compact JSON text
-  std::optional<int64_t> sliding_window;    // Mistral window, tokens
+  std::optional<int64_t> sliding_window;    // window W in tokens: query t sees keys t-W < j <= t
+  std::optional<double> softcap;            // attention: scores = softcap * tanh(scores / softcap)
+                                            // (Gemma 2); softcap op: the cap
   std::optional<bool> causal;
-  std::optional<bool> qkv_packed;  // one [.., 3*H*D] input instead of q, k, v
+  std::optional<bool> qkv_packed;  // one [.., (H+2*Hkv)*D] input (q | k | v) instead of three
   // gelu
   std::optional<std::string> approximate;  // "none" (erf) | "tanh" (absent)
   // swiglu
   std::optional<std::string> activation;  // "silu", "gelu", "gelu_tanh" (gated MLP)
+  std::optional<bool> packed;  // one input [.., 2F]: gate then up (Phi-3); set only if true
   // residual
   std::optional<bool> broadcast;  // b has fewer dims than a (set only if true)
   // cross_entropy
@@ -166,8 +175,8 @@ struct Module {
 struct Graph {
   static constexpr int kSchemaVersion = 1;
 
-  std::string model_name;       // "gpt2-small", or the config file it came from
-  std::string family;           // "gpt2" | "llama" | "mlp"
+  std::string model_name;  // "gpt2-small", or the config file it came from
+  std::string family;  // "gpt2" | "llama" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "phi3" | "mlp"
   int64_t max_seq_len = 1;      // longest sequence the model accepts
   int64_t vocab_size = 0;       // 0 for models without token input
   std::vector<Module> modules;  // modules[0] is the root; pre-order

@@ -59,9 +59,13 @@ void for_each_attr(OpType type, A& a, F&& f) {
       f("tied", a.tied, v);
       return;
     case OpType::layernorm:
+      f("eps", a.eps, v);
+      f("dim", a.dim, v);
+      return;
     case OpType::rmsnorm:
       f("eps", a.eps, v);
       f("dim", a.dim, v);
+      f("weight_offset", a.weight_offset, v);
       return;
     case OpType::attention:
       f("n_head", a.n_head, v);
@@ -72,6 +76,7 @@ void for_each_attr(OpType type, A& a, F&& f) {
       f("rope_theta", a.rope_theta, v);
       f("rope_scaling", a.rope_scaling, AttrForm::json_text);
       f("sliding_window", a.sliding_window, v);
+      f("softcap", a.softcap, v);
       f("causal", a.causal, v);
       f("qkv_packed", a.qkv_packed, v);
       return;
@@ -80,6 +85,7 @@ void for_each_attr(OpType type, A& a, F&& f) {
       return;
     case OpType::swiglu:
       f("activation", a.activation, v);
+      f("packed", a.packed, v);
       return;
     case OpType::residual:
       f("broadcast", a.broadcast, v);
@@ -87,6 +93,12 @@ void for_each_attr(OpType type, A& a, F&& f) {
     case OpType::cross_entropy:
       f("classes", a.classes, v);
       f("reduction", a.reduction, v);
+      return;
+    case OpType::scale:
+      f("scale", a.scale, v);
+      return;
+    case OpType::softcap:
+      f("softcap", a.softcap, v);
       return;
     case OpType::rope:
     case OpType::relu:

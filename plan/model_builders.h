@@ -32,11 +32,19 @@
 //                     causal masking is not halved, as torch.utils.flop_counter
 //                     counts SDPA); bwd 10*B*T^2*H*D (recompute QK^T, then dV,
 //                     dP, dQ, dK: flash-style, no T x T matrix is saved);
-//                     with RoPE + 3*B*T*(H+Hkv)*D each way. H = query heads,
-//                     Hkv = key/value heads, D = head_dim; softmax not counted.
-//      layernorm      fwd 8*N*C, bwd 16*N*C;   rmsnorm fwd 4*N*C, bwd 8*N*C
+//                     with RoPE + 3*B*T*(H+Hkv)*D each way; with softcap
+//                     (Gemma 2) + 3*B*T^2*H each way (divide, tanh, multiply;
+//                     backward 1 - t^2 and the product). H = query heads,
+//                     Hkv = key/value heads, D = head_dim; softmax not counted;
+//                     a sliding window does not reduce the count.
+//      layernorm      fwd 8*N*C, bwd 16*N*C;   rmsnorm fwd 4*N*C, bwd 8*N*C (Gemma's
+//                     1 + weight and Qwen3's per-head groups alike)
 //      gelu (tanh)    fwd 8 per element, bwd 16;  relu fwd 1, bwd 1
-//      swiglu         fwd 5 per output element (sigmoid 3, two products), bwd 10
+//      swiglu         fwd 5 per output element (sigmoid 3, two products), bwd 10;
+//                     the same with a GELU gate and with Phi-3's packed input
+//      scale          fwd 1 per element, bwd 1 (Gemma's x * sqrt(hidden_size))
+//      softcap        fwd 3 per element (divide, tanh, multiply), bwd 4 (multiply,
+//                     1 - t^2, product, divide); saves tanh's output
 //      residual       fwd 1 per element, bwd 1 (the add where autograd sums the
 //                     skip and branch gradients)
 //      embedding      fwd 0 (a gather), bwd N*C (scatter-add into the table)
@@ -97,6 +105,53 @@ struct LlamaConfig {
   bool mlp_bias = false;                  // bias on gate/up/down_proj
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";  // silu | gelu | gelu_pytorch_tanh | gelu_new
+  // qwen3: RMSNorm over head_dim on every query and key head before RoPE
+  // (self_attn.q_norm, self_attn.k_norm, weight [head_dim]).
+  bool qk_norm = false;
+};
+
+// Hugging Face GemmaConfig / Gemma2Config (GemmaForCausalLM, Gemma2ForCausalLM),
+// see plan/models_gemma.cpp.
+struct GemmaConfig {
+  std::string model_type = "gemma";  // "gemma" | "gemma2"
+  int64_t hidden_size = 3072;
+  int64_t intermediate_size = 24576;
+  int64_t num_hidden_layers = 28;
+  int64_t num_attention_heads = 16;
+  int64_t num_key_value_heads = 16;
+  int64_t head_dim = 256;  // explicit: H * head_dim need not be hidden_size
+  int64_t vocab_size = 256000;
+  int64_t max_position_embeddings = 8192;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  nlohmann::json rope_scaling = nullptr;         // recorded in the attention attrs
+  std::string hidden_act = "gelu_pytorch_tanh";  // the MLP gate: gelu | gelu_pytorch_tanh
+  bool attention_bias = false;                   // bias on q/k/v/o_proj
+  bool tie_word_embeddings = true;
+  // Gemma 2 only (0: off).
+  double query_pre_attn_scalar = 0;  // attention scale query_pre_attn_scalar^-0.5 (0: head_dim)
+  int64_t sliding_window = 0;        // window of the layers marked sliding
+  std::vector<bool> sliding_layers;  // per layer (layer_types "sliding_attention")
+  double final_logit_softcapping = 0;
+  double attn_logit_softcapping = 0;
+};
+
+// Hugging Face Phi3Config (Phi3ForCausalLM), see plan/models_phi3.cpp.
+struct Phi3Config {
+  int64_t hidden_size = 3072;
+  int64_t intermediate_size = 8192;
+  int64_t num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  int64_t num_key_value_heads = 32;
+  int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads
+  int64_t vocab_size = 32064;
+  int64_t max_position_embeddings = 4096;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  nlohmann::json rope_scaling = nullptr;  // recorded in the attention attrs
+  int64_t sliding_window = 0;             // every layer; 0 = none
+  std::string hidden_act = "silu";        // silu | gelu | gelu_pytorch_tanh
+  bool tie_word_embeddings = false;
 };
 
 // The `mlp` preset: a residual MLP classifier small enough to train on CPU.
@@ -115,12 +170,16 @@ struct MlpConfig {
 Graph build_gpt2(const Gpt2Config& config, const std::string& name);
 Graph build_llama(const LlamaConfig& config, const std::string& name);
 Graph build_mlp(const MlpConfig& config, const std::string& name);
+Graph build_gemma(const GemmaConfig& config, const std::string& name);
+Graph build_phi3(const Phi3Config& config, const std::string& name);
 
 // Hugging Face config.json contents -> config. `source` (the file) is named in
 // errors: a missing or mistyped required key, a value out of range, or a
 // feature that would change the math and is not modeled.
 Gpt2Config gpt2_config_from_hf(const nlohmann::json& config, const std::string& source);
 LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string& source);
+GemmaConfig gemma_config_from_hf(const nlohmann::json& config, const std::string& source);
+Phi3Config phi3_config_from_hf(const nlohmann::json& config, const std::string& source);
 
 // Typed access to a config.json object; errors name the key and the file.
 // Unknown extra keys are fine (HF configs carry many).
@@ -180,7 +239,12 @@ class GraphBuilder {
   int linear(int module, int x, int64_t in, int64_t out, bool bias, WeightLayout layout,
              int tied_weight = -1);
   int layernorm(int module, int x, int64_t dim, double eps);
-  int rmsnorm(int module, int x, int64_t dim, double eps);
+  // RMSNorm over groups of `dim` elements of x's last dim (groups * dim):
+  // groups > 1 normalizes each head (Qwen3's q_norm/k_norm over head_dim).
+  // weight_offset 1 is Gemma's x * rstd * (1 + w), computed in fp32 (the
+  // normalised value is saved in fp32); 0 is Llama's.
+  int rmsnorm(int module, int x, int64_t dim, double eps, double weight_offset = 0.0,
+              int64_t groups = 1);
   // `qkv`: one packed [.., 3*H*D] tensor (GPT-2) or three tensors q, k, v.
   // `attrs` carries the model's scale, rope, rope_theta, rope_scaling, sliding_window;
   // n_head, n_kv_head, head_dim, causal and qkv_packed are set here.
@@ -196,7 +260,14 @@ class GraphBuilder {
   // act(gate) * up; `activation` is "silu" (SwiGLU), "gelu" or "gelu_tanh".
   int swiglu(int module, int gate, int up, const std::string& activation = "silu",
              int unfused_saved = 0, int unfused_bwd_temps = 0);
+  // act(gate) * up of one packed [.., 2F] input (gate then up, torch.chunk(2)):
+  // Phi-3's gate_up_proj; "silu" only as the others' activation argument.
+  int swiglu_packed(int module, int gate_up, int64_t f, const std::string& activation = "silu");
   int residual(int module, const std::string& suffix, int a, int b);
+  // x * scale (scale rounded to the activation dtype): Gemma's embedding normalizer.
+  int scale(int module, const std::string& suffix, int x, double scale);
+  // softcap * tanh(x / softcap): Gemma 2's final logit soft-capping.
+  int softcap(int module, const std::string& suffix, int x, double softcap);
   // Mean cross entropy of logits [.., classes] against labels [..] -> scalar loss.
   int cross_entropy(int module, int logits, int labels, int64_t classes);
 

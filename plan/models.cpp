@@ -117,11 +117,15 @@ Graph model_from_hf_config(const json& config, const std::string& source) {
     const std::string t = type->get<std::string>();
     if (t == "gpt2")
       family = "gpt2";
-    else if (t == "llama" || t == "mistral" || t == "qwen2")
+    else if (t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3")
       family = "llama";
+    else if (t == "gemma" || t == "gemma2")
+      family = "gemma";
+    else if (t == "phi3")
+      family = "phi3";
     else
       throw Error(source + ": unsupported model_type '" + quote_input(t) +
-                  "' (supported: gpt2, llama, mistral, qwen2)");
+                  "' (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3)");
   } else if (config.contains("n_layer") || config.contains("n_embd")) {
     family = "gpt2";
   } else if (config.contains("hidden_size") || config.contains("intermediate_size")) {
@@ -129,9 +133,12 @@ Graph model_from_hf_config(const json& config, const std::string& source) {
   } else {
     throw Error(source +
                 ": not a recognized model config (expected a shardscope graph JSON, or a Hugging "
-                "Face config.json with model_type gpt2/llama/mistral/qwen2)");
+                "Face config.json with model_type gpt2/llama/mistral/qwen2/qwen3/gemma/gemma2/"
+                "phi3)");
   }
   if (family == "gpt2") return build_gpt2(gpt2_config_from_hf(config, source), source);
+  if (family == "gemma") return build_gemma(gemma_config_from_hf(config, source), source);
+  if (family == "phi3") return build_phi3(phi3_config_from_hf(config, source), source);
   return build_llama(llama_config_from_hf(config, source), source);
 }
 
@@ -425,27 +432,38 @@ int GraphBuilder::layernorm(int module, int x, int64_t dim_size, double eps) {
   return add_op(std::move(op)).outputs[0];
 }
 
-int GraphBuilder::rmsnorm(int module, int x, int64_t dim_size, double eps) {
+int GraphBuilder::rmsnorm(int module, int x, int64_t dim_size, double eps, double weight_offset,
+                          int64_t groups) {
+  if (groups < 1) throw Error("rmsnorm '" + op_name(module, "") + "': groups < 1");
   Op op;
   op.name = op_name(module, "");
   op.type = OpType::rmsnorm;
   op.module = module;
   op.params = {add_param(module, "weight", {dim_size})};
   Shape stats_shape(shape(x).begin(), shape(x).end() - 1);
+  if (groups > 1) stats_shape.push_back(dim(groups));  // one rstd per head: [B, T, H]
   op.inputs = {x};
   // LlamaRMSNorm: x.to(fp32); rsqrt(pow(x, 2).mean(-1) + eps) (result saved,
   // fp32); x * rsqrt (saves the fp32 x); .to(input dtype); weight * that
   // (saves the normalised value). In fp32 the copy is x itself.
+  // GemmaRMSNorm (weight_offset 1): the same in fp32, then normed * (1 +
+  // weight.float()) (saves the fp32 normalised value) and .type_as(x): the
+  // fp32 product is a forward temporary below fp32. The C-sized fp32 (1 +
+  // weight) it also saves is not counted.
+  const bool gemma = weight_offset != 0.0;
   op.outputs = {add_tensor(op.name + ".out", shape(x)),
                 add_tensor(op.name + ".rstd", stats_shape, DType::f32, Precision::fp32),
-                add_tensor(op.name + ".normed", shape(x)),
+                add_tensor(op.name + ".normed", shape(x), DType::f32,
+                           gemma ? Precision::fp32 : Precision::compute),
                 add_tensor(op.name + ".x_fp32", shape(x), DType::f32, Precision::upcast_extra)};
   op.saved = {x, op.outputs[1], op.outputs[2], op.outputs[3]};
   const Poly n = g_.tensors[x].numel();
+  if (gemma) op.fwd_temps = {Temp{n, Precision::fp32_if_lowp}};
   op.fwd_flops = n * 4;
   op.bwd_flops = n * 8;
   op.attrs.eps = eps;
   op.attrs.dim = dim_size;
+  if (gemma) op.attrs.weight_offset = weight_offset;
   return add_op(std::move(op)).outputs[0];
 }
 
@@ -474,6 +492,11 @@ int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_h
     const Poly rope = b * t * (3 * (n_head + n_kv_head) * head_dim);
     op.fwd_flops = op.fwd_flops + rope;
     op.bwd_flops = op.bwd_flops + rope;
+  }
+  if (attrs.softcap) {  // divide, tanh, multiply per score; backward 1 - t^2 and the product
+    const Poly scores = b * t * t * n_head;
+    op.fwd_flops = op.fwd_flops + scores * 3;
+    op.bwd_flops = op.bwd_flops + scores * 3;
   }
   attrs.n_head = n_head;
   attrs.n_kv_head = n_kv_head;

@@ -1,5 +1,6 @@
-// Llama / Mistral / Qwen2 (Hugging Face LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM), module for module (P = "Llama", "Mistral" or "Qwen2"):
+// Llama / Mistral / Qwen2 / Qwen3 (Hugging Face LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM), module for module
+// (P = "Llama", "Mistral", "Qwen2" or "Qwen3"):
 //   ""                            PForCausalLM
 //   model                         PModel
 //   model.embed_tokens            Embedding [V, C]
@@ -16,6 +17,12 @@
 // v_proj (transformers' Qwen2Attention: bias=True on those three, False on
 // o_proj and the MLP); its sliding window (use_sliding_window, off in every
 // published Qwen2/2.5 config) is refused.
+// Qwen3 is Llama's layer (attention_bias on q/k/v/o_proj, default head_dim
+// 128) plus self_attn.q_norm and self_attn.k_norm (Qwen3RMSNorm, weight
+// [head_dim]) applied to every head of q_proj's and k_proj's outputs before
+// RoPE: rmsnorm ops over groups of head_dim (one rstd per head); module order
+// q_proj, q_norm, k_proj, k_norm, v_proj, o_proj (forward order). Its sliding
+// window is refused as Qwen2's.
 // RoPE has no parameters (LlamaRotaryEmbedding is left out); the attention op
 // applies it. Ops per layer: input_layernorm, q_proj, k_proj, v_proj, attention,
 // o_proj, residual_1, post_attention_layernorm, gate_proj, up_proj, swiglu,
@@ -32,10 +39,14 @@ LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string
   HfConfigReader r(config, source);
   LlamaConfig c;
   c.model_type = r.get_string("model_type", "llama");
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
-    r.fail("model_type", "expected \"llama\", \"mistral\" or \"qwen2\", got \"" +
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2" &&
+      c.model_type != "qwen3")
+    r.fail("model_type", "expected \"llama\", \"mistral\", \"qwen2\" or \"qwen3\", got \"" +
                              quote_input(c.model_type) + "\"");
+  const bool qwen3 = c.model_type == "qwen3";
   const bool qwen2 = c.model_type == "qwen2";
+  const bool qwen = qwen2 || qwen3;
+  c.qk_norm = qwen3;
   c.hidden_size = r.require_int("hidden_size");
   c.intermediate_size = r.require_int("intermediate_size");
   c.num_hidden_layers = r.require_int("num_hidden_layers");
@@ -43,14 +54,14 @@ LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string
   c.vocab_size = r.require_int("vocab_size");
   c.max_position_embeddings = r.require_int("max_position_embeddings");
   // transformers' defaults: LlamaConfig uses num_attention_heads, MistralConfig 8,
-  // Qwen2Config 32.
+  // Qwen2Config and Qwen3Config 32.
   c.num_key_value_heads = r.get_int(
-      "num_key_value_heads", c.model_type == "mistral" ? 8 : (qwen2 ? 32 : c.num_attention_heads));
+      "num_key_value_heads", c.model_type == "mistral" ? 8 : (qwen ? 32 : c.num_attention_heads));
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     r.fail("num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
                                       " is not a multiple of num_key_value_heads " +
                                       std::to_string(c.num_key_value_heads));
-  c.head_dim = r.get_int("head_dim", 0);
+  c.head_dim = r.get_int("head_dim", qwen3 ? 128 : 0);  // Qwen3Config: head_dim 128
   if (c.head_dim == 0 && c.hidden_size % c.num_attention_heads != 0)
     r.fail("num_attention_heads", "hidden_size " + std::to_string(c.hidden_size) +
                                       " is not divisible by num_attention_heads " +
@@ -62,16 +73,19 @@ LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string
     if (!v->is_object()) r.fail("rope_scaling", "expected an object or null, got " + v->dump());
     c.rope_scaling = *v;  // changes no parameter; recorded for the attention op
   }
-  if (qwen2) {
-    // Qwen2Config always carries sliding_window; it applies only with
-    // use_sliding_window, and then only to layers >= max_window_layers.
+  if (qwen) {
+    // Qwen2Config / Qwen3Config always carry sliding_window; it applies only
+    // with use_sliding_window, and then only to layers >= max_window_layers.
     if (r.get_bool("use_sliding_window", false))
       r.fail("use_sliding_window",
-             "true is not supported (Qwen2 slides on the layers from max_window_layers on only); "
-             "every published Qwen2 and Qwen2.5 config sets it false");
-    for (const char* key : {"attention_bias", "mlp_bias"})
-      if (r.has(key))
-        r.fail(key, "not a Qwen2 key: Qwen2 has biases on q/k/v_proj and none elsewhere");
+             std::string("true is not supported (") + (qwen3 ? "Qwen3" : "Qwen2") +
+                 " slides on the layers from max_window_layers on only); every published " +
+                 (qwen3 ? "Qwen3" : "Qwen2 and Qwen2.5") + " config sets it false");
+    if (qwen2)
+      for (const char* key : {"attention_bias", "mlp_bias"})
+        if (r.has(key))
+          r.fail(key, "not a Qwen2 key: Qwen2 has biases on q/k/v_proj and none elsewhere");
+    if (qwen3 && r.has("mlp_bias")) r.fail("mlp_bias", "not a Qwen3 key: Qwen3's MLP has no bias");
   } else {
     c.sliding_window = r.get_int("sliding_window", 0);
   }
@@ -81,7 +95,7 @@ LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string
     r.fail("hidden_act", "unsupported activation '" + c.hidden_act +
                              "' (supported: silu, gelu, gelu_pytorch_tanh, gelu_new)");
   c.attention_bias = !qwen2 && r.get_bool("attention_bias", false);
-  c.mlp_bias = !qwen2 && r.get_bool("mlp_bias", false);
+  c.mlp_bias = !qwen && r.get_bool("mlp_bias", false);
   c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
   // pretraining_tp only splits HF's matmuls (same math); attention_dropout is
   // dropout, which is not modeled: both accepted.
@@ -97,10 +111,15 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
     throw Error("llama config for '" + name +
                 "': sizes must be positive and num_attention_heads a multiple of "
                 "num_key_value_heads");
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
-    throw Error("llama config for '" + name + "': model_type must be llama, mistral or qwen2");
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2" &&
+      c.model_type != "qwen3")
+    throw Error("llama config for '" + name +
+                "': model_type must be llama, mistral, qwen2 or qwen3");
   const bool qwen2 = c.model_type == "qwen2";
-  const std::string P = c.model_type == "mistral" ? "Mistral" : (qwen2 ? "Qwen2" : "Llama");
+  const std::string P = c.model_type == "mistral" ? "Mistral"
+                        : qwen2                   ? "Qwen2"
+                        : c.model_type == "qwen3" ? "Qwen3"
+                                                  : "Llama";
   const bool qkv_bias = qwen2 || c.attention_bias, o_bias = !qwen2 && c.attention_bias;
   const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
@@ -127,7 +146,8 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
   } else if (c.hidden_act != "silu") {
     throw Error("llama config for '" + name + "': unsupported hidden_act '" + c.hidden_act + "'");
   }
-  GraphBuilder gb(name, qwen2 ? "qwen2" : "llama", c.max_position_embeddings, V);
+  const bool own_family = qwen2 || c.model_type == "qwen3";
+  GraphBuilder gb(name, own_family ? c.model_type : "llama", c.max_position_embeddings, V);
   const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);
   const int labels = gb.add_input("labels", {dim_b(), dim_t()}, DType::i64);
 
@@ -146,8 +166,13 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
       return gb.linear(gb.add_module(parent, local, "Linear"), in_tensor, in, out, bias,
                        WeightLayout::out_in);
     };
-    const int q = proj(attn, "q_proj", a, C, H * head_dim, qkv_bias);
-    const int k = proj(attn, "k_proj", a, C, Hkv * head_dim, qkv_bias);
+    // Qwen3: q_norm / k_norm over each head's head_dim elements.
+    auto head_norm = [&](const char* local, int in, int64_t heads) {
+      if (!c.qk_norm) return in;
+      return gb.rmsnorm(gb.add_module(attn, local, P + "RMSNorm"), in, head_dim, eps, 0.0, heads);
+    };
+    const int q = head_norm("q_norm", proj(attn, "q_proj", a, C, H * head_dim, qkv_bias), H);
+    const int k = head_norm("k_norm", proj(attn, "k_proj", a, C, Hkv * head_dim, qkv_bias), Hkv);
     const int v = proj(attn, "v_proj", a, C, Hkv * head_dim, qkv_bias);
     const int y = gb.attention(attn, {q, k, v}, H, Hkv, head_dim, attn_attrs);
     const int attn_out = proj(attn, "o_proj", y, H * head_dim, C, o_bias);

@@ -23,7 +23,8 @@ std::map<std::string, double> gpu_efficiency() {
   // normalisation ops are bandwidth-bound and priced by the roofline's bytes.
   return {{"default", 0.6},   {"linear", 0.7},        {"attention", 0.5}, {"embedding", 1.0},
           {"layernorm", 1.0}, {"rmsnorm", 1.0},       {"gelu", 1.0},      {"swiglu", 1.0},
-          {"residual", 1.0},  {"cross_entropy", 1.0}, {"rope", 1.0},      {"relu", 1.0}};
+          {"residual", 1.0},  {"cross_entropy", 1.0}, {"rope", 1.0},      {"relu", 1.0},
+          {"scale", 1.0},     {"softcap", 1.0}};
 }
 
 // Published op-level measurements (docs/simulator.md, "Hardware presets",

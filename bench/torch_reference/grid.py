@@ -2,7 +2,8 @@
 
 Plain data, no torch import. A configuration ("spec") is a dict:
 
-  family      "gpt2" | "llama" | "mistral" | "qwen2"  (the Hugging Face model_type)
+  family      "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "phi3"
+              (the Hugging Face model_type)
   model       keyword arguments of GPT2Config / LlamaConfig / MistralConfig
               (dropout probabilities are forced to 0 by the harness)
   model_name  short label of the model, used in the file name
@@ -84,6 +85,35 @@ MODELS = {
                                               max_position_embeddings=512, hidden_act="silu",
                                               tie_word_embeddings=True,
                                               use_sliding_window=False)),
+    # Qwen3: per-head q_norm/k_norm, head_dim 64 (H*D = 256 != hidden 128), tied.
+    "qwen3-h128-l2-gqa2-hd64-tied": ("qwen3", dict(hidden_size=128, intermediate_size=352,
+                                                   num_hidden_layers=2, num_attention_heads=4,
+                                                   num_key_value_heads=2, head_dim=64,
+                                                   vocab_size=1024, max_position_embeddings=512,
+                                                   tie_word_embeddings=True,
+                                                   use_sliding_window=False)),
+    # Gemma: normalizer, (1 + w) RMSNorm in fp32, GeGLU, multi-query, tied.
+    "gemma-h128-l2-mqa-hd64": ("gemma", dict(hidden_size=128, intermediate_size=352,
+                                             num_hidden_layers=2, num_attention_heads=4,
+                                             num_key_value_heads=1, head_dim=64,
+                                             vocab_size=1024, max_position_embeddings=512,
+                                             hidden_act="gelu_pytorch_tanh")),
+    # Gemma 2: sandwich norms, logit soft-capping (saved tanh of the logits),
+    # layer 0 with a 64-token window (SDPA; transformers' default ignores the
+    # attention softcap, which changes no memory).
+    "gemma2-h128-l2-gqa2-sw64": ("gemma2", dict(hidden_size=128, intermediate_size=352,
+                                                num_hidden_layers=2, num_attention_heads=4,
+                                                num_key_value_heads=2, head_dim=32,
+                                                vocab_size=1024, max_position_embeddings=512,
+                                                query_pre_attn_scalar=32, sliding_window=64)),
+    # Phi-3: packed qkv_proj (GQA) and gate_up_proj, a 64-token window on every layer.
+    "phi3-h128-l2-gqa2-sw64": ("phi3", dict(hidden_size=128, intermediate_size=352,
+                                            num_hidden_layers=2, num_attention_heads=4,
+                                            num_key_value_heads=2, vocab_size=1024,
+                                            max_position_embeddings=512,
+                                            original_max_position_embeddings=512,
+                                            sliding_window=64, pad_token_id=0,
+                                            bos_token_id=1, eos_token_id=2)),
 }
 
 # (model, flavor, param_dtype, reduce_dtype, world, batch, seq, reshard, ac)
@@ -130,6 +160,12 @@ _RUNS = [
     # Qwen2
     ("qwen2-h128-l2-gqa2-tied", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
     ("qwen2-h128-l2-gqa2-tied", "fsdp2", "fp32", "fp32", 4, 2, 128, False, "full"),
+    # Qwen3, Gemma, Gemma 2, Phi-3
+    ("qwen3-h128-l2-gqa2-hd64-tied", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("gemma-h128-l2-mqa-hd64", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("gemma2-h128-l2-gqa2-sw64", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("gemma2-h128-l2-gqa2-sw64", "fsdp2", "fp32", "fp32", 4, 2, 128, False, "full"),
+    ("phi3-h128-l2-gqa2-sw64", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
     # FSDP1 (FullyShardedDataParallel, use_orig_params=True)
     ("gpt2-h128-l2", "fsdp1", "fp32", "fp32", 8, 2, 128, True, "none"),
     ("gpt2-h128-l2", "fsdp1", "bf16", "fp32", 8, 2, 128, False, "none"),

@@ -41,6 +41,14 @@ FAMILIES = {
                 {"attention_dropout": 0.0}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", "Qwen2DecoderLayer",
               {"attention_dropout": 0.0}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", "Qwen3DecoderLayer",
+              {"attention_dropout": 0.0}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", "GemmaDecoderLayer",
+              {"attention_dropout": 0.0}),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", "Gemma2DecoderLayer",
+               {"attention_dropout": 0.0}),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", "Phi3DecoderLayer",
+             {"attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}),
 }
 FLAVORS = ("fsdp1", "fsdp2")
 DTYPE_KEYS = ("fp32", "bf16")

@@ -55,11 +55,13 @@ void layernorm_forward(const float* x, const float* w, const float* b, float* y,
                        float* rstd, int64_t n, int64_t c, double eps);
 void layernorm_backward(const float* x, const float* w, const float* mean, const float* rstd,
                         const float* dy, float* dx, float* dw, float* db, int64_t n, int64_t c);
-// y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps).
+// y = x * rstd * (weight_offset + w), rstd = 1/sqrt(mean(x^2) + eps) (Gemma:
+// weight_offset 1). A row of c elements may be one head of a wider tensor
+// (Qwen3's q_norm: n = B*T*H rows of c = head_dim).
 void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t n, int64_t c,
-                     double eps);
+                     double eps, double weight_offset = 0.0);
 void rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy, float* dx,
-                      float* dw, int64_t n, int64_t c);
+                      float* dw, int64_t n, int64_t c, double weight_offset = 0.0);
 
 // ---- attention --------------------------------------------------------------------
 // Causal scaled-dot-product attention with grouped-query heads and optional
@@ -73,6 +75,8 @@ struct AttentionShape {
   double scale = 1.0;          // scores = scale * q.k
   bool rope = false;           // head_dim odd with rope: std::invalid_argument
   double rope_theta = 10000.0;
+  double softcap = 0.0;        // > 0: scores = softcap * tanh(scores / softcap) (Gemma 2)
+  int64_t sliding_window = 0;  // > 0: query t sees keys j with t - window < j <= t
 };
 // q [B, T, H*D], k and v [B, T, Hkv*D] given as base pointers with row strides
 // (elements between consecutive (b, t) rows): packed GPT-2 c_attn output
@@ -114,6 +118,23 @@ void swiglu_backward(const float* gate, const float* up, const float* dy, float*
 // y[n] = a[n] + b[n % b_n] (b_n == n: plain add; b_n < n: b broadcast over leading dims,
 // GPT-2's wte + wpe; b_n must divide n). Backward: da += dy; db[j] += sum over rows
 // of dy (double, row order); da or db may be nullptr when that input needs no gradient.
+// Gated MLP y = act(gate) * up over rows x width, gate and up read with a row
+// stride (elements between rows' starts; >= width): Phi-3's packed
+// gate_up [N, 2F] is gate = base, up = base + F, stride 2F; separate tensors
+// are one row of n with any stride. dgate/dup use the same stride as
+// gate/up; y and dy are dense [rows, width]. silu is swiglu_forward's math;
+// gelu and gelu_tanh are gelu_forward's.
+enum class GateActivation : uint8_t { silu, gelu, gelu_tanh };
+void gated_forward(const float* gate, const float* up, float* y, int64_t rows, int64_t width,
+                   int64_t stride, GateActivation act);
+void gated_backward(const float* gate, const float* up, const float* dy, float* dgate, float* dup,
+                    int64_t rows, int64_t width, int64_t stride, GateActivation act);
+// y = x * scale; dx += dy * scale.
+void scale_forward(const float* x, float* y, int64_t n, float scale);
+void scale_backward(const float* dy, float* dx, int64_t n, float scale);
+// th = tanh(x / cap), y = cap * th (th kept for backward); dx += dy * (1 - th^2). cap > 0.
+void softcap_forward(const float* x, float* y, float* th, int64_t n, float cap);
+void softcap_backward(const float* th, const float* dy, float* dx, int64_t n);
 void residual_forward(const float* a, const float* b, float* y, int64_t n, int64_t b_n);
 void residual_backward(const float* dy, float* da, float* db, int64_t n, int64_t b_n);
 

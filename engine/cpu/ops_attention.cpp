@@ -1,4 +1,5 @@
-// Causal grouped-query attention with optional RoPE, flash-style: the forward
+// Causal grouped-query attention with optional RoPE, score soft-capping and
+// sliding window, flash-style: the forward
 // keeps one row of scores per query (no T x T matrix) and saves only the
 // log-sum-exp of each query's scores; the backward recomputes the
 // probabilities from q, k and lse.
@@ -81,6 +82,8 @@ void check_attention(const char* fn, const AttentionShape& s, int64_t q_stride, 
           "n_head " + std::to_string(s.n_head) + " is not a multiple of n_kv_head " +
               std::to_string(s.n_kv_head));
   require(std::isfinite(s.scale), fn, "scale is not finite");
+  require(s.softcap >= 0.0 && std::isfinite(s.softcap), fn, "softcap must be finite and >= 0");
+  require(s.sliding_window >= 0, fn, "sliding_window < 0");
   if (s.rope) {
     if (s.head_dim % 2 != 0)
       throw std::invalid_argument(std::string(fn) + ": rope needs an even head_dim, got " +
@@ -178,6 +181,11 @@ void weighted_rows(const float* __restrict p, const float* v, int64_t stride, in
   }
 }
 
+// First key query t sees: t - W + 1 with a sliding window W, else 0.
+int64_t first_key(const AttentionShape& s, int64_t t) {
+  return s.sliding_window > 0 ? std::max<int64_t>(0, t - s.sliding_window + 1) : 0;
+}
+
 }  // namespace
 
 void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, float* lse) {
@@ -196,6 +204,7 @@ void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, 
   const RopeTable rope_table = s.rope ? RopeTable(T, D, s.rope_theta) : RopeTable(0, 0, 1.0);
   const RopeTable* rope = s.rope ? &rope_table : nullptr;
 
+  const float cap = static_cast<float>(s.softcap);
   KeyScratch ks(T, D);
   std::vector<float> qrow(static_cast<size_t>(D)), tmp(static_cast<size_t>(D)),
       acc(static_cast<size_t>(D)), scores(static_cast<size_t>(T));
@@ -206,6 +215,11 @@ void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, 
         for (int64_t t = 0; t < T; ++t) {
           load_query(s, qkv, rope, b, t, h, scale, tmp.data(), qrow.data());
           causal_scores(qrow.data(), ks.kt.data(), T, D, t, scores.data());
+          if (cap > 0.0f)
+            for (int64_t j = 0; j <= t; ++j) scores[j] = cap * std::tanh(scores[j] / cap);
+          // Keys before the window get probability 0 (exp(-inf)).
+          for (int64_t j = 0, lo = first_key(s, t); j < lo; ++j)
+            scores[j] = -std::numeric_limits<float>::infinity();
           float max_score = -std::numeric_limits<float>::infinity();
           for (int64_t j = 0; j <= t; ++j) max_score = std::max(max_score, scores[j]);
           double denom = 0.0;
@@ -263,6 +277,8 @@ void attention_backward(const AttentionShape& s, const QkvView& qkv, const float
   std::vector<float> qblock(rows_d);  // [kRows, D] roped, scaled queries
   std::vector<float> gblock(rows_d);  // [kRows, D] dout rows
   std::vector<float> tmp(static_cast<size_t>(D)), dqrow(static_cast<size_t>(D));
+  std::vector<float> cap_grad(static_cast<size_t>(T));  // one query row's 1 - tanh^2
+  const float cap = static_cast<float>(s.softcap);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t hk = 0; hk < Hkv; ++hk) {
       gather_keys(s, qkv, rope, b, hk, ks, kr.data());
@@ -290,8 +306,15 @@ void attention_backward(const AttentionShape& s, const QkvView& qkv, const float
             }
             load_query(s, qkv, rope, b, t, h, scale, tmp.data(), qr);
             causal_scores(qr, ks.kt.data(), T, D, t, p);
+            if (cap > 0.0f)  // capped scores; cap_grad = d capped / d score = 1 - tanh^2
+              for (int64_t j = 0; j <= t; ++j) {
+                const float th = std::tanh(p[j] / cap);
+                p[j] = cap * th;
+                cap_grad[j] = 1.0f - th * th;
+              }
             const float row_lse = lse[(b * H + h) * T + t];
-            for (int64_t j = 0; j <= t; ++j) p[j] = std::exp(p[j] - row_lse);
+            const int64_t lo = first_key(s, t);
+            for (int64_t j = 0; j <= t; ++j) p[j] = j < lo ? 0.0f : std::exp(p[j] - row_lse);
             const float* o = out + (b * T + t) * H * D + h * D;
             const float* dout_row = dout + (b * T + t) * H * D + h * D;
             std::copy(dout_row, dout_row + D, g);
@@ -301,6 +324,8 @@ void attention_backward(const AttentionShape& s, const QkvView& qkv, const float
             // dprob[j] = dout . v_j (into ds), from vt as the scores are from kt.
             causal_scores(g, vt.data(), T, D, t, ds);
             for (int64_t j = 0; j <= t; ++j) ds[j] = p[j] * (ds[j] - delta);
+            if (cap > 0.0f)
+              for (int64_t j = 0; j <= t; ++j) ds[j] *= cap_grad[j];
             for (int64_t j = t + 1; j <= last; ++j) p[j] = ds[j] = 0.0f;
             // dq = scale * sum_j dscore_j k_j, then back through the rotation.
             weighted_rows(ds, kr.data(), D, D, t, dqrow.data());

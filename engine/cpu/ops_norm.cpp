@@ -102,7 +102,7 @@ void layernorm_backward(const float* x, const float* w, const float* mean, const
 }
 
 void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t n, int64_t c,
-                     double eps) {
+                     double eps, double weight_offset) {
   const char* fn = "rmsnorm_forward";
   check_norm(fn, n, c);
   require(eps >= 0.0, fn, "eps < 0");
@@ -120,12 +120,17 @@ void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int6
     for (int64_t i = 0; i < c; ++i) sq += static_cast<double>(xr[i]) * xr[i];
     const float s = static_cast<float>(1.0 / std::sqrt(sq * inv_c + eps));
     rstd[r] = s;
-    for (int64_t i = 0; i < c; ++i) yr[i] = xr[i] * s * w[i];
+    if (weight_offset == 0.0) {
+      for (int64_t i = 0; i < c; ++i) yr[i] = xr[i] * s * w[i];
+    } else {
+      const float off = static_cast<float>(weight_offset);
+      for (int64_t i = 0; i < c; ++i) yr[i] = xr[i] * s * (off + w[i]);
+    }
   }
 }
 
 void rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy, float* dx,
-                      float* dw, int64_t n, int64_t c) {
+                      float* dw, int64_t n, int64_t c, double weight_offset) {
   const char* fn = "rmsnorm_backward";
   check_norm(fn, n, c);
   for (const auto& [name, ptr, count] :
@@ -138,6 +143,11 @@ void rmsnorm_backward(const float* x, const float* w, const float* rstd, const f
     require_ptr(fn, name, ptr, count);
   const float inv_c = 1.0f / static_cast<float>(c);
   std::vector<double> dw_sum(static_cast<size_t>(c), 0.0);
+  // The effective weight (weight_offset + w); dw is unchanged by the offset.
+  std::vector<float> weff(w, w + c);
+  if (weight_offset != 0.0)
+    for (float& v : weff) v += static_cast<float>(weight_offset);
+  w = weff.data();
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = x + r * c;
     const float* dyr = dy + r * c;

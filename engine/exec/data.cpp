@@ -55,7 +55,9 @@ ParamInit param_init(const plan::Graph& g, int param) {
     return init;
   }
   if (op && (op->type == plan::OpType::layernorm || op->type == plan::OpType::rmsnorm)) {
-    init.kind = ParamInit::Kind::one;
+    // Gemma's x * rstd * (1 + weight): weight 0 is the unit scale (HF initialises zeros).
+    init.kind =
+        op->attrs.weight_offset.value_or(0.0) != 0.0 ? ParamInit::Kind::zero : ParamInit::Kind::one;
     return init;
   }
   if (g.family == "gpt2" && ends_with(p.name, ".c_proj.weight")) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/cpu/ops.h"
+#include "engine/exec/exec_hf_ops.h"
 #include "engine/exec/f32_view.h"
 #include "engine/exec/graph_operands.h"
 #include "engine/exec/rank_executor.h"
@@ -91,8 +92,14 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
     case plan::OpType::rmsnorm: {
       const bool ln = op.type == plan::OpType::layernorm;
       const int x_t = op.inputs[0];
-      const int64_t c = o.last_dim(x_t), n = numel(x_t) / c;
+      // rmsnorm's dim may be a divisor of the last dim (one row per head).
+      const int64_t c = ln ? o.last_dim(x_t) : op.attrs.dim.value_or(o.last_dim(x_t));
+      if (c < 1 || o.last_dim(x_t) % c != 0)
+        throw ExecError("op '" + op.name + "': dim " + std::to_string(c) +
+                        " does not divide the last dim " + std::to_string(o.last_dim(x_t)));
+      const int64_t n = numel(x_t) / c;
       const double eps = op.attrs.eps.value_or(1e-5);
+      const double offset = op.attrs.weight_offset.value_or(0.0);
       F32View x = value(x_t, false);
       F32View wv = param_view(op.params[0], false);
       if (!backward) {
@@ -105,7 +112,7 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
                                  n, c, eps);
         } else {
           F32View rstd = value(op.outputs[1], true);
-          cpu::rmsnorm_forward(x.data(), wv.data(), y.data(), rstd.data(), n, c, eps);
+          cpu::rmsnorm_forward(x.data(), wv.data(), y.data(), rstd.data(), n, c, eps, offset);
         }
       } else {
         auto dy = grad(op.outputs[0]);
@@ -122,7 +129,7 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
         } else {
           F32View rstd = value(op.outputs[1], false);
           cpu::rmsnorm_backward(x.data(), wv.data(), rstd.data(), dy->data(), dx->data(), dw.data(),
-                                n, c);
+                                n, c, offset);
         }
       }
       return;
@@ -134,8 +141,10 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       std::vector<F32View> in;
       for (int t : op.inputs) in.push_back(value(t, false));
       cpu::QkvView qkv{};
+      // Packed: [q: H*D | k: Hkv*D | v: Hkv*D] per row (GPT-2: Hkv = H; Phi-3).
+      const int64_t row = hd + 2 * kvd;
       if (packed) {
-        qkv = {in[0].data(), in[0].data() + hd, in[0].data() + 2 * hd, 3 * hd, 3 * hd};
+        qkv = {in[0].data(), in[0].data() + hd, in[0].data() + hd + kvd, row, row};
       } else {
         qkv = {in[0].data(), in[1].data(), in[2].data(), hd, kvd};
       }
@@ -156,7 +165,7 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
         }
         cpu::QkvGrad gq{};
         if (packed)
-          gq = {gin[0].data(), gin[0].data() + hd, gin[0].data() + 2 * hd, 3 * hd, 3 * hd};
+          gq = {gin[0].data(), gin[0].data() + hd, gin[0].data() + hd + kvd, row, row};
         else
           gq = {gin[0].data(), gin[1].data(), gin[2].data(), hd, kvd};
         cpu::attention_backward(s, qkv, out.data(), lse.data(), dout->data(), gq);
@@ -191,9 +200,19 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       return;
     }
     case plan::OpType::swiglu: {
-      if (op.attrs.activation.value_or("silu") != "silu")
-        throw ExecError("op '" + op.name + "': the CPU engine runs the SiLU-gated MLP only, not '" +
-                        *op.attrs.activation + "'");
+      const std::string act = op.attrs.activation.value_or("silu");
+      cpu::GateActivation ga = cpu::GateActivation::silu;
+      if (act == "gelu")
+        ga = cpu::GateActivation::gelu;
+      else if (act == "gelu_tanh")
+        ga = cpu::GateActivation::gelu_tanh;
+      else if (act != "silu")
+        throw ExecError("op '" + op.name + "': the CPU engine has no gated activation '" + act +
+                        "' (silu, gelu, gelu_tanh)");
+      if (op.attrs.packed.value_or(false) || ga != cpu::GateActivation::silu) {
+        run_gated(o, task.ptrs, ga);
+        return;
+      }
       const int64_t n = numel(op.outputs[0]);
       F32View gate = value(op.inputs[0], false);
       F32View up = value(op.inputs[1], false);
@@ -247,6 +266,10 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       }
       return;
     }
+    case plan::OpType::scale:
+    case plan::OpType::softcap:
+      run_scale_softcap(o, task.ptrs);
+      return;
     case plan::OpType::rope:
       break;
   }

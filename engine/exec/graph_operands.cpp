@@ -113,9 +113,11 @@ int64_t GraphOperands::attr_i(const std::optional<int64_t>& value, const char* k
 cpu::AttentionShape attention_shape(const GraphOperands& o, const plan::Workload& w,
                                     const char* engine) {
   const plan::Op& op = o.op();
-  if (op.attrs.sliding_window || op.attrs.rope_scaling)
-    throw ExecError("op '" + op.name + "': the " + engine +
-                    " engine has no sliding-window attention or RoPE scaling");
+  const bool cpu = std::string(engine) == "CPU";  // the CPU engine runs windows and softcap
+  if ((!cpu && (op.attrs.sliding_window || op.attrs.softcap)) || op.attrs.rope_scaling)
+    throw ExecError(
+        "op '" + op.name + "': the " + engine + " engine has no " +
+        (op.attrs.rope_scaling ? "RoPE scaling" : "sliding-window or soft-capped attention"));
   cpu::AttentionShape s;
   s.batch = w.batch;
   s.seq = w.seq;
@@ -125,6 +127,8 @@ cpu::AttentionShape attention_shape(const GraphOperands& o, const plan::Workload
   s.scale = op.attrs.scale.value_or(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   s.rope = op.attrs.rope.value_or(false);
   s.rope_theta = op.attrs.rope_theta.value_or(10000.0);
+  s.softcap = op.attrs.softcap.value_or(0.0);
+  s.sliding_window = op.attrs.sliding_window.value_or(0);
   return s;
 }
 

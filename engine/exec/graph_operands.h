@@ -73,8 +73,9 @@ class GraphOperands {
 };
 
 // Attention geometry of an attention op at the schedule's workload (heads,
-// head_dim, scale, RoPE). Throws ExecError naming `engine` for attributes the
-// engines do not implement (sliding window, RoPE scaling).
+// head_dim, scale, RoPE, soft-capping, sliding window). Throws ExecError naming
+// `engine` for attributes it does not implement: RoPE scaling (every engine),
+// sliding window and softcap (all but "CPU").
 cpu::AttentionShape attention_shape(const GraphOperands& operands, const plan::Workload& workload,
                                     const char* engine);
 

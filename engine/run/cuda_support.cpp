@@ -17,10 +17,18 @@ namespace {
 void check_cuda_supports(const plan::Graph& graph) {
   for (const plan::Op& op : graph.ops) {
     switch (op.type) {
+      case plan::OpType::rmsnorm: {
+        if (op.attrs.weight_offset) refuse(op, "attribute weight_offset");
+        const plan::Tensor& x = graph.tensors[static_cast<size_t>(op.inputs.at(0))];
+        if (op.attrs.dim &&
+            (x.shape.empty() || x.shape.back() != plan::Poly::constant(*op.attrs.dim)))
+          refuse(op, "normalizing groups of dim " + std::to_string(*op.attrs.dim) +
+                         " narrower than the last dim (per-head RMSNorm)");
+        break;
+      }
       case plan::OpType::embedding:
       case plan::OpType::linear:
       case plan::OpType::layernorm:
-      case plan::OpType::rmsnorm:
       case plan::OpType::gelu:
       case plan::OpType::relu:
       case plan::OpType::residual:
@@ -29,11 +37,19 @@ void check_cuda_supports(const plan::Graph& graph) {
       case plan::OpType::attention:
         if (op.attrs.sliding_window) refuse(op, "attribute sliding_window");
         if (op.attrs.rope_scaling) refuse(op, "attribute rope_scaling");
+        if (op.attrs.softcap) refuse(op, "attribute softcap");
+        if (op.attrs.qkv_packed.value_or(false) && op.attrs.n_kv_head != op.attrs.n_head)
+          refuse(op, "a packed q|k|v input with grouped key/value heads");
         break;
       case plan::OpType::swiglu:
         if (op.attrs.activation.value_or("silu") != "silu")
           refuse(op, "activation '" + *op.attrs.activation + "' (SiLU only)");
+        if (op.attrs.packed) refuse(op, "attribute packed");
         break;
+      case plan::OpType::scale:
+        refuse(op, "the scale op");
+      case plan::OpType::softcap:
+        refuse(op, "the softcap op");
       case plan::OpType::rope:
         refuse(op, "a standalone rope op");
     }

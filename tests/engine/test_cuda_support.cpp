@@ -1,6 +1,7 @@
 // engine/run/cuda_support.h: the CUDA engine's op coverage, checked on the host.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -44,4 +45,44 @@ TEST_CASE("an attribute the CUDA kernels do not implement is refused naming the 
   plan::Graph h = plan::load_model("llama-tiny");
   first_op(h, plan::OpType::swiglu).attrs.activation = "gelu_tanh";
   CHECK(refusal(h).find("activation 'gelu_tanh' (SiLU only)") != std::string::npos);
+}
+
+TEST_CASE("the CUDA engine refuses the Gemma, Gemma 2, Phi-3 and Qwen3 additions by name") {
+  auto tiny = [](const char* file) {
+    return plan::load_model(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/" + file);
+  };
+  // Qwen3: per-head q_norm (dim 32 of a 128-wide q).
+  CHECK(refusal(tiny("qwen3-tiny.json"))
+            .find("op 'model.layers.0.self_attn.q_norm' (rmsnorm): normalizing groups of dim 32") !=
+        std::string::npos);
+  // Gemma: the normalizer comes first.
+  CHECK(refusal(tiny("gemma-tiny.json")).find("op 'model.normalizer' (scale): the scale op") !=
+        std::string::npos);
+  plan::Graph gemma = tiny("gemma-tiny.json");
+  gemma.ops.erase(gemma.ops.begin() + 1);  // drop the scale op: the (1 + w) norm is next
+  CHECK(refusal(gemma).find("(rmsnorm): attribute weight_offset") != std::string::npos);
+  plan::Graph gemma2 = tiny("gemma2-tiny.json");
+  for (plan::Op& op : gemma2.ops) {
+    if (op.type == plan::OpType::scale || op.type == plan::OpType::rmsnorm) op.attrs = {};
+    if (op.type == plan::OpType::swiglu) op.attrs.activation = "silu";
+  }
+  gemma2.ops.erase(
+      std::remove_if(gemma2.ops.begin(), gemma2.ops.end(),
+                     [](const plan::Op& op) { return op.type == plan::OpType::scale; }),
+      gemma2.ops.end());
+  CHECK(refusal(gemma2).find("(attention): attribute sliding_window") != std::string::npos);
+  for (plan::Op& op : gemma2.ops) op.attrs.sliding_window.reset();
+  CHECK(refusal(gemma2).find("(attention): attribute softcap") != std::string::npos);
+  for (plan::Op& op : gemma2.ops)
+    if (op.type == plan::OpType::attention) op.attrs.softcap.reset();
+  CHECK(refusal(gemma2).find("op 'final_logit_softcapping' (softcap): the softcap op") !=
+        std::string::npos);
+  // Phi-3: packed q|k|v with 2 kv heads for 4 query heads, then the packed gate_up.
+  plan::Graph phi3 = tiny("phi3-tiny.json");
+  for (plan::Op& op : phi3.ops) op.attrs.sliding_window.reset();
+  CHECK(refusal(phi3).find("a packed q|k|v input with grouped key/value heads") !=
+        std::string::npos);
+  for (plan::Op& op : phi3.ops)
+    if (op.type == plan::OpType::attention) op.attrs.n_kv_head = op.attrs.n_head;
+  CHECK(refusal(phi3).find("(swiglu): attribute packed") != std::string::npos);
 }

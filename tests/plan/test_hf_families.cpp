@@ -30,15 +30,24 @@ json recorded_counts() {
 
 TEST_CASE("parameter totals equal transformers' for every recorded family", "[plan][models][hf]") {
   const json counts = recorded_counts();
-  int qwen2 = 0;
+  int qwen2 = 0, qwen3 = 0, gemma = 0, gemma2 = 0, phi3 = 0;
   for (const json& m : counts.at("models")) {
     const std::string name = m.at("name");
     INFO(name << " (transformers " << counts.at("transformers").get<std::string>() << ")");
     const Graph g = model_from_hf_config(m.at("config"), name);
     CHECK(g.params_total() == m.at("params_total").get<int64_t>());
-    qwen2 += m.at("config").at("model_type") == "qwen2";
+    const json& type = m.at("config").at("model_type");
+    qwen2 += type == "qwen2";
+    qwen3 += type == "qwen3";
+    gemma += type == "gemma";
+    gemma2 += type == "gemma2";
+    phi3 += type == "phi3";
   }
   CHECK(qwen2 >= 3);
+  CHECK(qwen3 >= 2);   // Qwen3-0.6B, Qwen3-8B
+  CHECK(gemma >= 2);   // gemma-2b, gemma-7b
+  CHECK(gemma2 >= 2);  // gemma-2-2b, gemma-2-9b
+  CHECK(phi3 >= 1);    // Phi-3-mini-4k-instruct
 }
 
 TEST_CASE("Qwen2: biases on q/k/v_proj only, Qwen2 class names, no sliding window",
@@ -74,5 +83,5 @@ TEST_CASE("Qwen2: biases on q/k/v_proj only, Qwen2 class names, no sliding windo
   config["model_type"] = "qwen3_moe";
   CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"),
                     Catch::Contains("unsupported model_type 'qwen3_moe' (supported: gpt2, llama, "
-                                    "mistral, qwen2)"));
+                                    "mistral, qwen2, qwen3, gemma, gemma2, phi3)"));
 }

@@ -340,6 +340,8 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       return 0;
     }
     case plan::OpType::rope:
+    case plan::OpType::scale:    // refused on the host (engine/run/cuda_support.cpp)
+    case plan::OpType::softcap:  // as well
       break;
   }
   throw ExecError("op '" + op.name + "': the CUDA engine has no op type '" +

@@ -85,7 +85,8 @@ struct AttentionRef {
   RVec lse;  // [B, H, T]
 };
 
-// Naive causal softmax attention over the full score row of each query.
+// Naive causal softmax attention over the full score row of each query, with
+// the shape's soft-capping and sliding window.
 inline AttentionRef attention_ref(const AttentionShape& s, const double* q, const double* k,
                                   const double* v, int64_t q_stride, int64_t kv_stride) {
   const int64_t B = s.batch, T = s.seq, H = s.n_head, D = s.head_dim;
@@ -105,6 +106,10 @@ inline AttentionRef attention_ref(const AttentionShape& s, const double* q, cons
           double dotp = 0.0;
           for (int64_t d = 0; d < D; ++d) dotp += qv[d] * kv[d];
           scores[j] = s.scale * dotp;
+          if (s.softcap > 0) scores[j] = s.softcap * std::tanh(scores[j] / s.softcap);
+          // Sliding window: keys j <= t - W are masked (probability 0).
+          if (s.sliding_window > 0 && j <= t - s.sliding_window)
+            scores[j] = -std::numeric_limits<double>::infinity();
           mx = std::max(mx, scores[j]);
         }
         double z = 0.0;

@@ -1,5 +1,5 @@
 // Causal attention (packed GPT-2 layout, separate q/k/v with GQA, RoPE, scale,
-// T = 1) against the float64 reference and central differences, plus the
+// softcap, sliding window, T = 1) against the float64 reference and central differences, plus the
 // causal mask, GQA equivalence and argument checks.
 #include <cmath>
 #include <random>
@@ -142,6 +142,32 @@ TEST_CASE("attention with RoPE (rotate_half, theta 100) and GQA matches referenc
 
 TEST_CASE("attention with RoPE at Llama's theta 500000 and scale 1 matches reference") {
   check_attention(shape(1, 6, 2, 1, 6, 1.0, true, 500000.0), false, 44);
+}
+
+TEST_CASE("attention with score softcap 1.5 (Gemma 2) and GQA matches reference and differences") {
+  AttentionShape s = shape(2, 5, 4, 2, 4, 0.9, true, 100.0);
+  s.softcap = 1.5;  // inputs up to 2 in magnitude: scores reach the tanh's curved part
+  check_attention(s, false, 1501);
+}
+
+TEST_CASE("attention with sliding window 3 (T=7) and GQA matches reference and differences") {
+  AttentionShape s = shape(2, 7, 4, 2, 4, 0.8, true, 100.0);
+  s.sliding_window = 3;
+  check_attention(s, false, 1502);
+  s.softcap = 2.0;  // both at once
+  check_attention(s, false, 1503);
+}
+
+TEST_CASE("attention with sliding window 1: each query sees only itself, output is its v") {
+  AttentionShape s = shape(1, 4, 2, 1, 2, 1.0, false);
+  s.sliding_window = 1;
+  std::mt19937_64 rng(1504);
+  const Inputs in = make_inputs(s, false, rng);
+  FVec out(4 * 2 * 2), lse(2 * 4);
+  attention_forward(s, in.view(), out.data(), lse.data());
+  for (int64_t t = 0; t < 4; ++t)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t d = 0; d < 2; ++d) CHECK(out[t * 4 + h * 2 + d] == in.v[t * 2 + d]);
 }
 
 TEST_CASE("attention with T=1: output is v, dq and dk are zero, dv is dout summed over the group") {

@@ -178,3 +178,33 @@ TEST_CASE("engine traces carry the plan's FLOPs and bytes on compute events", "[
   CHECK(fc_forward == 1);
   CHECK(fc_backward == 1);
 }
+
+TEST_CASE("engine peak allocated equals the simulator's on qwen3, gemma, gemma2 and phi3 tiny",
+          "[exec][memory][hf]") {
+  // Per-head q/k norms, the normalizer and (1 + w) norms in fp32, soft-capping
+  // (saved tanh), packed qkv and gate_up: fp32 and bf16, both flavors, with and
+  // without full checkpointing (recompute of every new op).
+  const std::pair<const char*, const char*> models[] = {{"qwen3-tiny", "Qwen3DecoderLayer"},
+                                                        {"gemma-tiny", "GemmaDecoderLayer"},
+                                                        {"gemma2-tiny", "Gemma2DecoderLayer"},
+                                                        {"phi3-tiny", "Phi3DecoderLayer"}};
+  int cases = 0;
+  for (const auto& [file, layer] : models) {
+    const plan::Graph g =
+        plan::load_model(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/" + file + ".json");
+    for (const std::string flavor : {"fsdp1", "fsdp2"})
+      for (const std::string dtype : {"fp32", "bf16"})
+        for (const bool ckpt : {false, true}) {
+          nlohmann::json doc = {{"flavor", flavor},
+                                {"batch_size", 2},
+                                {"seq_len", 16},
+                                {"mixed_precision", {{"param_dtype", dtype}}},
+                                {"wrap", {{"type", "class"}, {"classes", {layer}}}}};
+          if (ckpt) doc["activation_checkpointing"] = "full";
+          INFO(file << " " << doc.dump());
+          check_peak_equals_sim(g, plan::policy_from_json(doc));
+          ++cases;
+        }
+  }
+  CHECK(cases == 4 * 8);
+}

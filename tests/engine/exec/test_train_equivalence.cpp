@@ -283,3 +283,25 @@ TEST_CASE("save, load and continue equals an uninterrupted run", "[exec][checkpo
   }
   (void)std::system(("rm -rf " + dir).c_str());
 }
+
+TEST_CASE("training on N ranks equals single-rank training: qwen3, gemma, gemma2, phi3 tiny",
+          "[exec][hf]") {
+  // Per-head q/k norms (qwen3); normalizer, (1 + w) norms, GeGLU, MQA (gemma);
+  // sandwich norms, attention and logit soft-capping, a sliding window of 8
+  // over 16 tokens (gemma2, phi3); packed GQA qkv and gate_up (phi3).
+  const std::pair<const char*, const char*> models[] = {{"qwen3-tiny", "Qwen3DecoderLayer"},
+                                                        {"gemma-tiny", "GemmaDecoderLayer"},
+                                                        {"gemma2-tiny", "Gemma2DecoderLayer"},
+                                                        {"phi3-tiny", "Phi3DecoderLayer"}};
+  for (const auto& [file, layer] : models) {
+    INFO(file);
+    const std::string path = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/" + file + ".json";
+    const std::vector<std::string> per_layer = {"wrap.type=class",
+                                                "wrap.classes=[\"" + std::string(layer) + "\"]"};
+    check_equivalent(Case{path, per_layer, 2});
+    std::vector<std::string> fsdp1 = per_layer;
+    fsdp1.push_back("flavor=fsdp1");
+    fsdp1.push_back("activation_checkpointing=\"full\"");
+    check_equivalent(Case{path, fsdp1, 3});
+  }
+}

@@ -1,0 +1,136 @@
+// Phi-3 (Hugging Face Phi3ForCausalLM, transformers 4.57), module for module:
+//   ""                            Phi3ForCausalLM
+//   model                         Phi3Model
+//   model.embed_tokens            Embedding [V, C]
+//   model.layers.<i>              Phi3DecoderLayer: input_layernorm Phi3RMSNorm,
+//                                 self_attn Phi3Attention (qkv_proj C->(H+2*Hkv)*D,
+//                                 o_proj H*D->C, Linear, no bias),
+//                                 post_attention_layernorm Phi3RMSNorm, mlp Phi3MLP
+//                                 (gate_up_proj C->2F, down_proj F->C)
+//   model.norm                    Phi3RMSNorm
+//   lm_head                       Linear C->V
+// qkv_proj's output is packed [q: H*D | k: Hkv*D | v: Hkv*D] and sliced into
+// views, so the attention op reads one packed input (qkv_packed, grouped
+// query heads allowed); gate_up_proj's output is chunk(2): gate then up, one
+// packed input of the gated MLP (swiglu packed). Phi3Model applies
+// sliding_window (Phi-3-mini: 2047) on every layer through the mask when the
+// config sets it: recorded on every attention op. partial_rotary_factor other
+// than 1 is refused. Dropouts (resid_pdrop, embd_pdrop, attention_dropout)
+// are not modelled, as for every family.
+#include <cmath>
+#include <string>
+
+#include "plan/error.h"
+#include "plan/json_input.h"
+#include "plan/model_builders.h"
+
+namespace shardscope::plan {
+
+Phi3Config phi3_config_from_hf(const nlohmann::json& config, const std::string& source) {
+  HfConfigReader r(config, source);
+  Phi3Config c;
+  const std::string type = r.get_string("model_type", "phi3");
+  if (type != "phi3") r.fail("model_type", "expected \"phi3\", got \"" + quote_input(type) + "\"");
+  c.hidden_size = r.require_int("hidden_size");
+  c.intermediate_size = r.require_int("intermediate_size");
+  c.num_hidden_layers = r.require_int("num_hidden_layers");
+  c.num_attention_heads = r.require_int("num_attention_heads");
+  c.vocab_size = r.require_int("vocab_size");
+  c.max_position_embeddings = r.require_int("max_position_embeddings");
+  // Phi3Config: num_key_value_heads None -> num_attention_heads.
+  c.num_key_value_heads = r.get_int("num_key_value_heads", c.num_attention_heads);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    r.fail("num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
+                                      " is not a multiple of num_key_value_heads " +
+                                      std::to_string(c.num_key_value_heads));
+  c.head_dim = r.get_int("head_dim", 0);
+  if (c.head_dim == 0 && c.hidden_size % c.num_attention_heads != 0)
+    r.fail("num_attention_heads", "hidden_size " + std::to_string(c.hidden_size) +
+                                      " is not divisible by num_attention_heads " +
+                                      std::to_string(c.num_attention_heads) +
+                                      " (and no head_dim is given)");
+  c.rms_norm_eps = r.get_double("rms_norm_eps", c.rms_norm_eps);
+  c.rope_theta = r.get_double("rope_theta", c.rope_theta);
+  if (const nlohmann::json* v = r.get("rope_scaling")) {
+    if (!v->is_object())
+      r.fail("rope_scaling", "expected an object or null, got " + quote_input(v->dump()));
+    c.rope_scaling = *v;  // longrope (128k models): recorded; the engines refuse it
+  }
+  if (const nlohmann::json* v = r.get("partial_rotary_factor")) {
+    if (!v->is_number() || v->get<double>() != 1.0)
+      r.fail("partial_rotary_factor",
+             "only 1.0 is supported (RoPE over the whole head), got " + quote_input(v->dump()));
+  }
+  c.sliding_window = r.get_int("sliding_window", 0);
+  c.hidden_act = r.get_string("hidden_act", "silu");
+  if (c.hidden_act != "silu" && c.hidden_act != "gelu" && c.hidden_act != "gelu_pytorch_tanh")
+    r.fail("hidden_act", "unsupported activation '" + quote_input(c.hidden_act) +
+                             "' (supported: silu, gelu, gelu_pytorch_tanh)");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (r.get_bool(key, false))
+      r.fail(key, "true is not a Phi-3 setting: transformers' Phi3 has no biases");
+  c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
+  return c;
+}
+
+Graph build_phi3(const Phi3Config& c, const std::string& name) {
+  const int64_t D = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads;
+  if (c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 ||
+      c.num_attention_heads < 1 || c.num_key_value_heads < 1 || c.vocab_size < 1 ||
+      c.max_position_embeddings < 1 || D < 1 || c.num_attention_heads % c.num_key_value_heads != 0)
+    throw Error("phi3 config for '" + name +
+                "': sizes must be positive and num_attention_heads a multiple of "
+                "num_key_value_heads");
+  std::string gate_act;
+  if (c.hidden_act == "silu")
+    gate_act = "silu";
+  else if (c.hidden_act == "gelu")
+    gate_act = "gelu";
+  else if (c.hidden_act == "gelu_pytorch_tanh")
+    gate_act = "gelu_tanh";
+  else
+    throw Error("phi3 config for '" + name + "': unsupported hidden_act '" + c.hidden_act + "'");
+  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
+  const double eps = c.rms_norm_eps;
+
+  OpAttrs attn_attrs;
+  attn_attrs.rope = true;
+  attn_attrs.rope_theta = c.rope_theta;
+  attn_attrs.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  if (!c.rope_scaling.is_null()) attn_attrs.rope_scaling = c.rope_scaling.dump();
+  if (c.sliding_window > 0) attn_attrs.sliding_window = c.sliding_window;
+
+  GraphBuilder gb(name, "phi3", c.max_position_embeddings, V);
+  const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);
+  const int labels = gb.add_input("labels", {dim_b(), dim_t()}, DType::i64);
+
+  const int root = gb.add_module(-1, "", "Phi3ForCausalLM");
+  const int model = gb.add_module(root, "model", "Phi3Model");
+  int x = gb.embedding(gb.add_module(model, "embed_tokens", "Embedding"), ids, V, C);
+  const int embed_weight = gb.graph().find_param("model.embed_tokens.weight");
+  auto proj = [&](int parent, const char* local, int in_tensor, int64_t in, int64_t out) {
+    return gb.linear(gb.add_module(parent, local, "Linear"), in_tensor, in, out, false,
+                     WeightLayout::out_in);
+  };
+  const int layers = gb.add_module(model, "layers", "ModuleList", true);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const int layer = gb.add_module(layers, std::to_string(i), "Phi3DecoderLayer");
+    const int a = gb.rmsnorm(gb.add_module(layer, "input_layernorm", "Phi3RMSNorm"), x, C, eps);
+    const int attn = gb.add_module(layer, "self_attn", "Phi3Attention");
+    const int qkv = proj(attn, "qkv_proj", a, C, (H + 2 * Hkv) * D);
+    const int y = gb.attention(attn, {qkv}, H, Hkv, D, attn_attrs);
+    x = gb.residual(layer, "residual_1", x, proj(attn, "o_proj", y, H * D, C));
+    const int b =
+        gb.rmsnorm(gb.add_module(layer, "post_attention_layernorm", "Phi3RMSNorm"), x, C, eps);
+    const int mlp = gb.add_module(layer, "mlp", "Phi3MLP");
+    const int s = gb.swiglu_packed(mlp, proj(mlp, "gate_up_proj", b, C, 2 * F), F, gate_act);
+    x = gb.residual(layer, "residual_2", x, proj(mlp, "down_proj", s, F, C));
+  }
+  x = gb.rmsnorm(gb.add_module(model, "norm", "Phi3RMSNorm"), x, C, eps);
+  const int logits = gb.linear(gb.add_module(root, "lm_head", "Linear"), x, C, V, false,
+                               WeightLayout::out_in, c.tie_word_embeddings ? embed_weight : -1);
+  return gb.finish(gb.cross_entropy(root, logits, labels, V));
+}
+
+}  // namespace shardscope::plan
