@@ -125,6 +125,7 @@ cpu::AttentionShape attention_shape(const GraphOperands& o, const plan::Workload
   s.scale = op.attrs.scale.value_or(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   s.rope = op.attrs.rope.value_or(false);
   s.rope_theta = op.attrs.rope_theta.value_or(10000.0);
+  s.rotary_dim = op.attrs.rotary_dim.value_or(0);  // 0: the whole head
   return s;
 }
 

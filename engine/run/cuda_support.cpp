@@ -18,6 +18,9 @@ void check_cuda_supports(const plan::Graph& graph) {
   for (const plan::Op& op : graph.ops) {
     switch (op.type) {
       case plan::OpType::embedding:
+        if (op.attrs.position_offset) refuse(op, "attribute position_offset (OPT positions)");
+        if (op.attrs.padding_idx) refuse(op, "attribute padding_idx");
+        break;
       case plan::OpType::linear:
       case plan::OpType::layernorm:
       case plan::OpType::rmsnorm:
@@ -29,6 +32,8 @@ void check_cuda_supports(const plan::Graph& graph) {
       case plan::OpType::attention:
         if (op.attrs.sliding_window) refuse(op, "attribute sliding_window");
         if (op.attrs.rope_scaling) refuse(op, "attribute rope_scaling");
+        if (op.attrs.rotary_dim) refuse(op, "attribute rotary_dim (partial rotary)");
+        if (op.attrs.qkv_per_head) refuse(op, "attribute qkv_per_head (GPT-NeoX qkv layout)");
         break;
       case plan::OpType::swiglu:
         if (op.attrs.activation.value_or("silu") != "silu")
