@@ -41,6 +41,10 @@ FAMILIES = {
                 {"attention_dropout": 0.0}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", "Qwen2DecoderLayer",
               {"attention_dropout": 0.0}),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", "GPTNeoXLayer",
+                 {"attention_dropout": 0.0, "hidden_dropout": 0.0}),
+    "opt": ("OPTConfig", "OPTForCausalLM", "OPTDecoderLayer",
+            {"dropout": 0.0, "attention_dropout": 0.0, "layerdrop": 0.0}),
 }
 FLAVORS = ("fsdp1", "fsdp2")
 DTYPE_KEYS = ("fp32", "bf16")
