@@ -158,11 +158,12 @@ constexpr std::pair<const char*, OpType> kOpTypeNames[] = {
 };
 
 auto attr_tuple(const OpAttrs& a) {
-  return std::tie(a.num_embeddings, a.embedding_dim, a.positions, a.in_features, a.out_features,
-                  a.bias, a.weight_layout, a.tied, a.eps, a.dim, a.weight_offset, a.n_head,
-                  a.n_kv_head, a.head_dim, a.scale, a.rope, a.rope_theta, a.rope_scaling,
-                  a.sliding_window, a.softcap, a.causal, a.qkv_packed, a.approximate, a.activation,
-                  a.packed, a.broadcast, a.classes, a.reduction);
+  return std::tie(a.num_embeddings, a.embedding_dim, a.positions, a.position_offset, a.padding_idx,
+                  a.in_features, a.out_features, a.bias, a.weight_layout, a.tied, a.eps, a.dim,
+                  a.weight_offset, a.n_head, a.n_kv_head, a.head_dim, a.scale, a.rope, a.rope_theta,
+                  a.rope_scaling, a.sliding_window, a.softcap, a.causal, a.qkv_packed,
+                  a.qkv_per_head, a.rotary_dim, a.approximate, a.activation, a.packed, a.broadcast,
+                  a.classes, a.reduction);
 }
 
 }  // namespace

@@ -98,9 +98,11 @@ OpType parse_op_type(const std::string& name, const std::string& field);
 // rejects an attribute on any other type).
 struct OpAttrs {
   // embedding
-  std::optional<int64_t> num_embeddings;  // rows of the table
-  std::optional<int64_t> embedding_dim;   // columns of the table
-  std::optional<bool> positions;          // ids are arange(T): no input tensor (set only if true)
+  std::optional<int64_t> num_embeddings;   // rows of the table
+  std::optional<int64_t> embedding_dim;    // columns of the table
+  std::optional<bool> positions;           // ids are arange(T): no input tensor (set only if true)
+  std::optional<int64_t> position_offset;  // positions: rows offset + arange(T) (OPT: 2; absent: 0)
+  std::optional<int64_t> padding_idx;      // token ids equal to it add no gradient (nn.Embedding)
   // linear
   std::optional<int64_t> in_features;
   std::optional<int64_t> out_features;
@@ -126,6 +128,11 @@ struct OpAttrs {
                                             // (Gemma 2); softcap op: the cap
   std::optional<bool> causal;
   std::optional<bool> qkv_packed;  // one [.., (H+2*Hkv)*D] input (q | k | v) instead of three
+  // packed input laid out per head [.., H, 3, D] (GPT-NeoX's query_key_value)
+  // rather than [.., 3, H, D] (set only if true; only with qkv_packed)
+  std::optional<bool> qkv_per_head;
+  std::optional<int64_t> rotary_dim;  // with rope: leading elements of a head that
+                                      // rotate (GPT-NeoX rotary_pct; absent: head_dim)
   // gelu
   std::optional<std::string> approximate;  // "none" (erf) | "tanh" (absent)
   // swiglu

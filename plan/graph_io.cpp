@@ -50,6 +50,8 @@ void for_each_attr(OpType type, A& a, F&& f) {
       f("num_embeddings", a.num_embeddings, v);
       f("embedding_dim", a.embedding_dim, v);
       f("positions", a.positions, v);
+      f("position_offset", a.position_offset, v);
+      f("padding_idx", a.padding_idx, v);
       return;
     case OpType::linear:
       f("in_features", a.in_features, v);
@@ -79,6 +81,8 @@ void for_each_attr(OpType type, A& a, F&& f) {
       f("softcap", a.softcap, v);
       f("causal", a.causal, v);
       f("qkv_packed", a.qkv_packed, v);
+      f("qkv_per_head", a.qkv_per_head, v);
+      f("rotary_dim", a.rotary_dim, v);
       return;
     case OpType::gelu:
       f("approximate", a.approximate, v);

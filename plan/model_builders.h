@@ -18,8 +18,12 @@
 //    RMSNorm's normalised value and the fp32 copy of its input (an
 //    upcast_extra on top of the input), the gated MLP's act(gate), an
 //    unfused GELU's intermediates; and GPT-2's causal-mask module buffers
-//    (n_positions^2 bools per block, GraphBuilder::position_embedding). They have no gradient and
-//    the engines do not write them.
+//    (n_positions^2 bools per block, GraphBuilder::position_embedding);
+//    with RoPE on a packed projection (GPT-NeoX), the roped copies of q and
+//    k, which SDPA saves while v, a view, keeps the packed output alive, and
+//    (qkv_per_head) SDPA's own [B, H, T, D] output, of which dense saves a
+//    contiguous copy.
+//    They have no gradient and the engines do not write them.
 //  - The loss is Hugging Face's ForCausalLMLoss: logits.float() (a forward
 //    temporary below fp32), log_softmax saved in fp32, and in backward the
 //    fp32 gradients of log_softmax's output and input (the latter an
@@ -32,11 +36,13 @@
 //                     causal masking is not halved, as torch.utils.flop_counter
 //                     counts SDPA); bwd 10*B*T^2*H*D (recompute QK^T, then dV,
 //                     dP, dQ, dK: flash-style, no T x T matrix is saved);
-//                     with RoPE + 3*B*T*(H+Hkv)*D each way; with softcap
+//                     with RoPE + 3*B*T*(H+Hkv)*R each way; with softcap
 //                     (Gemma 2) + 3*B*T^2*H each way (divide, tanh, multiply;
 //                     backward 1 - t^2 and the product). H = query heads,
-//                     Hkv = key/value heads, D = head_dim; softmax not counted;
-//                     a sliding window does not reduce the count.
+//                     Hkv = key/value heads, D = head_dim, R = rotary_dim (the
+//                     rotated part of a head: D unless partial, GPT-NeoX's
+//                     rotary_pct * D); softmax not counted; a sliding window
+//                     does not reduce the count.
 //      layernorm      fwd 8*N*C, bwd 16*N*C;   rmsnorm fwd 4*N*C, bwd 8*N*C (Gemma's
 //                     1 + weight and Qwen3's per-head groups alike)
 //      gelu (tanh)    fwd 8 per element, bwd 16;  relu fwd 1, bwd 1
@@ -229,11 +235,14 @@ class GraphBuilder {
   const std::string& module_name(int module) const { return g_.modules[module].name; }
 
   // Token embedding of `ids` [..] -> [.., dim]; declares "weight" [rows, dim].
-  int embedding(int module, int ids, int64_t rows, int64_t dim);
-  // Position embedding (ids are arange(T), no input tensor) -> [T, dim].
+  // padding_idx >= 0: that row gets no gradient (attr padding_idx).
+  int embedding(int module, int ids, int64_t rows, int64_t dim, int64_t padding_idx = -1);
+  // Position embedding (ids are offset + arange(T), no input tensor) -> [T, dim].
   // `module_buffer_bytes`: the model's non-parameter buffers, counted from
-  // here to this op's backward (see models.cpp).
-  int position_embedding(int module, int64_t rows, int64_t dim, int64_t module_buffer_bytes = 0);
+  // here to this op's backward (see models.cpp). `offset`: the first row read
+  // (OPTLearnedPositionalEmbedding: 2).
+  int position_embedding(int module, int64_t rows, int64_t dim, int64_t module_buffer_bytes = 0,
+                         int64_t offset = 0);
   // x [.., in] -> [.., out]. Declares "weight" (and "bias") unless tied_weight >= 0,
   // in which case the op reads that existing [out, in] parameter and has no bias.
   int linear(int module, int x, int64_t in, int64_t out, bool bias, WeightLayout layout,
@@ -245,9 +254,11 @@ class GraphBuilder {
   // normalised value is saved in fp32); 0 is Llama's.
   int rmsnorm(int module, int x, int64_t dim, double eps, double weight_offset = 0.0,
               int64_t groups = 1);
-  // `qkv`: one packed [.., 3*H*D] tensor (GPT-2) or three tensors q, k, v.
-  // `attrs` carries the model's scale, rope, rope_theta, rope_scaling, sliding_window;
-  // n_head, n_kv_head, head_dim, causal and qkv_packed are set here.
+  // `qkv`: one packed [.., (H+2*Hkv)*D] tensor (GPT-2, GPT-NeoX, Phi-3) or three
+  // tensors q, k, v. `attrs` carries the model's scale, rope, rope_theta,
+  // rope_scaling, sliding_window, softcap, rotary_dim, qkv_per_head; n_head,
+  // n_kv_head, head_dim, causal and qkv_packed are set here. Packed with rope:
+  // outputs gain the roped q and k copies SDPA saves.
   int attention(int module, const std::vector<int>& qkv, int64_t n_head, int64_t n_kv_head,
                 int64_t head_dim, OpAttrs attrs);
   // `unfused_saved`: further tensors of x's size autograd keeps when the

@@ -13,6 +13,8 @@
 #include "plan/graph_io.h"
 #include "plan/json_input.h"
 #include "plan/model_builders.h"
+#include "plan/models_neox.h"
+#include "plan/models_opt.h"
 
 namespace shardscope::plan {
 
@@ -123,9 +125,12 @@ Graph model_from_hf_config(const json& config, const std::string& source) {
       family = "gemma";
     else if (t == "phi3")
       family = "phi3";
+    else if (t == "gpt_neox" || t == "opt")
+      family = t;
     else
       throw Error(source + ": unsupported model_type '" + quote_input(t) +
-                  "' (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3)");
+                  "' (supported: gemma, gemma2, gpt2, gpt_neox, llama, mistral, opt, phi3, qwen2, "
+                  "qwen3)");
   } else if (config.contains("n_layer") || config.contains("n_embd")) {
     family = "gpt2";
   } else if (config.contains("hidden_size") || config.contains("intermediate_size")) {
@@ -133,12 +138,14 @@ Graph model_from_hf_config(const json& config, const std::string& source) {
   } else {
     throw Error(source +
                 ": not a recognized model config (expected a shardscope graph JSON, or a Hugging "
-                "Face config.json with model_type gpt2/llama/mistral/qwen2/qwen3/gemma/gemma2/"
-                "phi3)");
+                "Face config.json with model_type gemma/gemma2/gpt2/gpt_neox/llama/mistral/opt/"
+                "phi3/qwen2/qwen3)");
   }
   if (family == "gpt2") return build_gpt2(gpt2_config_from_hf(config, source), source);
   if (family == "gemma") return build_gemma(gemma_config_from_hf(config, source), source);
   if (family == "phi3") return build_phi3(phi3_config_from_hf(config, source), source);
+  if (family == "gpt_neox") return build_neox(neox_config_from_hf(config, source), source);
+  if (family == "opt") return build_opt(opt_config_from_hf(config, source), source);
   return build_llama(llama_config_from_hf(config, source), source);
 }
 
@@ -333,7 +340,8 @@ Op& GraphBuilder::add_op(Op op, const Poly* param_traffic) {
   return g_.ops.back();
 }
 
-int GraphBuilder::embedding(int module, int ids, int64_t rows_count, int64_t dim_size) {
+int GraphBuilder::embedding(int module, int ids, int64_t rows_count, int64_t dim_size,
+                            int64_t padding_idx) {
   const int weight = add_param(module, "weight", {rows_count, dim_size});
   Shape out_shape = shape(ids);
   out_shape.push_back(dim(dim_size));
@@ -350,11 +358,12 @@ int GraphBuilder::embedding(int module, int ids, int64_t rows_count, int64_t dim
   op.bwd_flops = gathered;
   op.attrs.num_embeddings = rows_count;
   op.attrs.embedding_dim = dim_size;
+  if (padding_idx >= 0) op.attrs.padding_idx = padding_idx;
   return add_op(std::move(op), &gathered).outputs[0];
 }
 
 int GraphBuilder::position_embedding(int module, int64_t rows_count, int64_t dim_size,
-                                     int64_t module_buffer_bytes) {
+                                     int64_t module_buffer_bytes, int64_t offset) {
   const int weight = add_param(module, "weight", {rows_count, dim_size});
   Op op;
   op.name = op_name(module, "");
@@ -377,6 +386,7 @@ int GraphBuilder::position_embedding(int module, int64_t rows_count, int64_t dim
   op.attrs.num_embeddings = rows_count;
   op.attrs.embedding_dim = dim_size;
   op.attrs.positions = true;
+  if (offset != 0) op.attrs.position_offset = offset;
   return add_op(std::move(op), &gathered).outputs[0];
 }
 
@@ -483,15 +493,31 @@ int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_h
   // torch 2.9.1).
   op.outputs = {add_tensor(op.name + ".out", {b, t, dim(n_head * head_dim)}),
                 add_tensor(op.name + ".lse", {b, dim(n_head), t}, DType::f32, Precision::fp32)};
+  const bool rope = attrs.rope.value_or(false);
+  if (rope && qkv.size() == 1) {
+    // RoPE on a packed projection (GPT-NeoX's query_key_value): q and k are
+    // rotated into new tensors that SDPA saves, while v, a view of the packed
+    // output, keeps all of it alive: roped copies of q and k on top of it.
+    op.outputs.push_back(add_tensor(op.name + ".q_roped", {b, t, dim(n_head * head_dim)}));
+    op.outputs.push_back(add_tensor(op.name + ".k_roped", {b, t, dim(n_kv_head * head_dim)}));
+  }
+  if (attrs.qkv_per_head.value_or(false)) {
+    // GPT-NeoX's rotary ends in torch.cat, whose result is contiguous
+    // [B, H, T, D]; SDPA lays its output out like q, so transpose(1, 2)
+    // .contiguous() copies it: SDPA keeps its own output and dense saves the
+    // copy (outputs[0]). Measured with saved-tensor hooks, torch 2.9.1.
+    op.outputs.push_back(add_tensor(op.name + ".out_bhtd", {b, t, dim(n_head * head_dim)}));
+  }
   op.saved = qkv;
   for (int o : op.outputs) op.saved.push_back(o);
   const Poly square = b * t * t * (n_head * head_dim);  // B*T^2*H*D
   op.fwd_flops = square * 4;
   op.bwd_flops = square * 10;
-  if (attrs.rope.value_or(false)) {
-    const Poly rope = b * t * (3 * (n_head + n_kv_head) * head_dim);
-    op.fwd_flops = op.fwd_flops + rope;
-    op.bwd_flops = op.bwd_flops + rope;
+  if (rope) {
+    const int64_t rotary = attrs.rotary_dim.value_or(head_dim);
+    const Poly rope_flops = b * t * (3 * (n_head + n_kv_head) * rotary);
+    op.fwd_flops = op.fwd_flops + rope_flops;
+    op.bwd_flops = op.bwd_flops + rope_flops;
   }
   if (attrs.softcap) {  // divide, tanh, multiply per score; backward 1 - t^2 and the product
     const Poly scores = b * t * t * n_head;

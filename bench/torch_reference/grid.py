@@ -3,6 +3,7 @@
 Plain data, no torch import. A configuration ("spec") is a dict:
 
   family      "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "phi3"
+              | "gpt_neox" | "opt"
               (the Hugging Face model_type)
   model       keyword arguments of GPT2Config / LlamaConfig / MistralConfig
               (dropout probabilities are forced to 0 by the harness)
@@ -114,6 +115,22 @@ MODELS = {
                                             original_max_position_embeddings=512,
                                             sliding_window=64, pad_token_id=0,
                                             bos_token_id=1, eos_token_id=2)),
+    # GPT-NeoX (Pythia's shape): per-head fused qkv, partial rotary 0.25,
+    # parallel residual, biased GELU MLP 4x, untied embed_out.
+    "neox-h128-l2-rot25": ("gpt_neox", dict(hidden_size=128, intermediate_size=512,
+                                            num_hidden_layers=2, num_attention_heads=4,
+                                            vocab_size=1000, max_position_embeddings=512,
+                                            rotary_pct=0.25, rotary_emb_base=10000,
+                                            use_parallel_residual=True, hidden_act="gelu",
+                                            tie_word_embeddings=False)),
+    # OPT (opt-350m's shape): post-LN, project_in/out 128 <-> 64, ReLU FFN 4x,
+    # learned positions offset by 2, tied lm_head.
+    "opt-h128-l2-postln-proj64": ("opt", dict(hidden_size=128, ffn_dim=512, num_hidden_layers=2,
+                                              num_attention_heads=4, vocab_size=1000,
+                                              max_position_embeddings=512,
+                                              word_embed_proj_dim=64,
+                                              do_layer_norm_before=False,
+                                              activation_function="relu")),
 }
 
 # (model, flavor, param_dtype, reduce_dtype, world, batch, seq, reshard, ac)
@@ -166,6 +183,9 @@ _RUNS = [
     ("gemma2-h128-l2-gqa2-sw64", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
     ("gemma2-h128-l2-gqa2-sw64", "fsdp2", "fp32", "fp32", 4, 2, 128, False, "full"),
     ("phi3-h128-l2-gqa2-sw64", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    # GPT-NeoX and OPT
+    ("neox-h128-l2-rot25", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("opt-h128-l2-postln-proj64", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
     # FSDP1 (FullyShardedDataParallel, use_orig_params=True)
     ("gpt2-h128-l2", "fsdp1", "fp32", "fp32", 8, 2, 128, True, "none"),
     ("gpt2-h128-l2", "fsdp1", "bf16", "fp32", 8, 2, 128, False, "none"),

@@ -49,6 +49,10 @@ FAMILIES = {
                {"attention_dropout": 0.0}),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", "Phi3DecoderLayer",
              {"attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", "GPTNeoXLayer",
+                 {"attention_dropout": 0.0, "hidden_dropout": 0.0}),
+    "opt": ("OPTConfig", "OPTForCausalLM", "OPTDecoderLayer",
+            {"dropout": 0.0, "attention_dropout": 0.0, "layerdrop": 0.0}),
 }
 FLAVORS = ("fsdp1", "fsdp2")
 DTYPE_KEYS = ("fp32", "bf16")

@@ -34,9 +34,11 @@ enum class WeightLayout : uint8_t { out_in, in_out };  // nn.Linear [out, in] | 
 // (n > rows throws std::out_of_range).
 void embedding_forward(const int64_t* ids, const float* table, float* out, int64_t n, int64_t rows,
                        int64_t dim);
-// dtable[ids[i], :] += dout[i, :], in order of i (fixed order).
+// dtable[ids[i], :] += dout[i, :], in order of i (fixed order). padding_idx >= 0:
+// rows i with ids[i] == padding_idx add nothing (nn.Embedding's padding_idx: that
+// row gets no gradient); -1: none.
 void embedding_backward(const int64_t* ids, const float* dout, float* dtable, int64_t n,
-                        int64_t rows, int64_t dim);
+                        int64_t rows, int64_t dim, int64_t padding_idx = -1);
 
 // ---- linear -------------------------------------------------------------------
 // y[N, out] = x[N, in] @ W^T + b (out_in: W [out, in]; in_out: W [in, out], y = x @ W).
@@ -66,7 +68,10 @@ void rmsnorm_backward(const float* x, const float* w, const float* rstd, const f
 // ---- attention --------------------------------------------------------------------
 // Causal scaled-dot-product attention with grouped-query heads and optional
 // rotary embeddings (Hugging Face Llama's rotate_half convention: element i of a
-// head pairs with i + D/2, inv_freq[i] = theta^(-2i/D), position = t).
+// head pairs with i + D/2, inv_freq[i] = theta^(-2i/D), position = t). Partial
+// rotary (GPT-NeoX's rotary_pct): only the first R = rotary_dim elements of each
+// head rotate, element i < R/2 pairing with i + R/2, inv_freq[i] = theta^(-2i/R);
+// elements R.. pass through unchanged.
 struct AttentionShape {
   int64_t batch = 1, seq = 1;  // B, T
   int64_t n_head = 1;          // H query heads
@@ -77,22 +82,29 @@ struct AttentionShape {
   double rope_theta = 10000.0;
   double softcap = 0.0;        // > 0: scores = softcap * tanh(scores / softcap) (Gemma 2)
   int64_t sliding_window = 0;  // > 0: query t sees keys j with t - window < j <= t
+  int64_t rotary_dim = 0;      // R, the leading elements of a head that rotate; 0: head_dim.
+                               // With rope: even and <= head_dim (else std::invalid_argument)
 };
 // q [B, T, H*D], k and v [B, T, Hkv*D] given as base pointers with row strides
 // (elements between consecutive (b, t) rows): packed GPT-2 c_attn output
 // [B, T, 3*H*D] is q = base, k = base + H*D, v = base + 2*H*D, all stride 3*H*D;
 // separate tensors have stride H*D (q) and Hkv*D (k, v).
+// head_stride: elements between consecutive heads of q, k and v within a row
+// (0: head_dim). GPT-NeoX's packed query_key_value output is laid out per head
+// [B, T, H, 3, D]: q = base, k = base + D, v = base + 2*D, head_stride 3*D,
+// row strides 3*H*D.
 // out [B, T, H*D]; lse [B, H, T] = log-sum-exp of each query's scaled scores.
 struct QkvView {
   const float* q;
   const float* k;
   const float* v;
   int64_t q_stride, kv_stride;
+  int64_t head_stride = 0;
 };
 void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, float* lse);
 // Gradients of q, k, v (same layout and strides as the inputs, accumulated):
 // dq/dk/dv point at the gradient buffer(s) laid out like qkv (packed: one
-// [B, T, 3*H*D] buffer at offsets 0, H*D, 2*H*D). The probabilities are
+// [B, T, 3*H*D] buffer at offsets 0, H*D, 2*H*D, or 0, D, 2*D per head). The probabilities are
 // recomputed from q, k and lse; out is the forward output (for the row term
 // dout . out of the softmax backward). Scratch is O(T*D) per call.
 struct QkvGrad {
@@ -100,6 +112,7 @@ struct QkvGrad {
   float* dk;
   float* dv;
   int64_t q_stride, kv_stride;
+  int64_t head_stride = 0;  // as QkvView's; must equal the inputs'
 };
 void attention_backward(const AttentionShape& s, const QkvView& qkv, const float* out,
                         const float* lse, const float* dout, const QkvGrad& grad);

@@ -25,20 +25,23 @@ using detail::require_ptr;
 
 namespace {
 
-// cos/sin [T, D/2] of angle t * inv_freq[i], inv_freq[i] = theta^(-2i/D), as
-// Hugging Face's LlamaRotaryEmbedding does in fp32: inv_freq rounded to float
-// (torch evaluates the power in float: may differ by an ulp), then the product
-// t * inv_freq and its cos/sin in float.
+// cos/sin [T, R/2] of angle t * inv_freq[i], inv_freq[i] = theta^(-2i/R)
+// (R = rotary_dim, the head_dim unless the rotary is partial), as Hugging
+// Face's LlamaRotaryEmbedding / GPTNeoXRotaryEmbedding do in fp32: inv_freq
+// rounded to float (torch evaluates the power in float: may differ by an ulp),
+// then the product t * inv_freq and its cos/sin in float.
 struct RopeTable {
-  int64_t half = 0;
-  std::vector<float> cos_t, sin_t;  // [T, D/2]
+  int64_t half = 0;                 // R/2
+  int64_t head_dim = 0;             // D: elements R.. of a head pass through
+  std::vector<float> cos_t, sin_t;  // [T, R/2]
 
-  RopeTable(int64_t seq, int64_t head_dim, double theta) : half(head_dim / 2) {
+  RopeTable(int64_t seq, int64_t rotary_dim, int64_t head_size, double theta)
+      : half(rotary_dim / 2), head_dim(head_size) {
     cos_t.resize(static_cast<size_t>(seq * half));
     sin_t.resize(cos_t.size());
     for (int64_t i = 0; i < half; ++i) {
       const float inv_freq = static_cast<float>(
-          1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(head_dim)));
+          1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rotary_dim)));
       for (int64_t t = 0; t < seq; ++t) {
         const float angle = static_cast<float>(t) * inv_freq;
         cos_t[t * half + i] = std::cos(angle);  // float cos/sin, as torch evaluates them
@@ -47,7 +50,8 @@ struct RopeTable {
     }
   }
 
-  // y = x * cos + rotate_half(x) * sin at position t: element i pairs with i + D/2.
+  // y = x * cos + rotate_half(x) * sin at position t on the first R elements
+  // (element i pairs with i + R/2); y = x on the rest.
   void apply(const float* x, float* y, int64_t t) const {
     const float* c = cos_t.data() + t * half;
     const float* s = sin_t.data() + t * half;
@@ -56,6 +60,7 @@ struct RopeTable {
       y[i] = x1 * c[i] - x2 * s[i];
       y[i + half] = x2 * c[i] + x1 * s[i];
     }
+    for (int64_t i = 2 * half; i < head_dim; ++i) y[i] = x[i];
   }
   // The transpose (= inverse) rotation, for gradients: dx = R^T dy.
   void apply_transpose(const float* dy, float* dx, int64_t t) const {
@@ -66,10 +71,20 @@ struct RopeTable {
       dx[i] = d1 * c[i] + d2 * s[i];
       dx[i + half] = d2 * c[i] - d1 * s[i];
     }
+    for (int64_t i = 2 * half; i < head_dim; ++i) dx[i] = dy[i];
   }
 };
 
-void check_attention(const char* fn, const AttentionShape& s, int64_t q_stride, int64_t kv_stride) {
+int64_t head_stride_of(const AttentionShape& s, int64_t head_stride) {
+  return head_stride == 0 ? s.head_dim : head_stride;
+}
+
+int64_t rotary_dim_of(const AttentionShape& s) {
+  return s.rotary_dim == 0 ? s.head_dim : s.rotary_dim;
+}
+
+void check_attention(const char* fn, const AttentionShape& s, int64_t q_stride, int64_t kv_stride,
+                     int64_t head_stride) {
   auto positive = [&](const char* name, int64_t v) {
     require(v >= 1, fn, std::string(name) + " = " + std::to_string(v) + " < 1");
   };
@@ -84,19 +99,28 @@ void check_attention(const char* fn, const AttentionShape& s, int64_t q_stride, 
   require(std::isfinite(s.scale), fn, "scale is not finite");
   require(s.softcap >= 0.0 && std::isfinite(s.softcap), fn, "softcap must be finite and >= 0");
   require(s.sliding_window >= 0, fn, "sliding_window < 0");
+  require(s.rotary_dim >= 0 && s.rotary_dim <= s.head_dim, fn,
+          "rotary_dim " + std::to_string(s.rotary_dim) + " is not in [0, head_dim " +
+              std::to_string(s.head_dim) + "]");
   if (s.rope) {
-    if (s.head_dim % 2 != 0)
-      throw std::invalid_argument(std::string(fn) + ": rope needs an even head_dim, got " +
-                                  std::to_string(s.head_dim));
+    const int64_t r = rotary_dim_of(s);
+    if (r % 2 != 0)
+      throw std::invalid_argument(std::string(fn) + ": rope needs an even " +
+                                  (s.rotary_dim == 0 ? "head_dim" : "rotary_dim") + ", got " +
+                                  std::to_string(r));
     require(s.rope_theta > 0.0 && std::isfinite(s.rope_theta), fn,
             "rope_theta must be finite and > 0");
   }
-  require(q_stride >= s.n_head * s.head_dim, fn,
-          "q_stride " + std::to_string(q_stride) + " < n_head * head_dim " +
-              std::to_string(s.n_head * s.head_dim));
-  require(kv_stride >= s.n_kv_head * s.head_dim, fn,
-          "kv_stride " + std::to_string(kv_stride) + " < n_kv_head * head_dim " +
-              std::to_string(s.n_kv_head * s.head_dim));
+  const int64_t hs = head_stride_of(s, head_stride);
+  require(hs >= s.head_dim, fn,
+          "head_stride " + std::to_string(hs) + " < head_dim " + std::to_string(s.head_dim));
+  require(q_stride >= (s.n_head - 1) * hs + s.head_dim, fn,
+          "q_stride " + std::to_string(q_stride) + " < (n_head - 1) * head_stride + head_dim " +
+              std::to_string((s.n_head - 1) * hs + s.head_dim));
+  require(kv_stride >= (s.n_kv_head - 1) * hs + s.head_dim, fn,
+          "kv_stride " + std::to_string(kv_stride) +
+              " < (n_kv_head - 1) * head_stride + head_dim " +
+              std::to_string((s.n_kv_head - 1) * hs + s.head_dim));
 }
 
 // Scratch of one (b, kv head) group; sized once per call.
@@ -111,9 +135,9 @@ struct KeyScratch {
 // receives them row-major too.
 void gather_keys(const AttentionShape& s, const QkvView& qkv, const RopeTable* rope, int64_t b,
                  int64_t hk, KeyScratch& ks, float* kr) {
-  const int64_t T = s.seq, D = s.head_dim;
+  const int64_t T = s.seq, D = s.head_dim, hs = head_stride_of(s, qkv.head_stride);
   for (int64_t t = 0; t < T; ++t) {
-    const float* src = qkv.k + (b * T + t) * qkv.kv_stride + hk * D;
+    const float* src = qkv.k + (b * T + t) * qkv.kv_stride + hk * hs;
     float* row = kr != nullptr ? kr + t * D : ks.krow.data();
     if (rope != nullptr) {
       rope->apply(src, row, t);
@@ -128,7 +152,8 @@ void gather_keys(const AttentionShape& s, const QkvView& qkv, const RopeTable* r
 void load_query(const AttentionShape& s, const QkvView& qkv, const RopeTable* rope, int64_t b,
                 int64_t t, int64_t h, float scale, float* tmp, float* qrow) {
   const int64_t D = s.head_dim;
-  const float* src = qkv.q + (b * s.seq + t) * qkv.q_stride + h * D;
+  const float* src =
+      qkv.q + (b * s.seq + t) * qkv.q_stride + h * head_stride_of(s, qkv.head_stride);
   if (rope != nullptr) {
     rope->apply(src, tmp, t);
     src = tmp;
@@ -190,8 +215,9 @@ int64_t first_key(const AttentionShape& s, int64_t t) {
 
 void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, float* lse) {
   const char* fn = "attention_forward";
-  check_attention(fn, s, qkv.q_stride, qkv.kv_stride);
+  check_attention(fn, s, qkv.q_stride, qkv.kv_stride, qkv.head_stride);
   const int64_t B = s.batch, T = s.seq, H = s.n_head, Hkv = s.n_kv_head, D = s.head_dim;
+  const int64_t hs = head_stride_of(s, qkv.head_stride);
   const int64_t rows = B * T;
   require_ptr(fn, "q", qkv.q, rows);
   require_ptr(fn, "k", qkv.k, rows);
@@ -201,7 +227,8 @@ void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, 
   if (rows == 0) return;
   const int64_t group = H / Hkv;
   const float scale = static_cast<float>(s.scale);
-  const RopeTable rope_table = s.rope ? RopeTable(T, D, s.rope_theta) : RopeTable(0, 0, 1.0);
+  const RopeTable rope_table =
+      s.rope ? RopeTable(T, rotary_dim_of(s), D, s.rope_theta) : RopeTable(0, 0, 0, 1.0);
   const RopeTable* rope = s.rope ? &rope_table : nullptr;
 
   const float cap = static_cast<float>(s.softcap);
@@ -227,7 +254,7 @@ void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, 
             scores[j] = std::exp(scores[j] - max_score);  // unnormalised probability
             denom += scores[j];
           }
-          weighted_rows(scores.data(), qkv.v + b * T * qkv.kv_stride + hk * D, qkv.kv_stride, D, t,
+          weighted_rows(scores.data(), qkv.v + b * T * qkv.kv_stride + hk * hs, qkv.kv_stride, D, t,
                         acc.data());
           const float inv_denom = static_cast<float>(1.0 / denom);
           float* o = out + (b * T + t) * H * D + h * D;
@@ -242,10 +269,12 @@ void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, 
 void attention_backward(const AttentionShape& s, const QkvView& qkv, const float* out,
                         const float* lse, const float* dout, const QkvGrad& grad) {
   const char* fn = "attention_backward";
-  check_attention(fn, s, qkv.q_stride, qkv.kv_stride);
-  require(grad.q_stride == qkv.q_stride && grad.kv_stride == qkv.kv_stride, fn,
-          "gradient strides differ from the input strides");
+  check_attention(fn, s, qkv.q_stride, qkv.kv_stride, qkv.head_stride);
+  require(grad.q_stride == qkv.q_stride && grad.kv_stride == qkv.kv_stride &&
+              grad.head_stride == qkv.head_stride,
+          fn, "gradient strides differ from the input strides");
   const int64_t B = s.batch, T = s.seq, H = s.n_head, Hkv = s.n_kv_head, D = s.head_dim;
+  const int64_t hs = head_stride_of(s, qkv.head_stride);
   const int64_t rows = B * T;
   require_ptr(fn, "q", qkv.q, rows);
   require_ptr(fn, "k", qkv.k, rows);
@@ -259,7 +288,8 @@ void attention_backward(const AttentionShape& s, const QkvView& qkv, const float
   if (rows == 0) return;
   const int64_t group = H / Hkv;
   const float scale = static_cast<float>(s.scale);
-  const RopeTable rope_table = s.rope ? RopeTable(T, D, s.rope_theta) : RopeTable(0, 0, 1.0);
+  const RopeTable rope_table =
+      s.rope ? RopeTable(T, rotary_dim_of(s), D, s.rope_theta) : RopeTable(0, 0, 0, 1.0);
   const RopeTable* rope = s.rope ? &rope_table : nullptr;
 
   const auto td = static_cast<size_t>(T * D);
@@ -283,7 +313,7 @@ void attention_backward(const AttentionShape& s, const QkvView& qkv, const float
     for (int64_t hk = 0; hk < Hkv; ++hk) {
       gather_keys(s, qkv, rope, b, hk, ks, kr.data());
       for (int64_t t = 0; t < T; ++t) {
-        const float* vsrc = qkv.v + (b * T + t) * qkv.kv_stride + hk * D;
+        const float* vsrc = qkv.v + (b * T + t) * qkv.kv_stride + hk * hs;
         for (int64_t d = 0; d < D; ++d) vt[d * T + t] = vsrc[d];
       }
       std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
@@ -330,7 +360,7 @@ void attention_backward(const AttentionShape& s, const QkvView& qkv, const float
             // dq = scale * sum_j dscore_j k_j, then back through the rotation.
             weighted_rows(ds, kr.data(), D, D, t, dqrow.data());
             for (int64_t d = 0; d < D; ++d) dqrow[d] *= scale;
-            float* dq = grad.dq + (b * T + t) * grad.q_stride + h * D;
+            float* dq = grad.dq + (b * T + t) * grad.q_stride + h * hs;
             if (rope != nullptr) {
               rope->apply_transpose(dqrow.data(), tmp.data(), t);
               for (int64_t d = 0; d < D; ++d) dq[d] += tmp[d];
@@ -355,8 +385,8 @@ void attention_backward(const AttentionShape& s, const QkvView& qkv, const float
         }
       }
       for (int64_t t = 0; t < T; ++t) {
-        float* dk = grad.dk + (b * T + t) * grad.kv_stride + hk * D;
-        float* dv = grad.dv + (b * T + t) * grad.kv_stride + hk * D;
+        float* dk = grad.dk + (b * T + t) * grad.kv_stride + hk * hs;
+        float* dv = grad.dv + (b * T + t) * grad.kv_stride + hk * hs;
         const float* dkr = dk_acc.data() + t * D;
         const float* dvr = dv_acc.data() + t * D;
         if (rope != nullptr) {

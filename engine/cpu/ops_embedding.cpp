@@ -6,6 +6,7 @@
 
 namespace shardscope::engine::cpu {
 
+using detail::require;
 using detail::require_index;
 using detail::require_nonneg;
 using detail::require_ptr;
@@ -43,13 +44,17 @@ void embedding_forward(const int64_t* ids, const float* table, float* out, int64
 }
 
 void embedding_backward(const int64_t* ids, const float* dout, float* dtable, int64_t n,
-                        int64_t rows, int64_t dim) {
+                        int64_t rows, int64_t dim, int64_t padding_idx) {
   const char* fn = "embedding_backward";
   check_embedding(fn, ids, n, rows, dim);
   require_ptr(fn, "dout", dout, n * dim);
   require_ptr(fn, "dtable", dtable, n * dim);
+  require(padding_idx >= -1 && padding_idx < rows, fn,
+          "padding_idx " + std::to_string(padding_idx) + " is not -1 or a row of " +
+              std::to_string(rows));
   // Rows are added in order of i: a repeated id sums its rows in a fixed order.
   for (int64_t i = 0; i < n; ++i) {
+    if (ids != nullptr && ids[i] == padding_idx) continue;
     float* dst = dtable + (ids != nullptr ? ids[i] : i) * dim;
     const float* src = dout + i * dim;
     for (int64_t c = 0; c < dim; ++c) dst[c] += src[c];

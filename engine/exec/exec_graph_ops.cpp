@@ -47,15 +47,22 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       const int out = op.outputs[0];
       const int64_t n = numel(out) / dim;
       const int64_t* id = op.inputs.empty() ? nullptr : ids(op.inputs[0]);
+      // Positions from row `offset` on (OPT: 2): the table from that row.
+      const int64_t offset = op.attrs.position_offset.value_or(0);
+      if (offset < 0 || offset >= rows || (id != nullptr && offset != 0))
+        throw ExecError("op '" + op.name + "': position_offset " + std::to_string(offset) +
+                        " is not a row of a position table of " + std::to_string(rows));
+      const int64_t padding_idx = op.attrs.padding_idx.value_or(-1);
       if (!backward) {
         F32View table = param_view(op.params[0], false);
         F32View y = value(out, true);
-        cpu::embedding_forward(id, table.data(), y.data(), n, rows, dim);
+        cpu::embedding_forward(id, table.data() + offset * dim, y.data(), n, rows - offset, dim);
       } else {
         auto dy = grad(out);
         if (!dy) throw missing("the gradient of " + o.tensor_name(out));
         F32View dtable = param_view(op.params[0], true);
-        cpu::embedding_backward(id, dy->data(), dtable.data(), n, rows, dim);
+        cpu::embedding_backward(id, dy->data(), dtable.data() + offset * dim, n, rows - offset, dim,
+                                padding_idx);
       }
       return;
     }
@@ -138,15 +145,26 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       const cpu::AttentionShape s = attention_shape(o, w_, "CPU");
       const int64_t hd = s.n_head * s.head_dim, kvd = s.n_kv_head * s.head_dim;
       const bool packed = op.inputs.size() == 1;
+      // Packed [.., 3, H, D] (GPT-2): q, k, v H*D apart; per head [.., H, 3, D]
+      // (GPT-NeoX): D apart, heads 3*D apart.
+      const bool per_head = op.attrs.qkv_per_head.value_or(false);
+      if (per_head && !packed)
+        throw ExecError("op '" + op.name + "': qkv_per_head needs one packed qkv input");
+      if (per_head && s.n_kv_head != s.n_head)
+        throw ExecError("op '" + op.name + "': qkv_per_head needs n_kv_head == n_head");
+      const int64_t head_stride = per_head ? 3 * s.head_dim : 0;
       std::vector<F32View> in;
       for (int t : op.inputs) in.push_back(value(t, false));
       cpu::QkvView qkv{};
-      // Packed: [q: H*D | k: Hkv*D | v: Hkv*D] per row (GPT-2: Hkv = H; Phi-3).
+      // Packed: [q: H*D | k: Hkv*D | v: Hkv*D] per row (GPT-2: Hkv = H; Phi-3),
+      // or per head (GPT-NeoX, Hkv = H): k and v D and 2*D after q.
       const int64_t row = hd + 2 * kvd;
+      const int64_t k_off = per_head ? s.head_dim : hd,
+                    v_off = per_head ? 2 * s.head_dim : hd + kvd;
       if (packed) {
-        qkv = {in[0].data(), in[0].data() + hd, in[0].data() + hd + kvd, row, row};
+        qkv = {in[0].data(), in[0].data() + k_off, in[0].data() + v_off, row, row, head_stride};
       } else {
-        qkv = {in[0].data(), in[1].data(), in[2].data(), hd, kvd};
+        qkv = {in[0].data(), in[1].data(), in[2].data(), hd, kvd, 0};
       }
       if (!backward) {
         F32View out = value(op.outputs[0], true);
@@ -165,9 +183,9 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
         }
         cpu::QkvGrad gq{};
         if (packed)
-          gq = {gin[0].data(), gin[0].data() + hd, gin[0].data() + hd + kvd, row, row};
+          gq = {gin[0].data(), gin[0].data() + k_off, gin[0].data() + v_off, row, row, head_stride};
         else
-          gq = {gin[0].data(), gin[1].data(), gin[2].data(), hd, kvd};
+          gq = {gin[0].data(), gin[1].data(), gin[2].data(), hd, kvd, 0};
         cpu::attention_backward(s, qkv, out.data(), lse.data(), dout->data(), gq);
       }
       return;

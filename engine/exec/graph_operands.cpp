@@ -129,6 +129,7 @@ cpu::AttentionShape attention_shape(const GraphOperands& o, const plan::Workload
   s.rope_theta = op.attrs.rope_theta.value_or(10000.0);
   s.softcap = op.attrs.softcap.value_or(0.0);
   s.sliding_window = op.attrs.sliding_window.value_or(0);
+  s.rotary_dim = op.attrs.rotary_dim.value_or(0);  // 0: the whole head
   return s;
 }
 

@@ -27,6 +27,9 @@ void check_cuda_supports(const plan::Graph& graph) {
         break;
       }
       case plan::OpType::embedding:
+        if (op.attrs.position_offset) refuse(op, "attribute position_offset (OPT positions)");
+        if (op.attrs.padding_idx) refuse(op, "attribute padding_idx");
+        break;
       case plan::OpType::linear:
       case plan::OpType::layernorm:
       case plan::OpType::gelu:
@@ -40,6 +43,8 @@ void check_cuda_supports(const plan::Graph& graph) {
         if (op.attrs.softcap) refuse(op, "attribute softcap");
         if (op.attrs.qkv_packed.value_or(false) && op.attrs.n_kv_head != op.attrs.n_head)
           refuse(op, "a packed q|k|v input with grouped key/value heads");
+        if (op.attrs.rotary_dim) refuse(op, "attribute rotary_dim (partial rotary)");
+        if (op.attrs.qkv_per_head) refuse(op, "attribute qkv_per_head (GPT-NeoX qkv layout)");
         break;
       case plan::OpType::swiglu:
         if (op.attrs.activation.value_or("silu") != "silu")

@@ -64,16 +64,18 @@ inline NormRef rmsnorm_ref(const RVec& x, const RVec& w, int64_t n, int64_t c, d
 
 // Hugging Face apply_rotary_pos_emb on one head vector at position t:
 // x * cos + rotate_half(x) * sin, cos = cat(cos(t f), cos(t f)), rotate_half(x) =
-// cat(-x[D/2:], x[:D/2]), f_i = theta^(-2i/D).
-inline RVec rope_ref(const double* x, int64_t d, int64_t t, double theta) {
-  const int64_t half = d / 2;
-  RVec rotated(static_cast<size_t>(d)), out(static_cast<size_t>(d));
+// cat(-x[D/2:], x[:D/2]), f_i = theta^(-2i/D). rot < d (GPT-NeoX's partial
+// rotary): the same on x[:rot] with rot for D, then cat with x[rot:] unchanged.
+inline RVec rope_ref(const double* x, int64_t d, int64_t t, double theta, int64_t rot = 0) {
+  if (rot == 0) rot = d;
+  const int64_t half = rot / 2;
+  RVec rotated(static_cast<size_t>(rot)), out(x, x + d);
   for (int64_t i = 0; i < half; ++i) {
     rotated[i] = -x[i + half];
     rotated[i + half] = x[i];
   }
-  for (int64_t i = 0; i < d; ++i) {
-    const double freq = std::pow(theta, -2.0 * static_cast<double>(i % half) / d);
+  for (int64_t i = 0; i < rot; ++i) {
+    const double freq = std::pow(theta, -2.0 * static_cast<double>(i % half) / rot);
     const double angle = static_cast<double>(t) * freq;
     out[i] = x[i] * std::cos(angle) + rotated[i] * std::sin(angle);
   }
@@ -87,22 +89,27 @@ struct AttentionRef {
 
 // Naive causal softmax attention over the full score row of each query, with
 // the shape's soft-capping and sliding window.
+// head_stride: elements between heads within a row (0: D).
 inline AttentionRef attention_ref(const AttentionShape& s, const double* q, const double* k,
-                                  const double* v, int64_t q_stride, int64_t kv_stride) {
+                                  const double* v, int64_t q_stride, int64_t kv_stride,
+                                  int64_t head_stride = 0) {
   const int64_t B = s.batch, T = s.seq, H = s.n_head, D = s.head_dim;
+  const int64_t hs = head_stride == 0 ? D : head_stride;
   const int64_t group = H / s.n_kv_head;
   AttentionRef r{RVec(static_cast<size_t>(B * T * H * D)), RVec(static_cast<size_t>(B * H * T))};
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hk = h / group;
       for (int64_t t = 0; t < T; ++t) {
-        const double* qsrc = q + (b * T + t) * q_stride + h * D;
-        const RVec qv = s.rope ? rope_ref(qsrc, D, t, s.rope_theta) : RVec(qsrc, qsrc + D);
+        const double* qsrc = q + (b * T + t) * q_stride + h * hs;
+        const RVec qv =
+            s.rope ? rope_ref(qsrc, D, t, s.rope_theta, s.rotary_dim) : RVec(qsrc, qsrc + D);
         RVec scores(static_cast<size_t>(t + 1));
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j <= t; ++j) {
-          const double* ksrc = k + (b * T + j) * kv_stride + hk * D;
-          const RVec kv = s.rope ? rope_ref(ksrc, D, j, s.rope_theta) : RVec(ksrc, ksrc + D);
+          const double* ksrc = k + (b * T + j) * kv_stride + hk * hs;
+          const RVec kv =
+              s.rope ? rope_ref(ksrc, D, j, s.rope_theta, s.rotary_dim) : RVec(ksrc, ksrc + D);
           double dotp = 0.0;
           for (int64_t d = 0; d < D; ++d) dotp += qv[d] * kv[d];
           scores[j] = s.scale * dotp;
@@ -117,7 +124,7 @@ inline AttentionRef attention_ref(const AttentionShape& s, const double* q, cons
         for (int64_t d = 0; d < D; ++d) {
           double o = 0.0;
           for (int64_t j = 0; j <= t; ++j)
-            o += std::exp(scores[j] - mx) / z * v[(b * T + j) * kv_stride + hk * D + d];
+            o += std::exp(scores[j] - mx) / z * v[(b * T + j) * kv_stride + hk * hs + d];
           r.out[(b * T + t) * H * D + h * D + d] = o;
         }
         r.lse[(b * H + h) * T + t] = mx + std::log(z);

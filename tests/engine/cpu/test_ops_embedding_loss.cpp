@@ -43,6 +43,24 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("embedding backward with padding_idx: that row gets nothing, the others as without") {
+  // nn.Embedding(padding_idx=1) (OPT's pad_token_id): ids equal to 1 add no gradient.
+  const int64_t rows = 4, dim = 2;
+  const std::vector<int64_t> ids = {1, 0, 1, 3};
+  std::mt19937_64 rng(63);
+  const FVec dout = random_values(rng, 4 * dim);
+  FVec plain(rows * dim, 0.0f), padded(rows * dim, 0.0f);
+  embedding_backward(ids.data(), dout.data(), plain.data(), 4, rows, dim);
+  embedding_backward(ids.data(), dout.data(), padded.data(), 4, rows, dim, 1);
+  for (int64_t c = 0; c < dim; ++c) {
+    CHECK(plain[1 * dim + c] == dout[0 * dim + c] + dout[2 * dim + c]);
+    CHECK(padded[1 * dim + c] == 0.0f);
+    for (const int64_t row : {0, 2, 3}) CHECK(padded[row * dim + c] == plain[row * dim + c]);
+  }
+  CHECK_THROWS_WITH(embedding_backward(ids.data(), dout.data(), padded.data(), 4, rows, dim, 4),
+                    Catch::Contains("padding_idx 4 is not -1 or a row of 4"));
+}
+
 TEST_CASE("embedding positions mode (ids == nullptr): row i for i < n, backward into rows < n") {
   const int64_t rows = 6, dim = 2, n = 4;
   std::mt19937_64 rng(62);

@@ -141,6 +141,32 @@ TEST_CASE("engine peak allocated equals the simulator's with per-op checkpointin
   CHECK(cases == 2 * 2 * 3 * 2);
 }
 
+TEST_CASE("engine peak allocated equals the simulator's on GPT-NeoX and OPT tiny configs",
+          "[exec][memory][hf]") {
+  // GPT-NeoX: the packed qkv kept by v's view plus the roped q and k copies;
+  // OPT: offset positions, post-LN, project_in/out.
+  const std::string data = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/";
+  const std::pair<const char*, const char*> models[] = {
+      {"gpt_neox-tiny.json", "GPTNeoXLayer"},
+      {"gpt_neox-sequential-tiny.json", "GPTNeoXLayer"},
+      {"opt-tiny.json", "OPTDecoderLayer"},
+      {"opt-postln-tiny.json", "OPTDecoderLayer"}};
+  for (const auto& [file, layer] : models) {
+    const plan::Graph g = plan::load_model(data + file);
+    for (const std::string flavor : {"fsdp1", "fsdp2"})
+      for (const bool ckpt : {false, true}) {
+        nlohmann::json doc = {{"flavor", flavor},
+                              {"batch_size", 2},
+                              {"seq_len", 16},
+                              {"mixed_precision", {{"param_dtype", "bf16"}}},
+                              {"wrap", {{"type", "class"}, {"classes", {layer}}}}};
+        if (ckpt) doc["activation_checkpointing"] = "full";
+        INFO(file << " " << doc.dump());
+        check_peak_equals_sim(g, plan::policy_from_json(doc));
+      }
+  }
+}
+
 TEST_CASE("engine traces carry the plan's FLOPs and bytes on compute events", "[exec][trace]") {
   // So that calibrate fits compute from an engine run as from a profiler
   // trace. gpt2-tiny (n_embd 64), batch 2 x seq 16 = 32 tokens per rank.
