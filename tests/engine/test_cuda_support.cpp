@@ -103,3 +103,24 @@ TEST_CASE("the CUDA engine refuses the Gemma, Gemma 2, Phi-3 and Qwen3 additions
     CHECK(refusal(opt).find("op 'model.decoder.embed_positions' (embedding): attribute "
                             "position_offset") != std::string::npos);
   }
+
+TEST_CASE("per-unit dtypes (policy overrides) are refused for the CUDA engine, reshards are not") {
+  const auto policy = [](const char* overrides) {
+    nlohmann::json doc = {{"mixed_precision", {{"param_dtype", "bf16"}}}};
+    doc["overrides"] = nlohmann::json::parse(overrides);
+    return plan::policy_from_json(doc);
+  };
+  std::string why;
+  try {
+    engine::run::check_cuda_supports(
+        policy(R"([{"units": ["model.layers.1"], "reshard_after_forward": false},
+                   {"units": ["<root>"], "mixed_precision": {"param_dtype": "fp32"}}])"));
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  }
+  CHECK(why.find("overrides[1].mixed_precision: per-unit dtypes") != std::string::npos);
+  CHECK(why.find("--backend cpu") != std::string::npos);
+  CHECK_NOTHROW(engine::run::check_cuda_supports(
+      policy(R"([{"units": ["model.layers.1"], "reshard_after_forward": false},
+                 {"units": ".*", "mixed_precision": {"param_dtype": "bf16"}}])")));
+}

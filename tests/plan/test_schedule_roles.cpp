@@ -171,7 +171,7 @@ TEST_CASE("check_schedule refuses roles that disagree with the rest", "[schedule
     REQUIRE(b >= 0);
     p.s.buffers[static_cast<size_t>(b)].dtype = plan::DType::f16;
     CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.s),
-                             "(unsharded) is f16 where other param-dtype buffers are bf16"));
+                             "(unsharded) is f16 where other param-dtype buffers of unit"));
   }
   SECTION("a persistent shard that is not fp32") {
     Planned p = make("gpt2-tiny", kBf16, 2);

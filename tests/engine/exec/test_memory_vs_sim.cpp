@@ -234,3 +234,33 @@ TEST_CASE("engine peak allocated equals the simulator's on qwen3, gemma, gemma2 
   }
   CHECK(cases == 4 * 8);
 }
+
+TEST_CASE("engine peak allocated equals the simulator's with per-unit overrides on llama-tiny",
+          "[exec][memory][overrides]") {
+  const plan::Graph g = plan::load_model("llama-tiny");
+  const nlohmann::json last_kept = {
+      {{"units", {"model.layers.1"}}, {"reshard_after_forward", false}}};
+  const nlohmann::json fp32_root = {
+      {{"units", {"<root>"}}, {"mixed_precision", {{"param_dtype", "fp32"}}}}};
+  const nlohmann::json bf16_block = {
+      {{"units", "model\\.layers\\.0"},
+       {"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}};
+  for (const std::string flavor : {"fsdp1", "fsdp2"})
+    for (const int which : {0, 1, 2}) {
+      nlohmann::json doc = {{"flavor", flavor},
+                            {"batch_size", 2},
+                            {"seq_len", 16},
+                            {"wrap", {{"type", "class"}, {"classes", {"LlamaDecoderLayer"}}}}};
+      if (which == 0) doc["overrides"] = last_kept;
+      if (which == 1) {
+        doc["mixed_precision"] = {{"param_dtype", "bf16"}};
+        doc["overrides"] = fp32_root;
+      }
+      if (which == 2) {
+        doc["activation_checkpointing"] = "full";
+        doc["overrides"] = bf16_block;
+      }
+      INFO(doc.dump());
+      check_peak_equals_sim(g, plan::policy_from_json(doc));
+    }
+}

@@ -378,3 +378,43 @@ TEST_CASE("per-op checkpointing: N ranks equal one, and bit-identical to no chec
       check_equivalent(Case{path, fsdp1, 3});
     }
   }
+
+TEST_CASE("training on N ranks equals single-rank training: llama-tiny with per-unit overrides",
+          "[exec][overrides]") {
+  const std::vector<std::string> per_layer = {"wrap.type=class",
+                                              "wrap.classes=[\"LlamaDecoderLayer\"]"};
+  // torchtitan's last block kept unsharded after forward.
+  std::vector<std::string> last = per_layer;
+  last.push_back("overrides=[{\"units\": [\"model.layers.1\"], \"reshard_after_forward\": false}]");
+  check_equivalent(Case{"llama-tiny", last, 2});
+  // fsdp2 on 4 ranks: block 0 keeps a 1/2 slice, the root reshards after forward.
+  std::vector<std::string> mixed = per_layer;
+  mixed.push_back(
+      "overrides=[{\"units\": \"model\\\\.layers\\\\.0\", \"reshard_after_forward\": 2}, "
+      "{\"units\": [\"<root>\"], \"reshard_after_forward\": true}]");
+  check_equivalent(Case{"llama-tiny", mixed, 4});
+}
+
+TEST_CASE("a bf16 override on every unit trains exactly like a bf16 policy", "[exec][overrides]") {
+  // Per-unit compute dtype: ops and activations take their unit's
+  // param_dtype, so "fp32 with every unit overridden to bf16" is the same
+  // step as "bf16", bit for bit.
+  const plan::Graph g = plan::load_model("llama-tiny");
+  const std::vector<std::string> base = {"batch_size=2", "seq_len=16", "wrap.type=class",
+                                         "wrap.classes=[\"LlamaDecoderLayer\"]"};
+  std::vector<std::string> a = base, b = base, c = base;
+  a.push_back("mixed_precision={\"param_dtype\": \"bf16\"}");
+  b.push_back("overrides=[{\"units\": \".*\", \"mixed_precision\": {\"param_dtype\": \"bf16\"}}]");
+  c.push_back(
+      "overrides=[{\"units\": \"model.*\", \"mixed_precision\": {\"param_dtype\": \"bf16\"}}]");
+  const auto ra = engine::exec::train_threads(config_for(g, make_policy(a), 2), {});
+  const auto rb = engine::exec::train_threads(config_for(g, make_policy(b), 2), {});
+  const auto rc = engine::exec::train_threads(config_for(g, make_policy(c), 2), {});
+  REQUIRE(ra[0].losses.size() == 3);
+  CHECK(ra[0].losses == rb[0].losses);
+  CHECK(ra[0].peak_allocated_bytes == rb[0].peak_allocated_bytes);
+  // Blocks in bf16 under an fp32 root: other losses (the root's ops in fp32)
+  // and more memory than all-bf16.
+  CHECK(rc[0].losses != ra[0].losses);
+  CHECK(rc[0].peak_allocated_bytes > ra[0].peak_allocated_bytes);
+}
