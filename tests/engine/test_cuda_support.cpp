@@ -85,24 +85,25 @@ TEST_CASE("the CUDA engine refuses the Gemma, Gemma 2, Phi-3 and Qwen3 additions
   for (plan::Op& op : phi3.ops)
     if (op.type == plan::OpType::attention) op.attrs.n_kv_head = op.attrs.n_head;
   CHECK(refusal(phi3).find("(swiglu): attribute packed") != std::string::npos);
+}
 
-  TEST_CASE(
-      "GPT-NeoX partial rotary and qkv layout, OPT's padding_idx and position offset are "
-      "refused") {
-    const std::string data = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/";
-    const std::string neox = refusal(plan::load_model(data + "gpt_neox-tiny.json"));
-    CHECK(neox.find("op 'gpt_neox.layers.0.attention.attention' (attention): attribute rotary_dim "
-                    "(partial rotary) is not implemented by the CUDA engine") != std::string::npos);
-    plan::Graph full = plan::load_model(data + "gpt_neox-tiny.json");
-    first_op(full, plan::OpType::attention).attrs.rotary_dim.reset();
-    CHECK(refusal(full).find("attribute qkv_per_head (GPT-NeoX qkv layout)") != std::string::npos);
-    plan::Graph opt = plan::load_model(data + "opt-tiny.json");
-    CHECK(refusal(opt).find("op 'model.decoder.embed_tokens' (embedding): attribute padding_idx") !=
-          std::string::npos);
-    first_op(opt, plan::OpType::embedding).attrs.padding_idx.reset();
-    CHECK(refusal(opt).find("op 'model.decoder.embed_positions' (embedding): attribute "
-                            "position_offset") != std::string::npos);
-  }
+TEST_CASE(
+    "GPT-NeoX partial rotary and qkv layout, OPT's padding_idx and position offset are "
+    "refused") {
+  const std::string data = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/";
+  const std::string neox = refusal(plan::load_model(data + "gpt_neox-tiny.json"));
+  CHECK(neox.find("op 'gpt_neox.layers.0.attention.attention' (attention): attribute rotary_dim "
+                  "(partial rotary) is not implemented by the CUDA engine") != std::string::npos);
+  plan::Graph full = plan::load_model(data + "gpt_neox-tiny.json");
+  first_op(full, plan::OpType::attention).attrs.rotary_dim.reset();
+  CHECK(refusal(full).find("attribute qkv_per_head (GPT-NeoX qkv layout)") != std::string::npos);
+  plan::Graph opt = plan::load_model(data + "opt-tiny.json");
+  CHECK(refusal(opt).find("op 'model.decoder.embed_tokens' (embedding): attribute padding_idx") !=
+        std::string::npos);
+  first_op(opt, plan::OpType::embedding).attrs.padding_idx.reset();
+  CHECK(refusal(opt).find("op 'model.decoder.embed_positions' (embedding): attribute "
+                          "position_offset") != std::string::npos);
+}
 
 TEST_CASE("per-unit dtypes (policy overrides) are refused for the CUDA engine, reshards are not") {
   const auto policy = [](const char* overrides) {
