@@ -55,10 +55,10 @@ json read_json(const std::string& path) {
 // Known gaps: the reference's name -> the largest |relative error| accepted
 // until the gap is closed (docs/accuracy.md, "Open gaps").
 const std::map<std::string, double>& known_gaps() {
-  // 2026-11-26: Phi-3 with a window below T (repeat_kv copies under an
+  // 2026-11-26: Phi-3 with a window below T, -2.5% (repeat_kv copies under an
   // explicit mask, full-width gradients of the packed qkv slices).
   static const std::map<std::string, double> gaps = {
-      {"phi3-h128-l2-gqa2-sw64-fsdp2-bf16-w8-b2-t128-rafT-ac0", 0.06}};
+      {"phi3-h128-l2-gqa2-sw64-fsdp2-bf16-w8-b2-t128-rafT-ac0", 0.03}};
 
   return gaps;
 }
