@@ -151,8 +151,10 @@ TEST_CASE("per-op checkpointing: N ranks equal one, and bit-identical to no chec
   check_equivalent(Case{"llama-tiny", with(with(llama, titan), "flavor=fsdp1"), 4});
   check_equivalent(Case{qwen2, with(qwen, titan), 2});
 
-  for (const auto& [model, wrap] :
-       {std::pair{std::string("llama-tiny"), llama}, std::pair{qwen2, qwen}}) {
+  for (const auto& entry : {std::pair{std::string("llama-tiny"), llama}, std::pair{qwen2, qwen}}) {
+    // Named copies, not structured bindings: C++17 lambdas cannot capture those.
+    const std::string& model = entry.first;
+    const std::vector<std::string>& wrap = entry.second;
     const plan::Graph g = plan::load_model(model);
     engine::exec::TrainHooks hooks;
     hooks.gather_final_params = true;
