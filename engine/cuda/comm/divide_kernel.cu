@@ -60,6 +60,13 @@ void launch(void* data, size_t count, int divisor, cudaStream_t stream) {
 
 }  // namespace
 
+void preload_divide_kernels() {
+  cudaFuncAttributes attributes{};
+  SS_CUDA_CHECK(cudaFuncGetAttributes(&attributes, divide_kernel<float>));
+  SS_CUDA_CHECK(cudaFuncGetAttributes(&attributes, divide_kernel<__nv_bfloat16>));
+  SS_CUDA_CHECK(cudaFuncGetAttributes(&attributes, divide_kernel<__half>));
+}
+
 void divide_in_place(void* data, size_t count, DivideElement element, int divisor,
                      cudaStream_t stream) {
   if (divisor < 1) {

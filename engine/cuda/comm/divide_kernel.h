@@ -17,4 +17,12 @@ enum class DivideElement : unsigned char { f32, bf16, f16 };
 void divide_in_place(void* data, size_t count, DivideElement element, int divisor,
                      cudaStream_t stream);
 
+// Loads the divide kernels of every element type into the current context
+// now (cudaFuncGetAttributes). Under CUDA's lazy loading (the default since
+// CUDA 12.2) a kernel is loaded at its first launch, and loading may
+// synchronise the context: a first launch while another stream is held by an
+// emulated collective's wait would wait for that wait to be released (the
+// CUDA C++ Programming Guide, "Lazy Loading", "Potential Hazards").
+void preload_divide_kernels();
+
 }  // namespace shardscope::engine::cuda

@@ -194,6 +194,9 @@ EmulatedCommunicator::Impl::Impl(int rank_of_world, CollectiveDuration model)
     get_error_name = nullptr;  // messages then give the CUresult number
   }
   flags.emplace(kMaxStreams * kFlagStride);
+  // The data effects' kernels, loaded before any wait exists (lazy loading
+  // would load them at their first launch, possibly behind a pending wait).
+  preload_divide_kernels();
 
   // One wait that is already satisfied (flag 0 >= 0) on a private stream:
   // CUDA_ERROR_NOT_SUPPORTED here means no stream memory operations.

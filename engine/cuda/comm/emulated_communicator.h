@@ -54,16 +54,19 @@
 //    streams beyond CUDA_DEVICE_MAX_CONNECTIONS (default 8) share queues, and
 //    work of another stream queued behind a waiting one is held too (false
 //    dependency). Keep the executor's streams within that number.
-//  - Measured on an H200 (driver 580.159.04, 2026-11-26): a 1 ms kernel
-//    issued on a third stream of the same (default) priority after two
-//    collectives of 20 ms ended at 21.2 ms, i.e. it was held until the waits
-//    were released, with CUDA_DEVICE_MAX_CONNECTIONS 8 or 32
-//    (tests/engine/cuda/test_cuda_comm_emulated.cpp fails there). The
-//    executor gives its communication streams the greatest priority and its
-//    compute stream the least; its emulated runs on that GPU measured
-//    compute overlapping 82% of the collectives' time, so it is not held
-//    there. Why equal priorities are held is not established yet (the test
-//    file's "[.diag]" case prints the variants; it has not run on a GPU).
+//  - Lazy module loading (CUDA's default since 12.2) loads a kernel at its
+//    first launch, and the load may synchronise the context: a kernel
+//    launched for the first time while a stream is held by a wait starts
+//    only once the wait is released (CUDA C++ Programming Guide, "Lazy
+//    Loading", "Potential Hazards"). Measured on an H200 (driver 580.159.04,
+//    2026-11-26, tests/engine/cuda/test_cuda_comm_emulated.cpp [.diag]): a
+//    1 ms kernel on a third stream, issued after two 20 ms collectives, ended
+//    at 21.5 ms at its first launch and at 1.1 ms once loaded; with
+//    CUDA_MODULE_LOADING=EAGER, at 1.3 ms at its first launch. Stream
+//    creation order and priorities made no difference. The constructor
+//    loads the data effects' own kernels (preload_divide_kernels); a
+//    caller's kernels are its own business: the engine's first step (its
+//    warm-up) loads them, and may be stretched by this.
 //  - At most 64 distinct streams per communicator (CommError beyond).
 //  - CUDA graph capture is refused (CommError): tickets are fixed at enqueue,
 //    a replayed graph would wait on tickets already released.

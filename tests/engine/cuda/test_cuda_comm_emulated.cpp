@@ -5,6 +5,8 @@
 // data effects are the documented ones, and destruction or abort() releases
 // pending waits at once.
 #include <catch2/catch.hpp>
+// Driver API types only (the loading-mode query goes through the runtime).
+#include <cuda.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -83,6 +85,10 @@ TEST_CASE("emulated: an all_gather holds its stream for the modelled 20 ms, own 
 
 TEST_CASE(
     "emulated: collectives of two groups on two streams overlap, compute on a third is not held") {
+  // The spin kernel is loaded before the waits: loaded lazily at its launch,
+  // behind two pending waits, it started only after both were released
+  // (21.2 ms on an H200; the [.diag] case below shows it).
+  preload_test_kernels();
   EmulatedCommunicator comm(kRank, 4, kGroups, fixed(20 * kMs));
   constexpr size_t kCount = 1024;
   Stream a, b, c;
@@ -283,15 +289,18 @@ TEST_CASE("emulated: capture into a CUDA graph is refused") {
   CHECK(comm.issued().empty());
 }
 
-// Diagnosis, run by hand (hidden tag): where a kernel on a third stream ends
-// when two emulated collectives hold their streams, under variations of
-// stream creation order, priorities and issue order. Prints, asserts nothing.
+// Diagnosis, run by hand (hidden tag, in a process of its own so that the
+// first variant launches the spin kernel before it is loaded): where a
+// kernel on a third stream ends when two emulated collectives hold their
+// streams, under variations of stream creation order, priorities and issue
+// order. Prints, asserts nothing.
 TEST_CASE("emulated: diagnosis of a third stream's kernel during waits", "[.diag]") {
   struct Variant {
     const char* name;
     bool with_comm, c_first, priorities, one_collective, spin_first;
   };
   const Variant variants[] = {
+      {"spin not loaded", true, false, false, false, false},  // first: lazy loading
       {"spin alone", false, false, false, false, false},
       {"as the test", true, false, false, false, false},
       {"c created first", true, true, false, false, false},
@@ -299,6 +308,16 @@ TEST_CASE("emulated: diagnosis of a third stream's kernel during waits", "[.diag
       {"one collective", true, false, false, true, false},
       {"spin issued first", true, false, false, false, true},
   };
+  using GetLoadingModeFn = CUresult(CUDAAPI*)(CUmoduleLoadingMode*);
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  SS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &function, 12000,
+                                                 cudaEnableDefault, &found));
+  CUmoduleLoadingMode mode = CU_MODULE_EAGER_LOADING;
+  if (found == cudaDriverEntryPointSuccess && function != nullptr) {
+    (void)reinterpret_cast<GetLoadingModeFn>(function)(&mode);
+  }
+  std::printf("diag module loading: %s\n", mode == CU_MODULE_LAZY_LOADING ? "lazy" : "eager");
   int least = 0, greatest = 0;
   SS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   for (const Variant& v : variants) {

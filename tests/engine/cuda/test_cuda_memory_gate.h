@@ -32,4 +32,12 @@ class HostGate {
 // Enqueues a kernel that spins for `ns` nanoseconds of device time (%globaltimer).
 void launch_spin(cudaStream_t stream, int64_t ns);
 
+// Loads the gate and spin kernels into the current context now. Under CUDA's
+// lazy loading (default since 12.2) a kernel's first launch loads it, and
+// loading may synchronise the context: the first launch_spin issued while
+// another stream is held (a gate, an emulated collective's wait) would then
+// start only once that stream is released. Tests that time a kernel against
+// held streams call this before holding them.
+void preload_test_kernels();
+
 }  // namespace shardscope::engine::cuda::test
