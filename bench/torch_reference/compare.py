@@ -13,6 +13,15 @@ peak is simulate's exact-bytes field when the binary has one
 (peak_requested_bytes and similar names), else `peak_allocated_bytes`, which is
 the caching allocator's 512-byte-rounded figure (the table says which).
 
+CUDA references (setup.device "cuda", recorded by harness.py --device cuda, e.g.
+tests/reference/cuda/: pass --refs DIR): the tracker's figures are 512 B-rounded
+there, so the predicted peak is simulate's `peak_allocated_bytes` (the simulated
+caching allocator's, also 512 B-rounded), and a second table sets the measured
+caching allocator peaks (torch.cuda.max_memory_allocated / max_memory_reserved of
+the measured step: peak.cuda_allocated_bytes, peak.cuda_reserved_bytes) against
+simulate's `peak_allocated_bytes` and `peak_reserved_bytes`. simulate runs with
+--hw h200-sxm or h100-sxm when the recorded GPU is one.
+
 Communication: shardscope reports bytes per rank per step with the nccl-tests
 bus factors ((n-1)/n x S for all-gather and reduce-scatter, 2(n-1)/n x S for
 all-reduce, S the unsharded buffer). The reference's collectives are converted
@@ -39,6 +48,12 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 EXACT_PEAK_KEYS = ("peak_requested_bytes", "peak_allocated_requested_bytes",
                    "peak_allocated_exact_bytes", "peak_exact_bytes")
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+# simulate --json fields: the simulated caching allocator's peaks (512 B-rounded blocks,
+# and the segments it holds), top level (traces::metrics_to_json, cli/cmd_simulate.cpp)
+PRED_ALLOCATED_KEY = "peak_allocated_bytes"
+PRED_RESERVED_KEY = "peak_reserved_bytes"
+# recorded GPU name (cuda.device_name) -> simulate --hw preset (sim/hardware.cpp)
+HW_PRESETS = (("H200", "h200-sxm"), ("H100", "h100-sxm"))
 
 
 def find_binary(explicit):
@@ -84,11 +99,27 @@ def run_json(cmd):
         return None, "unreadable JSON output: %s" % e
 
 
+def predicted_reserved(sim):
+    """simulate's reserved peak: the top-level field, else the first rank class's."""
+    if PRED_RESERVED_KEY in sim:
+        return sim[PRED_RESERVED_KEY], PRED_RESERVED_KEY
+    classes = sim.get("rank_classes") or []
+    if classes and PRED_RESERVED_KEY in classes[0]:
+        return classes[0][PRED_RESERVED_KEY], "rank_classes[0]." + PRED_RESERVED_KEY
+    return None, None
+
+
+def rel(pred, ref):
+    return None if pred is None or not ref else (pred - ref) / ref
+
+
 def compare_one(binary, path, tmpdir):
     with open(path) as f:
         ref = json.load(f)
+    device = ref.get("setup", {}).get("device", "cpu")
     row = {"name": ref.get("name", os.path.basename(path)),
            "flavor": ref.get("setup", {}).get("flavor"),
+           "device": device,
            "ref_peak": ref["peak"]["allocated_bytes"],
            "ref_peak_profiler": ref["peak"].get("profiler_allocated_bytes"),
            "ref_step_start": ref.get("step_start_allocated_bytes"),
@@ -103,12 +134,33 @@ def compare_one(binary, path, tmpdir):
     with open(cfg, "w") as f:
         json.dump(ref["config"], f)
     args = list(ref["shardscope_args"])
+    hw_args = []
+    if device == "cuda":
+        cu = ref.get("cuda", {})
+        row.update({"gpu": cu.get("device_name"), "alloc_conf": cu.get("alloc_conf"),
+                    "ref_cuda_allocated": ref["peak"].get("cuda_allocated_bytes"),
+                    "ref_cuda_reserved": ref["peak"].get("cuda_reserved_bytes"),
+                    "ref_cuda_step_start_reserved": cu.get("step_start_reserved_bytes"),
+                    "pred_allocated": None, "pred_reserved": None, "pred_reserved_field": None,
+                    "rel_err_cuda_allocated": None, "rel_err_reserved": None, "hw": None})
+        hw = next((p for k, p in HW_PRESETS if k in (cu.get("device_name") or "")), None)
+        if hw:
+            hw_args = ["--hw", hw]
+            row["hw"] = hw
 
-    sim, err = run_json([binary, "simulate", "--model", cfg] + args + ["--json"])
+    sim, err = run_json([binary, "simulate", "--model", cfg] + args + hw_args + ["--json"])
     if err:
         row["error"] = "simulate rejected it: " + err.replace(cfg, "config.json")
         return row
-    field = next((k for k in EXACT_PEAK_KEYS if k in sim), "peak_allocated_bytes")
+    if device == "cuda":
+        # On CUDA the tracker rounds like the allocator: compare rounded with rounded.
+        field = PRED_ALLOCATED_KEY
+        row["pred_allocated"] = sim.get(PRED_ALLOCATED_KEY)
+        row["pred_reserved"], row["pred_reserved_field"] = predicted_reserved(sim)
+        row["rel_err_cuda_allocated"] = rel(row["pred_allocated"], row["ref_cuda_allocated"])
+        row["rel_err_reserved"] = rel(row["pred_reserved"], row["ref_cuda_reserved"])
+    else:
+        field = next((k for k in EXACT_PEAK_KEYS if k in sim), "peak_allocated_bytes")
     row["pred_peak"] = sim[field]
     row["pred_peak_field"] = field
     row["pred_persistent"] = sim.get("persistent_bytes")
@@ -164,7 +216,9 @@ def markdown(rows):
            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         note = r["error"] or ""
-        if not r["error"] and r["pred_peak_field"] == "peak_allocated_bytes":
+        if not r["error"] and r.get("device") == "cuda":
+            note = "CUDA: tracker and prediction both 512 B-rounded"
+        elif not r["error"] and r["pred_peak_field"] == "peak_allocated_bytes":
             note = "predicted = 512 B-rounded allocator peak"
         units = "-" if r["units_agree"] is None else ("same" if r["units_agree"] else "DIFFER")
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
@@ -178,6 +232,35 @@ def markdown(rows):
                "max %s" % (len(rows), rejected,
                            ("%.1f%%" % (100 * sum(errs) / len(errs))) if errs else "-",
                            ("%.1f%%" % (100 * max(errs))) if errs else "-"))
+    return "\n".join(out)
+
+
+def cuda_markdown(rows):
+    """The CUDA references: measured caching allocator peaks against simulate's."""
+    rows = [r for r in rows if r.get("device") == "cuda"]
+    if not rows:
+        return ""
+    out = ["", "CUDA caching allocator, measured step (torch.cuda max_memory_allocated / "
+           "max_memory_reserved after reset_peak_memory_stats) vs simulate "
+           "(%s / %s):" % (PRED_ALLOCATED_KEY, PRED_RESERVED_KEY), "",
+           "| configuration | GPU | allocated (measured) | allocated (predicted) | rel. error "
+           "| reserved (measured) | reserved (predicted) | rel. error | reserved at step start "
+           "| note |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        note = r["error"] or ""
+        if not note and r.get("alloc_conf") not in (None, "default"):
+            note = "allocator: %s" % r["alloc_conf"]
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["name"], r.get("gpu") or "-", human(r.get("ref_cuda_allocated")),
+            human(r.get("pred_allocated")), pct(r.get("rel_err_cuda_allocated")),
+            human(r.get("ref_cuda_reserved")), human(r.get("pred_reserved")),
+            pct(r.get("rel_err_reserved")), human(r.get("ref_cuda_step_start_reserved")), note))
+    errs = [abs(r["rel_err_reserved"]) for r in rows if r.get("rel_err_reserved") is not None]
+    out.append("")
+    out.append("%d CUDA reference(s); mean |relative error| of the reserved peak %s; max %s" % (
+        len(rows), ("%.1f%%" % (100 * sum(errs) / len(errs))) if errs else "-",
+        ("%.1f%%" % (100 * max(errs))) if errs else "-"))
     return "\n".join(out)
 
 
@@ -236,6 +319,9 @@ def main(argv=None):
         print(json.dumps(rows, indent=1))
     else:
         print(markdown(rows))
+        cuda_table = cuda_markdown(rows)
+        if cuda_table:
+            print(cuda_table)
         if a.breakdown:
             print(breakdown_text(rows))
     return 0

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Runs ONE reference configuration with real PyTorch FSDP on CPU and writes what
-it measures as JSON (format "shardscope.torch_reference", version 1).
+"""Runs ONE reference configuration with real PyTorch FSDP on CPU (or, with
+--device cuda, on one CUDA GPU) and writes what it measures as JSON (format
+"shardscope.torch_reference", version 1).
 
 The run is rank 0 of a fake process group of W ranks (FakeStore +
 init_process_group("fake")): every collective is issued with its real sizes,
@@ -12,10 +13,16 @@ Usage:
   harness.py --name NAME --out FILE.json     a configuration of grid.py
   harness.py --spec SPEC.json --out FILE.json   a configuration given as JSON
                                                (the grid.py spec format)
+  harness.py ... --device cuda               on CUDA device 0 (default: cpu); the
+                                               fake process group is the same
+  harness.py --check-api                     only check that the private PyTorch
+                                               APIs the harness uses exist
 
 Exit status: 0 written; 2 bad configuration (unknown family, bad key...);
-3 PyTorch refused the configuration or failed while running it.
-See README.md for what is measured and how.
+3 PyTorch refused the configuration or failed while running it; 4 --device cuda
+but this torch sees no CUDA device; 5 a private PyTorch API the harness uses is
+missing or changed (the message names it).
+See README.md for what is measured and how ("On a GPU" for --device cuda).
 """
 import argparse
 import gc
@@ -105,6 +112,99 @@ class RefusedError(Exception):
     """PyTorch (or transformers) refused the configuration or failed running it (exit 3)."""
 
 
+class DeviceError(Exception):
+    """--device cuda, and this torch has no usable CUDA device (exit 4)."""
+
+
+class ApiError(Exception):
+    """A private PyTorch API the harness relies on is missing or changed (exit 5)."""
+
+
+DEVICES = ("cpu", "cuda")
+
+# Private (underscore) PyTorch APIs the harness uses: (module, attribute path, what for).
+# Checked before a run (check_private_api) so that a PyTorch that moved one fails
+# with its name instead of an AttributeError deep inside a step.
+PRIVATE_APIS = [
+    ("torch.testing._internal.distributed.fake_pg", "FakeStore",
+     "the fake process group (init_process_group('fake'))"),
+    ("torch.distributed._tools.fsdp2_mem_tracker", "FSDPMemTracker", "memory tracker, FSDP2"),
+    ("torch.distributed._tools.fsdp2_mem_tracker", "FSDPMemTracker.track_inputs",
+     "memory tracker, FSDP2 inputs"),
+    ("torch.distributed._tools.mem_tracker", "MemTracker", "memory tracker, FSDP1"),
+    ("torch.distributed._tools.mem_tracker", "MemTracker.track_external", "memory tracker, FSDP1"),
+    ("torch.distributed._tools.mem_tracker", "MemTracker.get_tracker_snapshot", "peak breakdown"),
+    ("torch.distributed._tools.mem_tracker", "MemTracker._update_peak_stats",
+     "peak location and phase peaks (RefTracker overrides it)"),
+    ("torch.distributed._tools.mem_tracker", "MemTracker._track_module_params_and_buffers",
+     "FSDP1 tracking without gradient hooks (RefTracker overrides it)"),
+    ("torch.distributed._tools.mem_tracker", "MemTracker._update_and_maybe_create_winfos",
+     "FSDP1 flat parameters and flat gradients registered with the tracker"),
+    ("torch.distributed._tools.mem_tracker", "MemTracker.__torch_dispatch__",
+     "c10d ops seen by the tracker (collective cross-check)"),
+    ("torch.distributed._tools.mem_tracker", "_MemRefType.PARAM", "FSDP1 flat parameters"),
+    ("torch.distributed._tools.mem_tracker", "_MemRefType.GRAD", "FSDP1 flat gradients"),
+    ("torch.distributed.fsdp._fully_shard._fsdp_param_group", "FSDPParamGroup.unshard",
+     "which FSDP2 unit issues an all-gather"),
+    ("torch.distributed.fsdp._fully_shard._fsdp_param_group", "FSDPParamGroup.post_backward",
+     "which FSDP2 unit issues a reduce-scatter"),
+    ("torch.distributed.fsdp", "FSDPModule._get_fsdp_state", "FSDP2 units and their shards"),
+    ("torch.distributed.fsdp._runtime_utils", "_unshard", "which FSDP1 unit issues an all-gather"),
+    ("torch.distributed.fsdp._runtime_utils", "_post_backward_hook",
+     "which FSDP1 unit issues a reduce-scatter"),
+    ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper", "checkpoint_wrapper",
+     "activation checkpointing"),
+    ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper", "CheckpointImpl.NO_REENTRANT",
+     "activation checkpointing"),
+    ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper",
+     "apply_activation_checkpointing", "activation checkpointing, FSDP1"),
+    ("torch.utils.checkpoint", "create_selective_checkpoint_contexts",
+     "torchtitan's selective checkpointing (torchtitan_sac.py)"),
+    ("torch._C._profiler", "_EventType.Allocation", "profiler memory events (CPU)"),
+    ("torch._C._profiler", "_EventType.TorchOp", "profiler op events (attention kernels)"),
+]
+# Attributes of instances, checked where the instances exist: (what, attribute).
+TRACKER_ATTRS = ("_peak_mem", "_curr_mem_snap", "_mod_tracker", "_in_opt", "_in_ac")
+
+
+def check_private_api(torch_version=None):
+    """Imports every PRIVATE_APIS entry; raises ApiError naming all that are missing."""
+    import importlib
+    missing = []
+    for mod_name, attr_path, what in PRIVATE_APIS:
+        try:
+            obj = importlib.import_module(mod_name)
+        except Exception as e:  # noqa: BLE001
+            missing.append("%s (module: %s: %s) [%s]" % (mod_name, type(e).__name__, e, what))
+            continue
+        for part in attr_path.split("."):
+            if not hasattr(obj, part):
+                missing.append("%s.%s [%s]" % (mod_name, attr_path, what))
+                break
+            obj = getattr(obj, part)
+    if not missing:
+        import inspect as _inspect
+        from torch.distributed._tools.mem_tracker import MemTracker
+        params = _inspect.signature(MemTracker._track_module_params_and_buffers).parameters
+        if "install_grad_hooks" not in params:
+            missing.append("torch.distributed._tools.mem_tracker.MemTracker."
+                           "_track_module_params_and_buffers(install_grad_hooks=) "
+                           "[FSDP1 tracking without gradient hooks]")
+    if missing:
+        raise ApiError("private PyTorch API(s) missing or changed in torch %s:\n  %s"
+                       % (torch_version or "?", "\n  ".join(missing)))
+    return len(PRIVATE_APIS) + 1
+
+
+def private_attr(obj, attr, what):
+    """getattr for a private attribute of a PyTorch object, failing with its name."""
+    try:
+        return getattr(obj, attr)
+    except AttributeError:
+        raise ApiError("private PyTorch attribute %s.%s is missing in this torch (%s)"
+                       % (type(obj).__name__, attr, what))
+
+
 # ---- configuration checks (no torch needed) ------------------------------------------
 
 def check_spec(spec):
@@ -174,8 +274,62 @@ def shardscope_args(spec, wrap_class):
 
 # ---- the run -------------------------------------------------------------------------
 
-def run(spec):
+# ---- CUDA (--device cuda) -------------------------------------------------------------
+
+CUDA_COUNTERS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
+                 "num_sync_all_streams")
+
+
+def cuda_device(torch):
+    """The CUDA device the run uses (device 0 of those visible), made current."""
+    if not torch.cuda.is_available():
+        raise DeviceError("--device cuda: torch %s (CUDA %s) sees no CUDA device"
+                          % (torch.__version__, torch.version.cuda))
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    return dev
+
+
+def cuda_memory(torch, dev, reset_peak=False):
+    """The caching allocator's figures now (after a synchronize); with reset_peak, the
+    peaks are reset first, so later max_memory_* cover only what follows."""
+    torch.cuda.synchronize(dev)
+    if reset_peak:
+        torch.cuda.reset_peak_memory_stats(dev)
+    stats = torch.cuda.memory_stats(dev)
+    return {"allocated": int(torch.cuda.memory_allocated(dev)),
+            "reserved": int(torch.cuda.memory_reserved(dev)),
+            "max_allocated": int(torch.cuda.max_memory_allocated(dev)),
+            "max_reserved": int(torch.cuda.max_memory_reserved(dev)),
+            "peak_requested": stats.get("requested_bytes.all.peak"),
+            "peak_active": stats.get("active_bytes.all.peak"),
+            "counters": {k: stats.get(k) for k in CUDA_COUNTERS}}
+
+
+def cuda_info(torch, dev):
+    """What the CUDA figures depend on: the device, CUDA, the allocator's settings."""
+    props = torch.cuda.get_device_properties(dev)
+    conf = ["%s=%s" % (k, os.environ[k]) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+            if os.environ.get(k)]
+    try:
+        backend = torch.cuda.get_allocator_backend()
+    except Exception as e:  # noqa: BLE001
+        backend = "unknown (%s)" % type(e).__name__
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {"device_name": torch.cuda.get_device_name(dev),
+            "capability": list(torch.cuda.get_device_capability(dev)),
+            "total_memory_bytes": int(props.total_memory),
+            "torch_cuda": torch.version.cuda,
+            "cudnn": cudnn,
+            "allocator_backend": backend,
+            "alloc_conf": "; ".join(conf) if conf else "default"}
+
+
+def run(spec, device="cpu"):
     check_spec(spec)
+    if device not in DEVICES:
+        raise SpecError("unknown device '%s' (known: %s)" % (device, ", ".join(DEVICES)))
+    cuda = device == "cuda"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", category=FutureWarning)
     # MemTracker reads .grad of FSDP1's non-leaf parameter views: harmless, noisy
@@ -185,6 +339,8 @@ def run(spec):
     import transformers
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    check_private_api(torch.__version__)
+    dev = cuda_device(torch) if cuda else torch.device("cpu")
     family = spec["family"]
     cfg_cls_name, lm_cls_name, block_cls_name, zero_dropout = FAMILIES[family]
     flavor = spec["flavor"]
@@ -222,8 +378,12 @@ def run(spec):
     def unit_of(obj):
         return unit_names.get(id(obj))
 
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    # On CUDA the profiler only records ops (the attention kernels, the step and phase
+    # windows): its memory events would be the caching allocator's, which torch.cuda's
+    # counters below give directly.
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=not cuda)
     tracker = None
+    cuda_at = {}
     with prof:
         # Profiler memory accounting starts here, before the model exists, so its
         # running total is absolute for everything this run allocates.
@@ -235,14 +395,19 @@ def run(spec):
         model.train()
         params_total = sum(p.numel() for p in model.parameters())
         block_cls = type(next(m for m in model.modules() if type(m).__name__ == block_cls_name))
+        if cuda:
+            # Built on CPU as on the CPU runs (same seed, same values), then moved whole;
+            # tied weights stay tied (Module.to keeps the Parameter objects).
+            model.to(dev)
 
         try:
             if flavor == "fsdp2":
-                units = shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder)
+                units = shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder,
+                                    dev)
             else:
                 model, units = shard_fsdp1(torch, model, block_cls, spec, pdt, rdt, unit_names,
-                                           recorder)
-        except (SpecError, RefusedError):
+                                           recorder, dev)
+        except (SpecError, RefusedError, ApiError):
             raise
         except Exception as e:  # noqa: BLE001
             raise RefusedError("configuration '%s': PyTorch refused to shard it (%s): %s: %s"
@@ -258,15 +423,26 @@ def run(spec):
         # native GQA (K/V get repeated); with it, SDPA runs with is_causal=True and no
         # mask (except where a sliding window shorter than T needs one).
         mask = torch.ones(B, T, dtype=torch.int64)
+        if cuda:
+            x, mask = x.to(dev), mask.to(dev)
+            # Release what building the whole model on the GPU and sharding it left in
+            # the cache: steps 1 and 2 then fill the cache as training does, and the
+            # measured step 3 sees the steady state.
+            gc.collect()
+            torch.cuda.synchronize(dev)
+            torch.cuda.empty_cache()
+            cuda_at["after_setup"] = cuda_memory(torch, dev)
 
         step_start_snapshot = None
         for step in range(steps):
             measured = step == steps - 1
             if measured:
                 gc.collect()
-                tracker = make_tracker(torch, flavor, model, optimizer, (x, mask), recorder)
+                tracker = make_tracker(torch, flavor, model, optimizer, (x, mask), recorder, dev)
                 tracker.__enter__()
                 step_start_snapshot = tracker.snapshot_total()
+                if cuda:
+                    cuda_at["step_start"] = cuda_memory(torch, dev, reset_peak=True)
                 recorder.active = True
             try:
                 with record_function("ref::step%d" % step):
@@ -283,6 +459,8 @@ def run(spec):
                     with record_function("ref::zero_grad"):
                         optimizer.zero_grad(set_to_none=True)
                     del loss
+            except ApiError:
+                raise
             except Exception as e:  # noqa: BLE001
                 raise RefusedError("configuration '%s': step %d failed in %s: %s: %s\n%s"
                                    % (name, step, recorder.phase, type(e).__name__, e,
@@ -292,13 +470,18 @@ def run(spec):
                     recorder.active = False
                     step_end_snapshot = tracker.snapshot_total()
                     tracker.__exit__(None, None, None)
+                    if cuda:
+                        try:
+                            cuda_at["step_end"] = cuda_memory(torch, dev)
+                        except Exception as e:  # noqa: BLE001 - the step's own error wins
+                            cuda_at["step_end_error"] = "%s: %s" % (type(e).__name__, e)
             recorder.phase = None
 
     recorder.uninstall()
-    prof_mem = profiler_memory(prof, steps - 1)
+    prof_mem = profiler_memory(prof, steps - 1, memory=not cuda)
     dist.destroy_process_group()
 
-    peak_snap = tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {})
+    peak_snap = tracker.get_tracker_snapshot("peak").get(dev, {})
     breakdown = {}
     for k, v in peak_snap.items():
         breakdown[getattr(k, "value", k)] = int(v)
@@ -360,21 +543,77 @@ def run(spec):
         "attention_kernels": prof_mem["attention_ops"],
         "peak": {
             "allocated_bytes": total,
-            "profiler_allocated_bytes": prof_mem["peak"],
+            "profiler_allocated_bytes": prof_mem.get("peak"),
             "breakdown": breakdown,
             "at": tracker.peak_at,
-            "profiler_at": prof_mem["peak_at"],
+            "profiler_at": prof_mem.get("peak_at"),
         },
         "step_start_allocated_bytes": step_start_snapshot,
-        "profiler_step_start_allocated_bytes": prof_mem["start"],
+        "profiler_step_start_allocated_bytes": prof_mem.get("start"),
         "step_end_allocated_bytes": step_end_snapshot,
         "phase_peaks": tracker.phase_peaks,
-        "profiler_phase_peaks": prof_mem["phase_peaks"],
+        "profiler_phase_peaks": prof_mem.get("phase_peaks"),
     }
+    if cuda:
+        cuda_record(torch, record, dev, tracker, cuda_at, name)
     # Not recorded: the losses (meaningless: the fake all-gathers leave their outputs
     # uninitialized, so they change from run to run) and the run time; without them
     # regenerating a file gives the same bytes.
     return record
+
+
+def cuda_record(torch, record, dev, tracker, cuda_at, name):
+    """Turns the record of a --device cuda run into its CUDA form: what the CPU
+    profiler measured of memory is left out (CPU allocations only), the caching
+    allocator's figures of the measured step are added."""
+    if "step_end" not in cuda_at:
+        raise RefusedError("configuration '%s': reading torch.cuda's memory figures after the "
+                           "step failed: %s" % (name, cuda_at.get("step_end_error")))
+    setup = record["setup"]
+    setup["device"] = "cuda"
+    if setup["activation_checkpointing"] == "torchtitan":
+        setup["activation_checkpointing_impl"] = (
+            "torchtitan v0.2.2 op-level SAC (bench/torch_reference/torchtitan_sac.py: "
+            "_op_sac_save_list + _custom_policy, context_fn per call, early_stop=False); on "
+            "CUDA the list's GPU SDPA kernels apply (the CPU kernel it adds is never dispatched)")
+    for k in ("profiler_step_start_allocated_bytes", "profiler_phase_peaks"):
+        del record[k]
+    start, end, setup_mem = cuda_at["step_start"], cuda_at["step_end"], cuda_at["after_setup"]
+    peak = record["peak"]
+    del peak["profiler_allocated_bytes"]
+    del peak["profiler_at"]
+    peak["cuda_allocated_bytes"] = end["max_allocated"]
+    peak["cuda_reserved_bytes"] = end["max_reserved"]
+    block = cuda_info(torch, dev)
+    block.update({
+        "placement": "model built on CPU (seed 0, as the CPU runs), moved with "
+                     "model.to('cuda:0') before sharding; inputs moved after",
+        "empty_cache": "torch.cuda.empty_cache() once after sharding and the optimizer's "
+                       "creation, before step 1",
+        "peak_window": "torch.cuda.reset_peak_memory_stats() after gc.collect() and "
+                       "torch.cuda.synchronize() right before the measured step; read after "
+                       "it (synchronized)",
+        "peak_allocated_bytes": end["max_allocated"],
+        "peak_reserved_bytes": end["max_reserved"],
+        "peak_requested_bytes": end["peak_requested"],
+        "peak_active_bytes": end["peak_active"],
+        "after_setup_allocated_bytes": setup_mem["allocated"],
+        "after_setup_reserved_bytes": setup_mem["reserved"],
+        "step_start_allocated_bytes": start["allocated"],
+        "step_start_reserved_bytes": start["reserved"],
+        "step_end_allocated_bytes": end["allocated"],
+        "step_end_reserved_bytes": end["reserved"],
+        "num_alloc_retries": end["counters"]["num_alloc_retries"],
+        "num_ooms": end["counters"]["num_ooms"],
+        "counters_at_step_start": start["counters"],
+        "counters_at_step_end": end["counters"],
+        "tracker_rounding": "FSDPMemTracker/MemTracker count each CUDA storage rounded up to "
+                            "512 B (peak.allocated_bytes, breakdown, phase_peaks)",
+        "tracker_peak_by_device": {str(d): int(v) for d, v in sorted(
+            private_attr(tracker, "_peak_mem", "the tracker's peaks per device").items(),
+            key=lambda kv: str(kv[0]))},
+    })
+    record["cuda"] = block
 
 
 # ---- sharding ----------------------------------------------------------------------
@@ -396,12 +635,12 @@ def _checkpoint_wrap(layers, ac):
             setattr(parent, cname, wrap(getattr(parent, cname)))
 
 
-def shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
+def shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder, dev):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
-    mesh = init_device_mesh("cpu", (spec["world"],))
+    mesh = init_device_mesh(dev.type, (spec["world"],))
     mp = MixedPrecisionPolicy(param_dtype=None if pdt == torch.float32 else pdt, reduce_dtype=rdt)
     layers = _decoder_layers(model, block_cls)
     if spec["ac"] != "none":
@@ -416,12 +655,16 @@ def shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
 
     units = []
     for path, mod in unit_mods:
-        group = mod._get_fsdp_state()._fsdp_param_group
+        state = private_attr(mod, "_get_fsdp_state", "FSDP2 units")()
+        group = private_attr(state, "_fsdp_param_group", "FSDP2 units")
         unit_names[id(group)] = path or "<root>"
-        fps = group.fsdp_params if group else []
+        fps = private_attr(group, "fsdp_params", "FSDP2 unit parameters") if group else []
         units.append({"name": path or "<root>",
-                      "params": sum(fp._orig_size.numel() for fp in fps),
-                      "local_numel": sum(fp._sharded_param_data.numel() for fp in fps)})
+                      "params": sum(private_attr(fp, "_orig_size", "FSDP2 unsharded sizes").numel()
+                                    for fp in fps),
+                      "local_numel": sum(private_attr(fp, "_sharded_param_data",
+                                                      "FSDP2 padded shards").numel()
+                                         for fp in fps)})
 
     # Which unit issues a collective: unshard() (all-gathers, prefetch included) and
     # post_backward() (reduce-scatter) run with the group as self.
@@ -430,7 +673,7 @@ def shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
     return units
 
 
-def shard_fsdp1(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
+def shard_fsdp1(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder, dev):
     import torch.distributed.fsdp._runtime_utils as rt
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
@@ -446,7 +689,7 @@ def shard_fsdp1(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
         mp = MixedPrecision(param_dtype=pdt, reduce_dtype=rdt)
     strategy = ShardingStrategy.FULL_SHARD if spec["reshard"] else ShardingStrategy.SHARD_GRAD_OP
     wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({block_cls}), sharding_strategy=strategy,
-                   mixed_precision=mp, use_orig_params=True, device_id=torch.device("cpu"))
+                   mixed_precision=mp, use_orig_params=True, device_id=dev)
     if spec["ac"] != "none":
         # FSDP1's documented order: wrap first, then checkpoint the blocks inside the units.
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
@@ -460,14 +703,16 @@ def shard_fsdp1(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder):
     units = []
     for path, mod in wrapped.named_modules():
         if isinstance(mod, FSDP):
-            handle = mod._handle
+            handle = private_attr(mod, "_handle", "FSDP1 units")
             clean = path.replace("_fsdp_wrapped_module.", "").replace("._fsdp_wrapped_module", "")
             clean = clean.replace("_checkpoint_wrapped_module.", "")
             uname = clean or "<root>"
             if handle is not None:
                 unit_names[id(handle)] = uname
-                fp = handle.flat_param
-                units.append({"name": uname, "params": int(fp._unpadded_unsharded_size.numel()),
+                fp = private_attr(handle, "flat_param", "FSDP1 flat parameters")
+                units.append({"name": uname,
+                              "params": int(private_attr(fp, "_unpadded_unsharded_size",
+                                                         "FSDP1 unpadded sizes").numel()),
                               "local_numel": int(fp.numel())})
     # forward order: the root (outermost) unit runs first in FSDP1's listing already;
     # keep named_modules() order (root, then blocks in order).
@@ -639,12 +884,13 @@ def _module_path(fqn):
     return ".".join(parts) or "<root>"
 
 
-def make_tracker(torch, flavor, model, optimizer, x, recorder):
+def make_tracker(torch, flavor, model, optimizer, x, recorder, dev):
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
 
     base = FSDPMemTracker if flavor == "fsdp2" else MemTracker
-    cpu = torch.device("cpu")
+    # The tracker keys its figures by storage device: cpu, or cuda:0 (never plain "cuda").
+    key = dev
 
     class RefTracker(base):
         """The PyTorch tracker, plus: where the peak happens, the peak per phase, and the
@@ -665,10 +911,10 @@ def make_tracker(torch, flavor, model, optimizer, x, recorder):
                 module, install_grad_hooks=install_grad_hooks and flavor == "fsdp2")
 
         def snapshot_total(self):
-            return int(self.get_tracker_snapshot("current").get(cpu, {}).get("Total", 0))
+            return int(self.get_tracker_snapshot("current").get(key, {}).get("Total", 0))
 
         def peak_total(self):
-            return int(self._peak_mem.get(cpu, 0))
+            return int(self._peak_mem.get(key, 0))
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             self._func = func
@@ -677,13 +923,13 @@ def make_tracker(torch, flavor, model, optimizer, x, recorder):
             return super().__torch_dispatch__(func, types, args, kwargs)
 
         def _update_peak_stats(self, peak_state):
-            before = self._peak_mem.get(cpu, 0)
+            before = self._peak_mem.get(key, 0)
             super()._update_peak_stats(peak_state)
-            cur = self._curr_mem_snap.get(cpu, {}).get("Total", 0)
+            cur = self._curr_mem_snap.get(key, {}).get("Total", 0)
             ph = recorder.phase
             if ph is not None and cur > self.phase_peaks.get(ph, 0):
                 self.phase_peaks[ph] = int(cur)
-            if self._peak_mem.get(cpu, 0) > before:
+            if self._peak_mem.get(key, 0) > before:
                 mods = [m for m in self._mod_tracker.parents if m != "Global"]
                 inner = max(mods, key=lambda m: m.count("."), default=None)
                 if self._in_opt or recorder.phase == "optimizer":
@@ -697,11 +943,17 @@ def make_tracker(torch, flavor, model, optimizer, x, recorder):
 
     if flavor == "fsdp2":
         t = RefTracker(model, optimizer)
+        for a in TRACKER_ATTRS:
+            private_attr(t, a, "RefTracker reads it")
+        private_attr(t._mod_tracker, "parents", "the innermost module at the peak")
         t.track_inputs(x)
     else:
         from torch.distributed._tools.mem_tracker import _MemRefType
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         t = RefTracker()
+        for a in TRACKER_ATTRS:
+            private_attr(t, a, "RefTracker reads it")
+        private_attr(t._mod_tracker, "parents", "the innermost module at the peak")
         t.track_external(model, optimizer, x)
         # FSDP1's flat parameters are not module parameters with use_orig_params=True,
         # and the sharded flat gradient survives zero_grad(set_to_none=True) (the views
@@ -718,9 +970,11 @@ def make_tracker(torch, flavor, model, optimizer, x, recorder):
 
 # ---- memory: profiler ---------------------------------------------------------------
 
-def profiler_memory(prof, measured_index):
+def profiler_memory(prof, measured_index, memory=True):
     """Allocator events of torch.profiler (profile_memory=True): the running total of
-    CPU bytes allocated since the profiler started (before the model existed)."""
+    CPU bytes allocated since the profiler started (before the model existed).
+    memory=False (CUDA runs, profile_memory=False): only the attention ops of the
+    measured step."""
     from torch._C._profiler import _EventType
 
     tree = prof.profiler.kineto_results.experimental_event_tree()
@@ -742,6 +996,8 @@ def profiler_memory(prof, measured_index):
         stack.extend(e.children)
     allocs.sort(key=lambda a: (a[0], a[3].id))
     (s0, s1), = windows["ref::step%d" % measured_index]
+    if not memory:
+        return {"attention_ops": sorted({n for t, n in attn_events if s0 <= t <= s1})}
     start = 0
     for t, total, _, _ in allocs:
         if t >= s0:
@@ -782,11 +1038,27 @@ def profiler_memory(prof, measured_index):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    src = ap.add_mutually_exclusive_group(required=True)
+    src = ap.add_mutually_exclusive_group()
     src.add_argument("--name", help="a configuration of grid.py")
     src.add_argument("--spec", help="a JSON file holding one configuration (grid.py format)")
-    ap.add_argument("--out", required=True, help="the JSON file to write")
+    src.add_argument("--check-api", action="store_true",
+                     help="only check the private PyTorch APIs the harness uses, and exit")
+    ap.add_argument("--out", help="the JSON file to write")
+    ap.add_argument("--device", choices=DEVICES, default="cpu",
+                    help="where the model runs (default cpu; cuda: CUDA device 0, see README.md)")
     a = ap.parse_args(argv)
+    if a.check_api:
+        import torch
+        try:
+            n = check_private_api(torch.__version__)
+        except ApiError as e:
+            print("error: %s" % e, file=sys.stderr)
+            return 5
+        print("torch %s: the %d private PyTorch APIs the harness uses are present"
+              % (torch.__version__, n))
+        return 0
+    if not (a.name or a.spec) or not a.out:
+        ap.error("--name or --spec, and --out, are required (or --check-api alone)")
     try:
         if a.name:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -802,13 +1074,19 @@ def main(argv=None):
                     spec = json.load(f)
             except (OSError, ValueError) as e:
                 raise SpecError("--spec %s: %s" % (a.spec, e))
-        record = run(spec)
+        record = run(spec, a.device)
     except SpecError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
     except RefusedError as e:
         print("error: %s" % e, file=sys.stderr)
         return 3
+    except DeviceError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 4
+    except ApiError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 5
     tmp = a.out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(record, f, indent=1)
