@@ -19,6 +19,9 @@ Plain data, no torch import. A configuration ("spec") is a dict:
               layer, torchtitan_sac.py, with the CPU SDPA kernel saved as torchtitan saves
               the GPU ones)
   steps       training steps; the last one is measured
+  overrides   (optional, fsdp2) [{"units": [unit names], "reshard", "param_dtype",
+              "reduce_dtype"}]: per-unit fully_shard arguments, later entries winning
+              (unit names: decoder-layer module paths, "<root>" for the root)
 
 The models are small (hidden 128-256, 2-4 layers, vocab 1000-2051) with the
 ratios of the real families: GPT-2 MLP 4x, Llama/Mistral SwiGLU ~8/3 x
@@ -198,6 +201,23 @@ _RUNS = [
     ("llama-h256-l4-gqa4", "fsdp2", "bf16", "fp32", 8, 2, 256, True, {"every": 2, "offset": 1}),
 ]
 
+# Per-unit overrides (fsdp2: each fully_shard call its own arguments), named by a
+# label appended to the configuration's name: (label, run as in _RUNS, overrides).
+_OVERRIDE_RUNS = [
+    # torchtitan's choice: the last block stays unsharded after forward (its
+    # backward all-gather would follow at once).
+    ("ovLastKeep", ("llama-h256-l4-gqa4", "fsdp2", "bf16", "fp32", 8, 2, 256, True, "none"),
+     [{"units": ["model.layers.3"], "reshard": False}]),
+    # The root (embeddings, final norm, lm_head) in fp32 over bf16 blocks.
+    ("ovRootF32", ("llama-h128-l2-gqa2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+     [{"units": ["<root>"], "param_dtype": "fp32"}]),
+    # Two overrides on GPT-2, the later winning: every block kept unsharded, then
+    # the first resharded again and computed in fp32.
+    ("ovH0F32", ("gpt2-h128-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+     [{"units": ["transformer.h.0", "transformer.h.1"], "reshard": False},
+      {"units": ["transformer.h.0"], "reshard": True, "param_dtype": "fp32"}]),
+]
+
 
 def _raf_label(reshard):
     if reshard is True:
@@ -237,6 +257,11 @@ def make_spec(model_name, flavor, param_dtype, reduce_dtype, world, batch, seq, 
 
 def grid():
     specs = [make_spec(*r) for r in _RUNS]
+    for label, run, overrides in _OVERRIDE_RUNS:
+        spec = make_spec(*run)
+        spec["overrides"] = overrides
+        spec["name"] += "-" + label
+        specs.append(spec)
     names = [s["name"] for s in specs]
     assert len(set(names)) == len(names), "duplicate configuration names in the grid"
     return specs

@@ -101,7 +101,11 @@ def ac_wrapper(torch_reference_dir, ac):
                                  early_stop=False)
     return functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 SPEC_KEYS = {"name", "family", "model", "model_name", "flavor", "world", "batch", "seq",
-             "param_dtype", "reduce_dtype", "reshard", "ac", "steps"}
+             "param_dtype", "reduce_dtype", "reshard", "ac", "steps", "overrides"}
+# One entry of a spec's "overrides" (fsdp2 only): the fully_shard arguments of the
+# units it names (decoder-layer paths, "<root>" for the root), in list order, a
+# later entry winning for the keys it sets.
+OVERRIDE_KEYS = {"units", "reshard", "param_dtype", "reduce_dtype"}
 
 
 class SpecError(Exception):
@@ -252,6 +256,43 @@ def check_spec(spec):
             bad("'ac' needs integers every >= 1 and 0 <= offset < every, got %r" % (ac,))
     elif ac not in AC_NAMES:
         bad("'ac' must be one of %s or {\"every\": k, \"offset\": o}, got %r" % (AC_NAMES, ac))
+    overrides = spec.get("overrides", [])
+    if not isinstance(overrides, list):
+        bad("'overrides' must be a list, got %r" % (overrides,))
+    if overrides and spec["flavor"] != "fsdp2":
+        bad("'overrides' are per fully_shard call: fsdp2 only")
+    for i, o in enumerate(overrides):
+        at = "overrides[%d]" % i
+        if not isinstance(o, dict) or set(o) - OVERRIDE_KEYS or "units" not in o:
+            bad("%s must be an object with 'units' and some of %s, got %r"
+                % (at, sorted(OVERRIDE_KEYS - {"units"}), o))
+        if len(o) < 2:
+            bad("%s sets nothing" % at)
+        if not isinstance(o["units"], list) or not o["units"] or \
+                not all(isinstance(u, str) for u in o["units"]):
+            bad("%s.units must be a non-empty list of unit names" % at)
+        if "reshard" in o and not isinstance(o["reshard"], (bool, int)):
+            bad("%s.reshard must be true, false or an integer" % at)
+        for k in ("param_dtype", "reduce_dtype"):
+            if k in o and o[k] not in DTYPE_KEYS:
+                bad("%s.%s must be one of %s, got %r" % (at, k, DTYPE_KEYS, o[k]))
+
+
+def unit_fsdp_args(spec, unit_names):
+    """{unit name: {"reshard", "param_dtype", "reduce_dtype"}}: the spec's values, then
+    each override in list order. A name that is no unit's is a SpecError."""
+    out = {u: {"reshard": spec["reshard"], "param_dtype": spec["param_dtype"],
+               "reduce_dtype": spec["reduce_dtype"]} for u in unit_names}
+    out["<root>"]["reshard"] = None  # PyTorch's default on the root unless an override sets it
+    for i, o in enumerate(spec.get("overrides", [])):
+        for u in o["units"]:
+            if u not in out:
+                raise SpecError("configuration '%s': overrides[%d].units: '%s' is no unit "
+                                "(units: %s)" % (spec["name"], i, u, ", ".join(out)))
+            out[u].update({k: v for k, v in o.items() if k != "units"})
+            if "param_dtype" in o:
+                out[u]["param_dtype_overridden"] = True
+    return out
 
 
 def shardscope_args(spec, wrap_class):
@@ -269,6 +310,17 @@ def shardscope_args(spec, wrap_class):
             "--set", "optimizer=adamw",
             "--set", "batch_size=%d" % spec["batch"],
             "--set", "seq_len=%d" % spec["seq"]]
+    if spec.get("overrides"):
+        ov = []
+        for o in spec["overrides"]:
+            e = {"units": o["units"]}
+            if "reshard" in o:
+                e["reshard_after_forward"] = o["reshard"]
+            mp = {k: o[k] for k in ("param_dtype", "reduce_dtype") if k in o}
+            if mp:
+                e["mixed_precision"] = mp
+            ov.append(e)
+        args += ["--set", "overrides=" + json.dumps(ov, separators=(",", ":"))]
     return args
 
 
@@ -556,6 +608,9 @@ def run(spec, device="cpu"):
     }
     if cuda:
         cuda_record(torch, record, dev, tracker, cuda_at, name)
+    if spec.get("overrides"):
+        # Per-unit fully_shard arguments (unit_fsdp_args); absent from files without them.
+        record["setup"]["overrides"] = spec["overrides"]
     # Not recorded: the losses (meaningless: the fake all-gathers leave their outputs
     # uninitialized, so they change from run to run) and the run time; without them
     # regenerating a file gives the same bytes.
@@ -641,16 +696,33 @@ def shard_fsdp2(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder, d
     from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
     mesh = init_device_mesh(dev.type, (spec["world"],))
-    mp = MixedPrecisionPolicy(param_dtype=None if pdt == torch.float32 else pdt, reduce_dtype=rdt)
     layers = _decoder_layers(model, block_cls)
+    per_unit = unit_fsdp_args(spec, [path for _, _, path in layers] + ["<root>"])
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+    def mp_of(a):
+        # fp32 from the spec: no cast at all (param_dtype None). fp32 from an override:
+        # passed explicitly, so that the unit casts its floating-point inputs to fp32
+        # (cast_forward_inputs) as a user mixing precisions must: without it a bf16
+        # activation from a bf16 unit meets fp32 weights and the matmul refuses.
+        p = dtypes[a["param_dtype"]]
+        explicit = a.get("param_dtype_overridden", False)
+        return MixedPrecisionPolicy(param_dtype=None if p == torch.float32 and not explicit else p,
+                                    reduce_dtype=dtypes[a["reduce_dtype"]])
+
     if spec["ac"] != "none":
         _checkpoint_wrap(layers, spec["ac"])  # before fully_shard: FSDP's hooks sit outside it
     unit_mods = []
     for parent, cname, path in layers:
         mod = getattr(parent, cname)
-        fully_shard(mod, mesh=mesh, reshard_after_forward=spec["reshard"], mp_policy=mp)
+        fully_shard(mod, mesh=mesh, reshard_after_forward=per_unit[path]["reshard"],
+                    mp_policy=mp_of(per_unit[path]))
         unit_mods.append((path, mod))
-    fully_shard(model, mesh=mesh, mp_policy=mp)  # root: PyTorch's default reshard_after_forward
+    root = per_unit["<root>"]
+    if root["reshard"] is None:  # PyTorch's default reshard_after_forward on the root
+        fully_shard(model, mesh=mesh, mp_policy=mp_of(root))
+    else:
+        fully_shard(model, mesh=mesh, reshard_after_forward=root["reshard"], mp_policy=mp_of(root))
     unit_mods.append(("", model))
 
     units = []
