@@ -377,7 +377,27 @@ def cuda_info(torch, dev):
             "alloc_conf": "; ".join(conf) if conf else "default"}
 
 
-def run(spec, device="cpu"):
+def memory_snapshot_summary(torch, snap, measured_from):
+    """The caching allocator's segments after the run, and its alloc/free trace from the
+    measured step's start (entry index measured_from of device 0's trace): sizes,
+    streams, and the innermost Python frames of each allocation."""
+    def frames(e):
+        return ["%s:%s:%s" % (os.path.basename(f.get("filename", "?")), f.get("line"),
+                              f.get("name")) for f in e.get("frames", [])[:6]]
+    segments = [{"stream": s.get("stream"), "segment_type": s.get("segment_type"),
+                 "total_size": s.get("total_size"), "allocated_size": s.get("allocated_size"),
+                 "blocks": [{"size": b.get("size"), "requested_size": b.get("requested_size"),
+                             "state": b.get("state")} for b in s.get("blocks", [])],
+                 "frames": frames(s.get("blocks", [{}])[0]) if s.get("blocks") else []}
+                for s in snap.get("segments", [])]
+    trace = snap.get("device_traces", [[]])[0][measured_from:]
+    return {"segments": segments,
+            "trace_measured_step": [{"action": e.get("action"), "size": e.get("size"),
+                                     "stream": e.get("stream"), "addr": e.get("addr"),
+                                     "frames": frames(e)} for e in trace]}
+
+
+def run(spec, device="cpu", snapshot_path=None):
     check_spec(spec)
     if device not in DEVICES:
         raise SpecError("unknown device '%s' (known: %s)" % (device, ", ".join(DEVICES)))
@@ -450,6 +470,9 @@ def run(spec, device="cpu"):
         if cuda:
             # Built on CPU as on the CPU runs (same seed, same values), then moved whole;
             # tied weights stay tied (Module.to keeps the Parameter objects).
+            if snapshot_path:
+                torch.cuda.memory._record_memory_history(max_entries=1000000, context="alloc",
+                                                         stacks="python")
             model.to(dev)
 
         try:
@@ -495,6 +518,9 @@ def run(spec, device="cpu"):
                 step_start_snapshot = tracker.snapshot_total()
                 if cuda:
                     cuda_at["step_start"] = cuda_memory(torch, dev, reset_peak=True)
+                    if snapshot_path:
+                        measured_from = len(torch.cuda.memory._snapshot()
+                                            .get("device_traces", [[]])[0])
                 recorder.active = True
             try:
                 with record_function("ref::step%d" % step):
@@ -529,6 +555,11 @@ def run(spec, device="cpu"):
                             cuda_at["step_end_error"] = "%s: %s" % (type(e).__name__, e)
             recorder.phase = None
 
+    if snapshot_path:
+        with open(snapshot_path, "w") as f:
+            json.dump(memory_snapshot_summary(torch, torch.cuda.memory._snapshot(),
+                                              measured_from), f)
+        torch.cuda.memory._record_memory_history(enabled=None)
     recorder.uninstall()
     prof_mem = profiler_memory(prof, steps - 1, memory=not cuda)
     dist.destroy_process_group()
@@ -1116,6 +1147,9 @@ def main(argv=None):
     src.add_argument("--check-api", action="store_true",
                      help="only check the private PyTorch APIs the harness uses, and exit")
     ap.add_argument("--out", help="the JSON file to write")
+    ap.add_argument("--memory-snapshot", metavar="PATH",
+                    help="--device cuda: also write the caching allocator's segments and the "
+                         "measured step's alloc/free trace (torch.cuda.memory._snapshot) as JSON")
     ap.add_argument("--device", choices=DEVICES, default="cpu",
                     help="where the model runs (default cpu; cuda: CUDA device 0, see README.md)")
     a = ap.parse_args(argv)
@@ -1146,7 +1180,9 @@ def main(argv=None):
                     spec = json.load(f)
             except (OSError, ValueError) as e:
                 raise SpecError("--spec %s: %s" % (a.spec, e))
-        record = run(spec, a.device)
+        if a.memory_snapshot and a.device != "cuda":
+            raise SpecError("--memory-snapshot needs --device cuda")
+        record = run(spec, a.device, a.memory_snapshot)
     except SpecError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
