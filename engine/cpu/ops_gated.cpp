@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "engine/cpu/activation_math.h"
 #include "engine/cpu/check.h"
 #include "engine/cpu/ops.h"
 
@@ -15,20 +16,17 @@ using detail::require_ptr;
 
 namespace {
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
-constexpr float kInvSqrt2 = 0.7071067811865476f;    // 1 / sqrt(2)
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;  // 1 / sqrt(2 pi)
+using detail::sigmoid;
 
-// act(g) and act'(g), the same expressions as swiglu_* and gelu_*.
+// act(g) and act'(g): activation_math.h, as swiglu_* and gelu_* use it.
 inline float act_value(float g, GateActivation act) {
   switch (act) {
     case GateActivation::silu:
-      return g * (1.0f / (1.0f + std::exp(-g)));
+      return g * sigmoid(g);
     case GateActivation::gelu:
-      return 0.5f * g * (1.0f + std::erf(g * kInvSqrt2));
+      return detail::gelu_erf(g);
     case GateActivation::gelu_tanh:
-      return 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + kGeluCubic * g * g * g)));
+      return detail::gelu_tanh(g);
   }
   return 0.0f;
 }
@@ -36,16 +34,13 @@ inline float act_value(float g, GateActivation act) {
 inline float act_grad(float g, GateActivation act) {
   switch (act) {
     case GateActivation::silu: {
-      const float sig = 1.0f / (1.0f + std::exp(-g));
+      const float sig = sigmoid(g);
       return sig * (1.0f + g * (1.0f - sig));
     }
     case GateActivation::gelu:
-      return 0.5f * (1.0f + std::erf(g * kInvSqrt2)) + g * kInvSqrt2Pi * std::exp(-0.5f * g * g);
-    case GateActivation::gelu_tanh: {
-      const float th = std::tanh(kSqrt2OverPi * (g + kGeluCubic * g * g * g));
-      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * g * g);
-      return 0.5f * (1.0f + th) + 0.5f * g * (1.0f - th * th) * du;
-    }
+      return detail::gelu_erf_grad(g);
+    case GateActivation::gelu_tanh:
+      return detail::gelu_tanh_grad(g);
   }
   return 0.0f;
 }
@@ -97,7 +92,7 @@ void gated_backward(const float* gate, const float* up, const float* dy, float* 
     float* du = dup + r * stride;
     for (int64_t i = 0; i < width; ++i) {
       if (act == GateActivation::silu) {  // swiglu_backward's expression, same rounding
-        const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+        const float sig = sigmoid(g[i]);
         dg[i] += d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
         du[i] += d[i] * (g[i] * sig);
         continue;

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cpu/activation_math.h"
 #include "engine/cpu/check.h"
 #include "engine/cpu/ops.h"
 
@@ -12,14 +13,11 @@ using detail::require;
 using detail::require_nonneg;
 using detail::require_ptr;
 
-namespace {
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
-constexpr float kInvSqrt2 = 0.7071067811865476f;    // 1 / sqrt(2)
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;  // 1 / sqrt(2 pi)
-
-}  // namespace
+using detail::gelu_erf;
+using detail::gelu_erf_grad;
+using detail::gelu_tanh;
+using detail::gelu_tanh_grad;
+using detail::sigmoid;
 
 void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approximation) {
   const char* fn = "gelu_forward";
@@ -27,15 +25,9 @@ void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approximation) 
   require_ptr(fn, "x", x, n);
   require_ptr(fn, "y", y, n);
   if (tanh_approximation) {
-    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
-      y[i] = 0.5f * v * (1.0f + std::tanh(u));
-    }
+    for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh(x[i]);
   } else {
-    // 0.5 x (1 + erf(x / sqrt 2))
-    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+    for (int64_t i = 0; i < n; ++i) y[i] = gelu_erf(x[i]);
   }
 }
 
@@ -46,21 +38,9 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool t
   require_ptr(fn, "dy", dy, n);
   require_ptr(fn, "dx", dx, n);
   if (tanh_approximation) {
-    // d/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float th = std::tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
-      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-      dx[i] += dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
-    }
+    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * gelu_tanh_grad(x[i]);
   } else {
-    // d/dx = Phi(x) + x phi(x)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-      const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
-      dx[i] += dy[i] * (cdf + v * pdf);
-    }
+    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * gelu_erf_grad(x[i]);
   }
 }
 
@@ -91,8 +71,7 @@ void swiglu_forward(const float* gate, const float* up, float* y, int64_t n) {
   require_ptr(fn, "y", y, n);
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    const float sig = 1.0f / (1.0f + std::exp(-g));
-    y[i] = g * sig * up[i];
+    y[i] = g * sigmoid(g) * up[i];
   }
 }
 
@@ -108,7 +87,7 @@ void swiglu_backward(const float* gate, const float* up, const float* dy, float*
   // silu'(g) = sig (1 + g (1 - sig))
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    const float sig = 1.0f / (1.0f + std::exp(-g));
+    const float sig = sigmoid(g);
     const float silu = g * sig;
     dgate[i] += dy[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
     dup[i] += dy[i] * silu;
