@@ -161,7 +161,7 @@ TEST_CASE("Qwen2-MoE: shared expert with a sigmoid gate, dense layers from mlp_o
   CHECK(stepped.find_param("model.layers.2.mlp.gate.weight") < 0);
 }
 
-TEST_CASE("expert sizes follow the token balance; the experts' FLOPs sum to B*T*k rows' worth",
+TEST_CASE("expert sizes follow the token balance, the experts' FLOPs sum to B*T*k rows' worth",
           "[plan][models][moe]") {
   const Graph g = load_model(kData + "mixtral-tiny.json");
   const std::string e = "model.layers.0.block_sparse_moe.experts.";
@@ -240,7 +240,7 @@ TEST_CASE("token_balance and moe_routing errors name the field", "[plan][policy]
       policy_to_json(policy_from_json({{"token_balance", "uniform"}})).contains("token_balance"));
 }
 
-TEST_CASE("MoE config errors name the key; unsupported families list the MoE ones",
+TEST_CASE("MoE config errors name the key, unsupported families list the MoE ones",
           "[plan][models][hf][moe]") {
   json mixtral = recorded("mixtral-tiny").at("config");
   json c = mixtral;

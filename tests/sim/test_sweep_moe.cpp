@@ -20,7 +20,7 @@
 using namespace shardscope;
 using nlohmann::json;
 
-TEST_CASE("sweep grids vary token_balance and moe_routing; points equal full simulations",
+TEST_CASE("sweep grids vary token_balance and moe_routing, points equal full simulations",
           "[sim][sweep][moe]") {
   const plan::Graph g =
       plan::load_model(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/mixtral-tiny.json");

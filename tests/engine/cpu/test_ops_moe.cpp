@@ -109,7 +109,7 @@ TEST_CASE("moe router backward equals central differences, given experts, both f
                   std::invalid_argument);
 }
 
-TEST_CASE("moe dispatch gathers an expert's rows choice-major per sequence; backward scatters",
+TEST_CASE("moe dispatch gathers an expert's rows choice-major per sequence and backward scatters",
           "[cpu][moe]") {
   // 2 sequences of 3 tokens, top-2 of 3 experts, c = 2. x[t] = (t, 10 t).
   const int64_t tokens = 6, seq = 3, c = 2, k = 2;
