@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "cli/plan_inputs.h"
 
@@ -63,9 +64,37 @@ void print_progress(const engine::run::StepProgress& p) {
                r.skipped ? "  (overflow: step skipped)" : "");
 }
 
+namespace {
+
+// Mixture of experts: per routed layer, rank 0's fewest and most tokens per
+// expert in the last step against the stated balance's.
+std::string moe_text(const nlohmann::json& metrics) {
+  const auto it = metrics.find("moe_routing");
+  if (it == metrics.end() || !it->is_object()) return "";
+  std::string out = "experts (" + it->value("routing", std::string("?")) +
+                    " routing): tokens per expert in the last step, rank 0, vs assumed\n";
+  for (const nlohmann::json& layer : it->at("layers")) {
+    const std::vector<int64_t> got = layer.at("measured").at(0).get<std::vector<int64_t>>();
+    const std::vector<int64_t> want = layer.at("assumed").get<std::vector<int64_t>>();
+    if (got.empty() || want.empty()) continue;
+    char buf[256];
+    std::snprintf(
+        buf, sizeof buf,
+        "  %s: measured %" PRId64 "..%" PRId64 ", assumed %" PRId64 "..%" PRId64 "\n",
+        layer.at("router").get<std::string>().c_str(), *std::min_element(got.begin(), got.end()),
+        *std::max_element(got.begin(), got.end()), *std::min_element(want.begin(), want.end()),
+        *std::max_element(want.begin(), want.end()));
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string format_result(const engine::run::RunResult& r, bool json) {
   if (json) return r.metrics.dump(2) + "\n";
-  return r.notes + summary_text(r.metrics, r.persistent_bytes, r.peak_allocated_bytes);
+  return r.notes + summary_text(r.metrics, r.persistent_bytes, r.peak_allocated_bytes) +
+         moe_text(r.metrics);
 }
 
 int print_result(const engine::run::RunResult& r, bool json) {

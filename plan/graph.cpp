@@ -155,6 +155,10 @@ constexpr std::pair<const char*, OpType> kOpTypeNames[] = {
     {"relu", OpType::relu},
     {"scale", OpType::scale},
     {"softcap", OpType::softcap},
+    {"moe_router", OpType::moe_router},
+    {"moe_dispatch", OpType::moe_dispatch},
+    {"moe_combine", OpType::moe_combine},
+    {"sigmoid_gate", OpType::sigmoid_gate},
 };
 
 auto attr_tuple(const OpAttrs& a) {
@@ -163,7 +167,7 @@ auto attr_tuple(const OpAttrs& a) {
                   a.weight_offset, a.n_head, a.n_kv_head, a.head_dim, a.scale, a.rope, a.rope_theta,
                   a.rope_scaling, a.sliding_window, a.softcap, a.causal, a.qkv_packed,
                   a.qkv_per_head, a.rotary_dim, a.approximate, a.activation, a.packed, a.broadcast,
-                  a.classes, a.reduction);
+                  a.classes, a.reduction, a.num_experts, a.top_k, a.expert, a.norm_topk_prob);
 }
 
 }  // namespace
@@ -190,6 +194,8 @@ namespace {
 
 bool has_negative_coefficient(const Poly& p) {
   for (const auto& [key, c] : p.terms())
+    if (c < 0) return true;
+  for (const auto& [key, c] : p.routed_terms())
     if (c < 0) return true;
   return false;
 }

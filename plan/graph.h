@@ -85,6 +85,14 @@ enum class OpType : uint8_t {
   scale,          // y = x * scale (a constant rounded to the activation dtype): Gemma's
                   // embedding normalizer sqrt(hidden_size)
   softcap,        // y = softcap * tanh(x / softcap): Gemma 2's final logit soft-capping
+  // Mixture of experts (Mixtral, Qwen2-MoE; plan/models_moe.cpp):
+  moe_router,    // router logits [B, T, E] -> softmax (fp32) -> top-k weights [B, T, k] and
+                 // expert indices [B, T, k] (i64), renormalised when norm_topk_prob
+  moe_dispatch,  // x [B, T, C] and the indices -> expert e's rows [B*routed(e,E,k), C] and
+                 // their slots [B*routed(e,E,k)] (i64: token * k + choice)
+  moe_combine,   // sum over experts of weight * expert output, scattered back to [B, T, C]
+  sigmoid_gate,  // y = sigmoid(g) * x, g [.., 1] broadcast over x's last dim (Qwen2-MoE's
+                 // shared_expert_gate)
 };
 
 const char* op_type_name(OpType type);
@@ -143,6 +151,11 @@ struct OpAttrs {
   // cross_entropy
   std::optional<int64_t> classes;        // size of the logits' last dim
   std::optional<std::string> reduction;  // "mean"
+  // moe_router, moe_dispatch, moe_combine
+  std::optional<int64_t> num_experts;  // E
+  std::optional<int64_t> top_k;        // k: experts per token
+  std::optional<int64_t> expert;       // moe_dispatch: which expert's rows it gathers
+  std::optional<bool> norm_topk_prob;  // moe_router: weights / their sum (absent: false)
 
   bool operator==(const OpAttrs& other) const;
   bool operator!=(const OpAttrs& other) const { return !(*this == other); }
@@ -183,7 +196,9 @@ struct Graph {
   static constexpr int kSchemaVersion = 1;
 
   std::string model_name;  // "gpt2-small", or the config file it came from
-  std::string family;  // "gpt2" | "llama" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "phi3" | "mlp"
+  // "gpt2" | "llama" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "phi3" | "gpt_neox" | "opt" |
+  // "mixtral" | "qwen2_moe" | "mlp"
+  std::string family;
   int64_t max_seq_len = 1;      // longest sequence the model accepts
   int64_t vocab_size = 0;       // 0 for models without token input
   std::vector<Module> modules;  // modules[0] is the root; pre-order

@@ -104,8 +104,23 @@ void for_each_attr(OpType type, A& a, F&& f) {
     case OpType::softcap:
       f("softcap", a.softcap, v);
       return;
+    case OpType::moe_router:
+      f("num_experts", a.num_experts, v);
+      f("top_k", a.top_k, v);
+      f("norm_topk_prob", a.norm_topk_prob, v);
+      return;
+    case OpType::moe_dispatch:
+      f("num_experts", a.num_experts, v);
+      f("top_k", a.top_k, v);
+      f("expert", a.expert, v);
+      return;
+    case OpType::moe_combine:
+      f("num_experts", a.num_experts, v);
+      f("top_k", a.top_k, v);
+      return;
     case OpType::rope:
     case OpType::relu:
+    case OpType::sigmoid_gate:
       return;
   }
 }

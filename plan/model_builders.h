@@ -55,6 +55,16 @@
 //                     skip and branch gradients)
 //      embedding      fwd 0 (a gather), bwd N*C (scatter-add into the table)
 //      cross_entropy  fwd 5*N*V (max, subtract, exp, sum, log), bwd 3*N*V
+//    Mixture of experts (plan/model_builder_moe.cpp), with E experts, top-k,
+//    R_e = B*routed(e,E,k) rows of expert e (plan/expr.h):
+//      moe_router     fwd 5*N*E (softmax) + 2*N*k with norm_topk_prob (sum,
+//                     divide); bwd 4*N*E (softmax backward) + 4*N*k with it;
+//                     top-k selection is comparisons, not counted
+//      moe_dispatch   fwd 0 (a gather), bwd R_e*C (scatter-add into dx)
+//      moe_combine    fwd 2*C per routed row (weight product, add), bwd 3*C per
+//                     row (the row's gradient, and its weight's as a dot product)
+//      sigmoid_gate   fwd N*C + 4*N (sigmoid of the [N, 1] gate, product), bwd
+//                     3*N*C + 3*N
 //    Bytes (fp32 = 4 per floating element, i64 = 8): fwd reads every input and
 //    parameter and writes every output; bwd reads the gradient of outputs[0],
 //    the saved tensors and the parameters, and writes the gradients of the
@@ -160,6 +170,35 @@ struct Phi3Config {
   bool tie_word_embeddings = false;
 };
 
+// Hugging Face MixtralConfig / Qwen2MoeConfig (MixtralForCausalLM,
+// Qwen2MoeForCausalLM), see plan/models_moe.cpp.
+struct MoeConfig {
+  std::string model_type = "mixtral";  // "mixtral" | "qwen2_moe"
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 14336;  // Mixtral: each expert's; Qwen2-MoE: the dense layers'
+  int64_t num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  int64_t num_key_value_heads = 8;
+  int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads
+  int64_t vocab_size = 32000;
+  int64_t max_position_embeddings = 131072;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 1e6;
+  nlohmann::json rope_scaling = nullptr;  // recorded in the attention attrs
+  int64_t sliding_window = 0;             // Mixtral, every layer; 0 = none
+  std::string hidden_act = "silu";        // silu | gelu | gelu_pytorch_tanh
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;              // Qwen2-MoE: bias on q/k/v_proj (default true)
+  int64_t num_experts = 8;            // num_local_experts (Mixtral) / num_experts
+  int64_t top_k = 2;                  // num_experts_per_tok
+  int64_t moe_intermediate_size = 0;  // Qwen2-MoE: each routed expert's (Mixtral: intermediate)
+  int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert; 0 = none
+  bool norm_topk_prob = true;                   // Mixtral always; Qwen2-MoE's key (default false)
+  // Per layer: routed experts (true) or a dense MLP of intermediate_size
+  // (Qwen2-MoE's decoder_sparse_step and mlp_only_layers). Empty: all routed.
+  std::vector<bool> sparse_layers;
+};
+
 // The `mlp` preset: a residual MLP classifier small enough to train on CPU.
 // input_proj Linear(in, hidden) -> n_blocks x MLPBlock(LayerNorm, fc1
 // Linear(hidden, ffn), ReLU, fc2 Linear(ffn, hidden), + skip) -> head
@@ -178,6 +217,7 @@ Graph build_llama(const LlamaConfig& config, const std::string& name);
 Graph build_mlp(const MlpConfig& config, const std::string& name);
 Graph build_gemma(const GemmaConfig& config, const std::string& name);
 Graph build_phi3(const Phi3Config& config, const std::string& name);
+Graph build_moe(const MoeConfig& config, const std::string& name);
 
 // Hugging Face config.json contents -> config. `source` (the file) is named in
 // errors: a missing or mistyped required key, a value out of range, or a
@@ -186,6 +226,7 @@ Gpt2Config gpt2_config_from_hf(const nlohmann::json& config, const std::string& 
 LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string& source);
 GemmaConfig gemma_config_from_hf(const nlohmann::json& config, const std::string& source);
 Phi3Config phi3_config_from_hf(const nlohmann::json& config, const std::string& source);
+MoeConfig moe_config_from_hf(const nlohmann::json& config, const std::string& source);
 
 // Typed access to a config.json object; errors name the key and the file.
 // Unknown extra keys are fine (HF configs carry many).
@@ -281,6 +322,27 @@ class GraphBuilder {
   int softcap(int module, const std::string& suffix, int x, double softcap);
   // Mean cross entropy of logits [.., classes] against labels [..] -> scalar loss.
   int cross_entropy(int module, int logits, int labels, int64_t classes);
+
+  // Mixture of experts (plan/model_builder_moe.cpp). Router logits [B, T, E]
+  // -> the top-k weights [B, T, k] (compute dtype) and expert indices
+  // [B, T, k] (i64), from a softmax in fp32 (renormalised over the k when
+  // `norm_topk_prob`).
+  struct MoeRoute {
+    int weights = -1, indices = -1;
+  };
+  MoeRoute moe_router(int module, int logits, int64_t experts, int64_t top_k, bool norm_topk_prob);
+  // Expert `expert`'s rows of x [B, T, C]: [B*routed(e,E,k), C], and their
+  // slots [B*routed(e,E,k)] (i64: token * k + choice).
+  struct MoeRows {
+    int x = -1, slots = -1;
+  };
+  MoeRows moe_dispatch(int module, int x, int indices, int64_t expert, int64_t experts,
+                       int64_t top_k);
+  // sum_e weight(slot) * expert_out[e][row], scattered back to the tokens: [B, T, C].
+  int moe_combine(int module, const std::vector<int>& expert_out, const std::vector<int>& slots,
+                  int weights, int64_t experts, int64_t top_k);
+  // sigmoid(gate) * x, gate [.., 1]: Qwen2-MoE's shared_expert_gate.
+  int sigmoid_gate(int module, const std::string& suffix, int gate, int x);
 
   // Sets the loss, validates and returns the graph.
   Graph finish(int loss);

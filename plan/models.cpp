@@ -127,10 +127,12 @@ Graph model_from_hf_config(const json& config, const std::string& source) {
       family = "phi3";
     else if (t == "gpt_neox" || t == "opt")
       family = t;
+    else if (t == "mixtral" || t == "qwen2_moe")
+      family = "moe";
     else
       throw Error(source + ": unsupported model_type '" + quote_input(t) +
-                  "' (supported: gemma, gemma2, gpt2, gpt_neox, llama, mistral, opt, phi3, qwen2, "
-                  "qwen3)");
+                  "' (supported: gemma, gemma2, gpt2, gpt_neox, llama, mistral, mixtral, opt, "
+                  "phi3, qwen2, qwen2_moe, qwen3)");
   } else if (config.contains("n_layer") || config.contains("n_embd")) {
     family = "gpt2";
   } else if (config.contains("hidden_size") || config.contains("intermediate_size")) {
@@ -138,14 +140,15 @@ Graph model_from_hf_config(const json& config, const std::string& source) {
   } else {
     throw Error(source +
                 ": not a recognized model config (expected a shardscope graph JSON, or a Hugging "
-                "Face config.json with model_type gemma/gemma2/gpt2/gpt_neox/llama/mistral/opt/"
-                "phi3/qwen2/qwen3)");
+                "Face config.json with model_type gemma/gemma2/gpt2/gpt_neox/llama/mistral/"
+                "mixtral/opt/phi3/qwen2/qwen2_moe/qwen3)");
   }
   if (family == "gpt2") return build_gpt2(gpt2_config_from_hf(config, source), source);
   if (family == "gemma") return build_gemma(gemma_config_from_hf(config, source), source);
   if (family == "phi3") return build_phi3(phi3_config_from_hf(config, source), source);
   if (family == "gpt_neox") return build_neox(neox_config_from_hf(config, source), source);
   if (family == "opt") return build_opt(opt_config_from_hf(config, source), source);
+  if (family == "moe") return build_moe(moe_config_from_hf(config, source), source);
   return build_llama(llama_config_from_hf(config, source), source);
 }
 

@@ -30,8 +30,10 @@ bool is_model_preset(const std::string& name);
 // `spec` is a preset name; otherwise a file: a graph JSON written by graph_io
 // ("format": "shardscope.graph") or a Hugging Face config.json of the GPT-2
 // family (model_type "gpt2", or keys n_layer/n_embd), GPT-NeoX/Pythia
-// ("gpt_neox"), OPT ("opt") or the Llama/Mistral/Qwen2 family (model_type
-// "llama"/"mistral"/"qwen2", or keys hidden_size/intermediate_size).
+// ("gpt_neox"), OPT ("opt"), Gemma ("gemma"/"gemma2"), Phi-3 ("phi3"),
+// mixture of experts (Mixtral "mixtral", Qwen2-MoE "qwen2_moe") or the
+// Llama/Mistral/Qwen2/Qwen3 family (model_type "llama"/"mistral"/"qwen2"/
+// "qwen3", or keys hidden_size/intermediate_size).
 // Throws plan::Error: unknown preset / unreadable file (listing the presets),
 // invalid JSON, unrecognized config, or a bad key (named, with the file).
 Graph load_model(const std::string& spec);

@@ -25,7 +25,8 @@ std::vector<std::string> known_names() {
   std::vector<std::string> names = {"mm", "addmm"};
   for (OpType t : {OpType::embedding, OpType::linear, OpType::layernorm, OpType::rmsnorm,
                    OpType::attention, OpType::gelu, OpType::swiglu, OpType::residual,
-                   OpType::cross_entropy, OpType::rope, OpType::relu})
+                   OpType::cross_entropy, OpType::rope, OpType::relu, OpType::moe_router,
+                   OpType::moe_dispatch, OpType::moe_combine, OpType::sigmoid_gate})
     names.push_back(op_type_name(t));
   return names;
 }

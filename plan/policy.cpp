@@ -274,6 +274,44 @@ std::vector<UnitOverride> read_overrides(const json& v, Flavor flavor) {
   return out;
 }
 
+// token_balance: "uniform" | {"weights": [w_0, ..., w_{E-1}]}. Weights are
+// >= 0 and sum to 1 (within 1e-6); their count and size against the model's
+// experts are checked by validate_policy.
+TokenBalanceSpec read_token_balance(const json& v) {
+  const char* forms = "\"uniform\" or {\"weights\": [w_0, ..., w_{E-1}]} (fractions summing to 1)";
+  TokenBalanceSpec spec;
+  if (v.is_null()) return spec;
+  if (v.is_string()) {
+    if (v.get<std::string>() != "uniform")
+      fail("token_balance",
+           "unknown mode '" + quote_input(v.get<std::string>()) + "' (use " + forms + ")");
+    return spec;
+  }
+  if (!v.is_object()) fail("token_balance", "expected " + std::string(forms));
+  for (auto it = v.begin(); it != v.end(); ++it)
+    if (it.key() != "weights")
+      fail("token_balance." + it.key(), "unknown key (the object form takes weights)");
+  if (!v.contains("weights")) fail("token_balance.weights", "missing");
+  const json& w = v.at("weights");
+  if (!w.is_array() || w.empty())
+    fail("token_balance.weights", "expected a non-empty array of numbers, one per expert");
+  spec.explicit_weights = true;
+  double sum = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const std::string key = "token_balance.weights[" + std::to_string(i) + "]";
+    const double x = get_number(w[i], key);
+    if (x < 0) fail(key, "must be >= 0, got " + w[i].dump());
+    spec.weights.push_back(x);
+    sum += x;
+  }
+  if (std::abs(sum - 1.0) > 1e-6) {
+    char what[96];
+    std::snprintf(what, sizeof what, "the weights sum to %.9g, not 1", sum);
+    fail("token_balance.weights", what);
+  }
+  return spec;
+}
+
 void read_optimizer(const json& v, OptimizerConfig& o) {
   if (v.is_string()) {
     std::string t = v.get<std::string>();
@@ -448,6 +486,16 @@ Policy policy_from_json(const json& doc) {
       p.seed = get_int(v, k, 0);
     } else if (k == "overrides") {
       p.overrides = read_overrides(v, flavor);
+    } else if (k == "token_balance") {
+      p.token_balance = read_token_balance(v);
+    } else if (k == "moe_routing") {
+      const std::string r = v.is_null() ? "forced" : get_string(v, k);
+      if (r == "forced")
+        p.moe_routing = MoeRouting::forced;
+      else if (r == "topk")
+        p.moe_routing = MoeRouting::topk;
+      else
+        fail(k, "unknown value '" + quote_input(r) + "' (use \"forced\" or \"topk\")");
     } else {
       fail(k, "unknown key");
     }
@@ -546,6 +594,9 @@ json policy_to_json(const Policy& p) {
     }
     j["overrides"] = std::move(list);
   }
+  // Mixture of experts: written only when not the default, as overrides.
+  if (p.token_balance.explicit_weights) j["token_balance"] = {{"weights", p.token_balance.weights}};
+  if (p.moe_routing == MoeRouting::topk) j["moe_routing"] = "topk";
   return j;
 }
 
@@ -592,12 +643,79 @@ int64_t resolve_seq_len(const Policy& policy, const Graph& graph) {
   return std::min<int64_t>(1024, graph.max_seq_len);
 }
 
+std::shared_ptr<const TokenBalance> stated_token_balance(const Policy& policy) {
+  if (!policy.token_balance.explicit_weights) return nullptr;
+  // Cumulative shares in units of 1/kShareScale: each prefix sum rounded, the
+  // last exactly 1, so the experts' counts always sum to T*k (plan/expr.h).
+  auto b = std::make_shared<TokenBalance>();
+  b->mode = TokenBalance::Mode::weights;
+  const std::vector<double>& w = policy.token_balance.weights;
+  b->cumulative.push_back(0);
+  double prefix = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    prefix += w[i];
+    const int64_t c =
+        i + 1 == w.size()
+            ? TokenBalance::kShareScale
+            : std::llround(std::min(prefix, 1.0) * static_cast<double>(TokenBalance::kShareScale));
+    b->cumulative.push_back(std::max(c, b->cumulative.back()));
+  }
+  return b;
+}
+
+Workload policy_workload(const Policy& policy, const Graph& graph) {
+  Workload w{policy.batch_size, resolve_seq_len(policy, graph)};
+  if (policy.moe_routing == MoeRouting::topk) {
+    auto all = std::make_shared<TokenBalance>();
+    all->mode = TokenBalance::Mode::all_tokens;
+    w.balance = std::move(all);
+  } else {
+    w.balance = stated_token_balance(policy);
+  }
+  return w;
+}
+
 int64_t estimated_schedule_ops(const Policy& policy, const Graph& graph) {
   int64_t ops = 0;
   const int64_t per_micro = 4 * std::max<int64_t>(1, static_cast<int64_t>(graph.ops.size()));
   if (__builtin_mul_overflow(policy.grad_accum_steps, per_micro, &ops)) return INT64_MAX;
   return ops;
 }
+
+namespace {
+
+// token_balance and moe_routing against the model's routed layers: a model
+// without them takes neither (a knob that does not apply is an error); the
+// weights are one per expert, and none routes a token to one expert twice.
+void validate_moe(const Policy& p, const Graph& graph) {
+  const bool set = p.token_balance.explicit_weights || p.moe_routing != MoeRouting::forced;
+  const std::shared_ptr<const TokenBalance> stated = stated_token_balance(p);
+  bool routed = false;
+  for (const Op& op : graph.ops) {
+    if (op.type != OpType::moe_router) continue;
+    routed = true;
+    if (!stated) continue;
+    const int64_t experts = op.attrs.num_experts.value_or(0), k = op.attrs.top_k.value_or(1);
+    const std::vector<double>& w = p.token_balance.weights;
+    if (static_cast<int64_t>(w.size()) != experts)
+      fail("token_balance.weights", std::to_string(w.size()) + " weights, but the model's layer '" +
+                                        op.name + "' has " + std::to_string(experts) + " experts");
+    for (size_t e = 0; e < w.size(); ++e) {
+      const int64_t share = stated->cumulative[e + 1] - stated->cumulative[e];
+      if (share * k > TokenBalance::kShareScale)
+        fail("token_balance.weights[" + std::to_string(e) + "]",
+             "a share above 1/top_k (top_k " + std::to_string(k) +
+                 ") would send a token to expert " + std::to_string(e) +
+                 " more than once; top-k picks k distinct experts");
+    }
+  }
+  if (set && !routed)
+    fail(p.token_balance.explicit_weights ? "token_balance" : "moe_routing",
+         "applies to mixture-of-experts models only; model '" + graph.model_name +
+             "' has no routed layers");
+}
+
+}  // namespace
 
 World validate_policy(const Policy& p, const Graph& graph, int64_t world_size) {
   if (world_size < 1) fail("world_size", "must be >= 1");
@@ -654,6 +772,7 @@ World validate_policy(const Policy& p, const Graph& graph, int64_t world_size) {
   }
   if (p.loss_scale_mode && p.mixed_precision.param_dtype != DType::f16)
     fail("loss_scale", "applies to fp16 mixed precision only");
+  validate_moe(p, graph);
   // Casting each unit's forward outputs changes activation sizes unit by unit;
   // the schedule does not model it yet, so refuse rather than ignore it.
   if (p.mixed_precision.output_dtype)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +69,22 @@ struct UnitOverride {
   std::string units_text() const;  // the "units" value as written, for messages
 };
 
+// Mixture of experts: the stated token balance (key token_balance), how many
+// of a micro-batch's tokens each expert gets, which sizes and FLOPs follow
+// (plan/expr.h TokenBalance, docs/policy.md "token_balance").
+struct TokenBalanceSpec {
+  bool explicit_weights = false;  // false: "uniform"
+  std::vector<double> weights;    // {"weights": [...]}: one per expert, summing to 1
+  bool operator==(const TokenBalanceSpec& o) const {
+    return explicit_weights == o.explicit_weights && weights == o.weights;
+  }
+};
+// How the CPU engine routes (key moe_routing): "forced" assigns every expert
+// exactly the stated balance's tokens (the router's softmax still weighs
+// them); "topk" routes by the router's real top-k, every expert's buffers
+// sized for all B*T tokens of the micro-batch (plan and engine alike).
+enum class MoeRouting : uint8_t { forced, topk };
+
 enum class OptimizerType : uint8_t { adamw, sgd };
 const char* optimizer_type_name(OptimizerType type);  // "adamw", "sgd"
 
@@ -116,6 +133,8 @@ struct Policy {
   int64_t grad_accum_steps = 1;
   int64_t seed = 0;
   std::vector<UnitOverride> overrides;  // per-unit settings, in order (later wins)
+  TokenBalanceSpec token_balance;       // mixture of experts only
+  MoeRouting moe_routing = MoeRouting::forced;
 };
 
 // PyTorch's defaults for a flavor: fsdp1 FULL_SHARD, BACKWARD_PRE,
@@ -151,6 +170,13 @@ World validate_policy(const Policy& policy, const Graph& graph, int64_t world_si
 int64_t reshard_degree(const Policy& policy, const World& world);
 
 int64_t resolve_seq_len(const Policy& policy, const Graph& graph);
+
+// The stated token balance (null for uniform): its weights' cumulative shares.
+std::shared_ptr<const TokenBalance> stated_token_balance(const Policy& policy);
+// The workload of one micro-step: B = batch_size, T = resolve_seq_len and the
+// experts' balance: the stated one, or every token for each expert under
+// moe_routing "topk" (TokenBalance::Mode::all_tokens).
+Workload policy_workload(const Policy& policy, const Graph& graph);
 
 // The step schedule grows linearly with grad_accum_steps: every micro-step
 // repeats forward and backward (and the recompute) of every graph op, each a

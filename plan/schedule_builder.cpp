@@ -329,7 +329,7 @@ void Builder::reserve_capacity() {
 Schedule Builder::build(bool persistent_only) {
   s_.rank = rank_;
   s_.world = up_.world;
-  s_.workload = Workload{p_.batch_size, resolve_seq_len(p_, g_)};
+  s_.workload = policy_workload(p_, g_);
   s_.grad_accum_steps = p_.grad_accum_steps;
   if (rank_ < 0 || rank_ >= up_.world.world_size)
     throw Error("rank " + std::to_string(rank_) + " is outside the world of " +

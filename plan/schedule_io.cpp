@@ -13,6 +13,12 @@ json schedule_to_json(const Graph& g, const UnitPlan& up, const Schedule& s) {
                 {"shard_group_size", s.world.shard_group_size},
                 {"replicas", s.world.replicas}};
   j["workload"] = {{"batch_size", s.workload.batch}, {"seq_len", s.workload.seq}};
+  if (const TokenBalance* b = s.workload.balance.get()) {  // mixture of experts
+    const char* mode = b->mode == TokenBalance::Mode::weights      ? "weights"
+                       : b->mode == TokenBalance::Mode::all_tokens ? "all_tokens"
+                                                                   : "uniform";
+    j["workload"]["token_balance"] = {{"mode", mode}, {"cumulative", b->cumulative}};
+  }
   j["grad_accum_steps"] = s.grad_accum_steps;
   j["streams"] = s.streams;
   json groups = json::array();

@@ -23,8 +23,8 @@ struct WorkloadSizes {
   /// Per graph op, forward and backward: FLOPs and fp32 bytes moved.
   std::vector<double> fwd_flops, bwd_flops, fwd_bytes, bwd_bytes;
   bool matches(const Graph& g, const Workload& w) const {
-    return workload.batch == w.batch && workload.seq == w.seq &&
-           tensor_numel.size() == g.tensors.size() && workspace_bytes.size() == g.ops.size();
+    return workload.same_as(w) && tensor_numel.size() == g.tensors.size() &&
+           workspace_bytes.size() == g.ops.size();
   }
 };
 

@@ -65,8 +65,9 @@ class SharedCache {
 
 // FSDP units, by plan::units_key (flavor, wrap, world).
 using UnitsCache = SharedCache<std::string, plan::UnitPlan>;
-// The graph's sizes, by workload (batch, seq).
-using SizesCache = SharedCache<std::pair<int64_t, int64_t>, plan::WorkloadSizes>;
+// The graph's sizes, by workload (batch, seq, the experts' token balance as
+// the policy JSON writes token_balance and moe_routing).
+using SizesCache = SharedCache<std::tuple<int64_t, int64_t, std::string>, plan::WorkloadSizes>;
 // Activation liveness, by units key, the checkpointed units (which hold the
 // cached units' identity: plan::build_schedule uses it for those only) and
 // the ops per-op checkpointing saves.
@@ -89,8 +90,12 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
     const plan::World w = plan::validate_policy(policy, graph, world);
     units_key = plan::units_key(policy, w);
     up = units.get(units_key, [&] { return plan::build_units(graph, policy, w); });
-    const plan::Workload workload{policy.batch_size, plan::resolve_seq_len(policy, graph)};
-    sizes = sizes_cache.get({workload.batch, workload.seq},
+    const plan::Workload workload = plan::policy_workload(policy, graph);
+    const std::string balance =
+        nlohmann::json{{"token_balance", policy.token_balance.weights},
+                       {"topk", policy.moe_routing == plan::MoeRouting::topk}}
+            .dump();
+    sizes = sizes_cache.get({workload.batch, workload.seq, balance},
                             [&] { return plan::workload_sizes(graph, workload); });
     int64_t tokens = world;
     for (int64_t factor : {policy.batch_size, sizes->workload.seq, policy.grad_accum_steps})
@@ -210,7 +215,9 @@ SweepGrid grid_from_json(const nlohmann::json& doc, const std::string& source) {
     if (key == "world_size")
       throw Error(source + ": grid key 'world_size': give the worlds with --world N[,N...]");
     // `overrides` is written only when set (a list: one grid value is a whole list).
-    if (!known.contains(top_key(key)) && top_key(key) != "overrides")
+    // `token_balance` and `moe_routing` (mixture of experts) are too, when not the default.
+    if (!known.contains(top_key(key)) && top_key(key) != "overrides" &&
+        top_key(key) != "token_balance" && top_key(key) != "moe_routing")
       throw Error(source + ": grid key '" + key + "' is not a policy key");
     if (!values.is_array() || values.empty())
       throw Error(source + ": grid key '" + key + "' must be a non-empty array of values");

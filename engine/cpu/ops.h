@@ -162,4 +162,47 @@ double cross_entropy_forward(const float* logits, const int64_t* labels, float* 
 void cross_entropy_backward(const float* log_probs, const int64_t* labels, float dloss,
                             float* dlogits, int64_t n, int64_t v);
 
+// ---- mixture of experts (ops_moe.cpp) ---------------------------------------------------
+// Router over n tokens and E experts: probs[n, E] = softmax(logits) (in
+// double, stored fp32); with choose_topk, indices[n, k] = each token's k most
+// probable experts in descending order (ties: the lower index), else the
+// caller's indices are read (k distinct experts per token, checked);
+// weights[n, k] = probs at those experts, divided by their sum when normalize.
+void moe_router_forward(const float* logits, float* probs, int64_t* indices, float* weights,
+                        int64_t n, int64_t experts, int64_t k, bool normalize, bool choose_topk);
+// dlogits += the softmax backward of dprobs, where dprobs is dweights at each
+// token's k experts (through the division by their sum when normalize) and 0
+// elsewhere.
+void moe_router_backward(const float* probs, const int64_t* indices, const float* dweights,
+                         float* dlogits, int64_t n, int64_t experts, int64_t k, bool normalize);
+// Expert `expert`'s rows of x [tokens, c] (sequences of `seq` tokens): the
+// tokens whose indices[., k] name it, in order of (sequence, choice,
+// position) (choice-major within a sequence, as transformers' torch.where
+// over the [k, N] mask orders them, per sequence); xe[rows, c] gets their
+// rows and slots[rows] their slot token * k + choice. Rows beyond the tokens
+// found are zeroed with slot -1 (a buffer sized for every token, moe_routing
+// "topk"). Returns the rows found; more than `rows` throws std::out_of_range.
+int64_t moe_dispatch_forward(const float* x, const int64_t* indices, float* xe, int64_t* slots,
+                             int64_t tokens, int64_t seq, int64_t c, int64_t k, int64_t expert,
+                             int64_t rows);
+// dx[slot / k] += dxe[r] for each row with a slot (row order).
+void moe_dispatch_backward(const float* dxe, const int64_t* slots, float* dx, int64_t rows,
+                           int64_t c, int64_t k, int64_t tokens);
+// out[tokens, c] = sum over experts e (in order) and their rows r (in order)
+// with slot s = slots[e][r] >= 0 of weights[s] * y[e][r, :] at token s / k.
+// Backward: dy[e][r] += weights[s] * dout[s / k]; dweights[s] += dot(dout[s /
+// k], y[e][r]).
+void moe_combine_forward(const float* const* y, const int64_t* const* slots, const int64_t* rows,
+                         int64_t experts, const float* weights, float* out, int64_t tokens,
+                         int64_t c, int64_t k);
+void moe_combine_backward(const float* const* y, const int64_t* const* slots, const int64_t* rows,
+                          int64_t experts, const float* weights, const float* dout,
+                          float* const* dy, float* dweights, int64_t tokens, int64_t c, int64_t k);
+// y[n, c] = sig[n] * x[n, c], sig = sigmoid(g[n]) (kept). Backward: dx += sig *
+// dy; dg += sig (1 - sig) sum_c dy x.
+void sigmoid_gate_forward(const float* g, const float* x, float* y, float* sig, int64_t n,
+                          int64_t c);
+void sigmoid_gate_backward(const float* sig, const float* x, const float* dy, float* dg, float* dx,
+                           int64_t n, int64_t c);
+
 }  // namespace shardscope::engine::cpu

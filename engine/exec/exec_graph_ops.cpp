@@ -9,6 +9,7 @@
 
 #include "engine/cpu/ops.h"
 #include "engine/exec/exec_hf_ops.h"
+#include "engine/exec/exec_moe_ops.h"
 #include "engine/exec/f32_view.h"
 #include "engine/exec/graph_operands.h"
 #include "engine/exec/rank_executor.h"
@@ -21,7 +22,7 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
   const bool backward = o.backward();
 
   auto view = [&](const Operand& x, bool read, bool write) {
-    return F32View(task.ptrs[static_cast<size_t>(x.slot)], x.dtype, x.offset, x.numel, read, write);
+    return F32View(operand_base(task.ptrs, x), x.dtype, x.offset, x.numel, read, write);
   };
   // fp32 view of tensor t's value (read) or of a new output (write).
   auto value = [&](int t, bool output) { return view(o.value(t, output), !output, output); };
@@ -287,6 +288,19 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
     case plan::OpType::scale:
     case plan::OpType::softcap:
       run_scale_softcap(o, task.ptrs);
+      return;
+    case plan::OpType::moe_router:
+    case plan::OpType::moe_dispatch:
+    case plan::OpType::moe_combine: {
+      // A router's forward (not its recompute) records the tokens each expert got.
+      std::vector<int64_t>* counts = nullptr;
+      if (op.type == plan::OpType::moe_router && sop.kind == plan::OpKind::forward)
+        counts = &expert_tokens_[router_ordinal_.at(static_cast<size_t>(sop.graph_op))];
+      run_moe(o, task.ptrs, w_, counts);
+      return;
+    }
+    case plan::OpType::sigmoid_gate:
+      run_sigmoid_gate(o, task.ptrs);
       return;
     case plan::OpType::rope:
       break;

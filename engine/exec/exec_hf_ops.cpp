@@ -12,7 +12,7 @@ namespace shardscope::engine::exec {
 namespace {
 
 F32View view_of(const std::vector<void*>& ptrs, const Operand& x, bool read, bool write) {
-  return F32View(ptrs[static_cast<size_t>(x.slot)], x.dtype, x.offset, x.numel, read, write);
+  return F32View(operand_base(ptrs, x), x.dtype, x.offset, x.numel, read, write);
 }
 
 F32View grad_of(const GraphOperands& o, const std::vector<void*>& ptrs, int tensor) {

@@ -57,6 +57,7 @@ ExecError GraphOperands::missing(const std::string& what) const {
 }
 
 Operand GraphOperands::value(int t, bool output) const {
+  if (numel(t) == 0) return Operand{-1, g_.tensors[static_cast<size_t>(t)].dtype, 0, 0};
   const int i = find([&](const plan::Buffer& b) {
     return b.tensor == t &&
            (output
@@ -76,6 +77,7 @@ int GraphOperands::ids(int t) const {
 }
 
 std::optional<Operand> GraphOperands::grad(int t) const {
+  if (numel(t) == 0) return Operand{-1, g_.tensors[static_cast<size_t>(t)].dtype, 0, 0};
   const int i = find([&](const plan::Buffer& b) {
     return b.tensor == t && b.role == BufferRole::activation_grad;
   });

@@ -24,7 +24,7 @@ namespace shardscope::engine::exec {
 
 // A region of one of the op's buffers.
 struct Operand {
-  int slot = -1;  // index into ScheduleOp::buffers
+  int slot = -1;  // index into ScheduleOp::buffers; -1: an empty tensor (no buffer)
   plan::DType dtype = plan::DType::f32;
   int64_t offset = 0;  // first element (in elements of dtype)
   int64_t numel = 0;
@@ -47,6 +47,8 @@ class GraphOperands {
   ExecError missing(const std::string& what) const;
 
   // Tensor t's value: an input ("act", "rc" or "input") or a new output ("act", "rc").
+  // A tensor of no elements (an expert no token reaches) has no buffer: its
+  // operand is empty (slot -1), as is its gradient's.
   Operand value(int tensor, bool output) const;
   // Slot of an integer input (token ids, labels).
   int ids(int tensor) const;
@@ -71,6 +73,11 @@ class GraphOperands {
   const plan::ScheduleOp& sop_;
   const plan::Op& op_;
 };
+
+// The address an operand starts at (its buffer's), or null for an empty one.
+inline void* operand_base(const std::vector<void*>& ptrs, const Operand& x) {
+  return x.slot < 0 ? nullptr : ptrs[static_cast<size_t>(x.slot)];
+}
 
 // Attention geometry of an attention op at the schedule's workload (heads,
 // head_dim, scale, RoPE, soft-capping, sliding window). Throws ExecError naming

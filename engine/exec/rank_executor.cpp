@@ -33,6 +33,12 @@ RankExecutor::RankExecutor(const plan::Graph& graph, const plan::Policy& policy,
   if (comm_.groups().size() != s_.groups.size())
     throw ExecError("communicator groups do not match the schedule's");
   w_ = s_.workload;
+  router_ordinal_.assign(g_.ops.size(), -1);
+  for (size_t i = 0; i < g_.ops.size(); ++i)
+    if (g_.ops[i].type == plan::OpType::moe_router) {
+      router_ordinal_[i] = static_cast<int>(expert_tokens_.size());
+      expert_tokens_.emplace_back(static_cast<size_t>(g_.ops[i].attrs.num_experts.value_or(0)), 0);
+    }
   const int64_t n = s_.world.shard_group_size;
   for (const plan::Unit& u : up_.units) layouts_.emplace_back(g_, u, p_.flavor, n);
   const GroupIndices gi = group_indices(s_);
@@ -238,6 +244,7 @@ StepOutcome RankExecutor::run_step(int64_t step) {
     completed_.clear();
   }
   std::fill(reported_.begin(), reported_.end(), 0);
+  for (std::vector<int64_t>& counts : expert_tokens_) std::fill(counts.begin(), counts.end(), 0);
   // zero_grad(set_to_none=False): the persistent gradient shards.
   for (size_t b = 0; b < s_.buffers.size(); ++b) {
     const plan::Buffer& buf = s_.buffers[b];

@@ -116,6 +116,10 @@ class RankExecutor : private RunnerBackend {
   const UnitLayout& layout(int unit) const { return layouts_[static_cast<size_t>(unit)]; }
   int64_t shard_index() const { return shard_index_; }
   const plan::Schedule& schedule() const { return s_; }
+  // Mixture of experts: per router op (graph order), the tokens each expert
+  // got in the forward passes of the last step (all micro-steps, recomputes
+  // not counted). Empty for a model without routed layers.
+  const std::vector<std::vector<int64_t>>& expert_tokens() const { return expert_tokens_; }
 
  private:
   struct Task {
@@ -183,6 +187,8 @@ class RankExecutor : private RunnerBackend {
   double found_inf_ = 0, norm_sq_ = 0, grad_norm_ = -1;
   int64_t optimizer_steps_ = 0;
   LossScaler scaler_;
+  std::vector<int> router_ordinal_;                  // per graph op: its router number (-1)
+  std::vector<std::vector<int64_t>> expert_tokens_;  // per router: tokens per expert this step
 
   ScheduleRunner runner_;  // after allocator_ (it holds a reference)
 };

@@ -58,6 +58,22 @@ RankRun train_rank(const TrainConfig& config, const RankPlan& rank_plan, comm::C
       auto params = exec.gather_full_params();
       if (comm.rank() == 0) run.params = std::move(params);
     }
+    if (!exec.expert_tokens().empty()) {
+      // Every rank's counts on every rank (the world group, 0).
+      std::vector<int64_t> mine;
+      for (const std::vector<int64_t>& c : exec.expert_tokens())
+        mine.insert(mine.end(), c.begin(), c.end());
+      std::vector<int64_t> all(mine.size() * static_cast<size_t>(config.world_size));
+      comm.all_gather(0, mine.data(), all.data(), mine.size() * sizeof(int64_t));
+      size_t at = 0;
+      run.expert_tokens.resize(static_cast<size_t>(config.world_size));
+      for (auto& rank : run.expert_tokens)
+        for (const std::vector<int64_t>& c : exec.expert_tokens()) {
+          rank.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(at),
+                            all.begin() + static_cast<std::ptrdiff_t>(at + c.size()));
+          at += c.size();
+        }
+    }
     run.peak_allocated_bytes = exec.peak_allocated_bytes();
     run.persistent_bytes = exec.persistent_allocated_bytes();
     run.trace = std::move(exec.trace());

@@ -52,6 +52,11 @@ struct RankRun {
   int64_t persistent_bytes = 0;
   traces::Trace trace;                     // this rank's recording (its own clock)
   std::vector<std::vector<float>> params;  // final full parameters (rank 0 only, when asked)
+  // Mixture of experts: [rank][router op, graph order][expert] tokens each
+  // expert got in the last step's forward passes (all micro-steps), every
+  // rank's, gathered on every rank (RankExecutor::expert_tokens). Empty
+  // without routed layers.
+  std::vector<std::vector<std::vector<int64_t>>> expert_tokens;
 };
 
 struct TrainHooks {

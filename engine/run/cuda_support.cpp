@@ -57,6 +57,11 @@ void check_cuda_supports(const plan::Graph& graph) {
         refuse(op, "the softcap op");
       case plan::OpType::rope:
         refuse(op, "a standalone rope op");
+      case plan::OpType::moe_router:
+      case plan::OpType::moe_dispatch:
+      case plan::OpType::moe_combine:
+      case plan::OpType::sigmoid_gate:
+        refuse(op, "mixture-of-experts routing");
     }
   }
 }

@@ -45,6 +45,31 @@ RunResult result_from_json(const nlohmann::json& j) {
 
 namespace detail {
 
+nlohmann::json moe_routing_json(const plan::Graph& graph, const plan::Policy& policy,
+                                const exec::RankRun& r0) {
+  if (r0.expert_tokens.empty()) return nullptr;
+  const auto stated = plan::stated_token_balance(policy);
+  const int64_t seq = plan::resolve_seq_len(policy, graph);
+  nlohmann::json layers = nlohmann::json::array();
+  size_t router = 0;
+  for (const plan::Op& op : graph.ops) {
+    if (op.type != plan::OpType::moe_router) continue;
+    const int64_t experts = op.attrs.num_experts.value_or(0), k = op.attrs.top_k.value_or(1);
+    std::vector<int64_t> assumed;
+    for (int64_t e = 0; e < experts; ++e)
+      assumed.push_back(policy.grad_accum_steps * policy.batch_size *
+                        plan::routed_tokens(seq, e, experts, k, stated.get()));
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& rank : r0.expert_tokens) ranks.push_back(rank.at(router));
+    layers.push_back({{"router", op.name}, {"assumed", assumed}, {"measured", ranks}});
+    ++router;
+  }
+  const nlohmann::json p = plan::policy_to_json(policy);
+  return {{"routing", policy.moe_routing == plan::MoeRouting::topk ? "topk" : "forced"},
+          {"token_balance", p.contains("token_balance") ? p["token_balance"] : "uniform"},
+          {"layers", std::move(layers)}};
+}
+
 exec::TrainHooks progress_hooks(const RunRequest& request, int64_t tokens) {
   exec::TrainHooks hooks;
   if (request.on_progress)
@@ -80,6 +105,10 @@ RunResult make_result(const RunRequest& request, traces::Trace& merged, const ex
   r.metrics["tokens_per_s"] = r.tokens_per_s;
   r.metrics["tokens_per_step"] = tokens;
   for (const auto& [key, value] : report.extra.items()) r.metrics[key] = value;
+  if (request.graph) {
+    nlohmann::json moe = moe_routing_json(*request.graph, request.policy, r0);
+    if (!moe.is_null()) r.metrics["moe_routing"] = std::move(moe);
+  }
   return r;
 }
 

@@ -37,6 +37,13 @@ struct BackendReport {
 RunResult make_result(const RunRequest& request, traces::Trace& merged, const exec::RankRun& r0,
                       int64_t tokens, const BackendReport& report);
 
+// Mixture of experts: the "moe_routing" object of the metrics JSON (null
+// without routed layers): the routing mode, the stated token_balance, and per
+// router op the tokens per expert of one rank's last step it assumes and
+// what every rank measured (docs/models.md, "Mixture of experts").
+nlohmann::json moe_routing_json(const plan::Graph& graph, const plan::Policy& policy,
+                                const exec::RankRun& r0);
+
 // What one rank's training produced.
 struct RankOutcome {
   exec::RankRun run;

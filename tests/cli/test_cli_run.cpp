@@ -292,3 +292,37 @@ TEST_CASE("the peer timeout (--timeout, SHARDSCOPE_TIMEOUT) bounds the wait on a
   r = run_cli("run --help");
   CHECK_THAT(r.output, Catch::Contains("default 60 on cpu, 120 on cuda"));
 }
+
+TEST_CASE("run reports each rank's measured tokens per expert next to the assumption",
+          "[cli][run][moe]") {
+  // Rank processes, real top-k routing: JSON "moe_routing" holds per router
+  // the stated balance's tokens per expert (uniform: 2 x 16 x 2 / 4 = 16) and
+  // every rank's measured counts, which sum to B*T*k = 64.
+  const std::string model = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/mixtral-tiny.json";
+  const auto r = run_cli("run --model " + model +
+                         " --nproc 2 --steps 1 --set batch_size=2 --set seq_len=16"
+                         " --set moe_routing=topk --json");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const nlohmann::json moe = json_of(r.output).at("moe_routing");
+  CHECK(moe.at("routing") == "topk");
+  CHECK(moe.at("token_balance") == "uniform");
+  REQUIRE(moe.at("layers").size() == 2);
+  for (const nlohmann::json& layer : moe.at("layers")) {
+    CHECK(layer.at("assumed") == nlohmann::json({16, 16, 16, 16}));
+    REQUIRE(layer.at("measured").size() == 2);  // ranks
+    for (const nlohmann::json& rank : layer.at("measured")) {
+      int64_t sum = 0;
+      for (const nlohmann::json& n : rank) sum += n.get<int64_t>();
+      CHECK(sum == 64);
+    }
+  }
+  // Forced routing measures exactly the assumption; the text output says so.
+  const auto forced =
+      run_cli("run --model " + model + " --nproc 2 --steps 1 --set batch_size=2 --set seq_len=16");
+  INFO(forced.output);
+  REQUIRE(forced.status == 0);
+  CHECK_THAT(forced.output,
+             Catch::Contains("model.layers.1.block_sparse_moe.router: measured 16..16, assumed "
+                             "16..16"));
+}

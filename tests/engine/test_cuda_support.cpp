@@ -125,3 +125,11 @@ TEST_CASE("per-unit dtypes (policy overrides) are refused for the CUDA engine, r
       policy(R"([{"units": ["model.layers.1"], "reshard_after_forward": false},
                  {"units": ".*", "mixed_precision": {"param_dtype": "bf16"}}])")));
 }
+
+TEST_CASE("mixture-of-experts routing is refused by the CUDA engine, naming the op") {
+  const plan::Graph g =
+      plan::load_model(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/mixtral-tiny.json");
+  CHECK(refusal(g) ==
+        "op 'model.layers.0.block_sparse_moe.router' (moe_router): mixture-of-experts routing is "
+        "not implemented by the CUDA engine (use --backend cpu)");
+}

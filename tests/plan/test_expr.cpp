@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -142,4 +143,91 @@ TEST_CASE("Poly parse of random strings either fails cleanly or round-trips", "[
     CHECK(Poly::parse(p.to_string()) == p);
   }
   CHECK(parsed > 100);  // the alphabet does produce valid expressions
+}
+
+// ---- routed-token terms (mixture of experts) ----------------------------------
+
+using shardscope::plan::routed_tokens;
+using shardscope::plan::TokenBalance;
+
+TEST_CASE("routed tokens: uniform gives floor or ceil of T*k/E, summing to T*k exactly",
+          "[plan][expr][moe]") {
+  // T = 10, k = 2, E = 8: 20 assignments; floor(20(e+1)/8) - floor(20e/8) =
+  // 2, 3, 2, 3, 2, 3, 2, 3.
+  const int64_t want[8] = {2, 3, 2, 3, 2, 3, 2, 3};
+  for (int64_t e = 0; e < 8; ++e) CHECK(routed_tokens(10, e, 8, 2, nullptr) == want[e]);
+  for (int64_t t : {1, 7, 16, 1000, 4096})
+    for (int64_t experts : {2, 8, 60})
+      for (int64_t k : {1, 2, 4}) {
+        if (k > experts) continue;
+        int64_t sum = 0;
+        for (int64_t e = 0; e < experts; ++e) {
+          const int64_t n = routed_tokens(t, e, experts, k, nullptr);
+          CHECK(n >= (t * k) / experts);
+          CHECK(n <= (t * k + experts - 1) / experts);
+          sum += n;
+        }
+        CHECK(sum == t * k);
+      }
+}
+
+TEST_CASE("routed tokens: explicit weights split by cumulative shares, all_tokens is T",
+          "[plan][expr][moe]") {
+  TokenBalance w;
+  w.mode = TokenBalance::Mode::weights;
+  // Weights 0.5, 0.25, 0.125, 0.125 in units of 1e-9.
+  w.cumulative = {0, 500000000, 750000000, 875000000, 1000000000};
+  // T = 16, k = 1: 8, 4, 2, 2. T = 3, k = 1 (3 assignments): floor(1.5) = 1,
+  // floor(2.25) - 1 = 1, floor(2.625) - 2 = 0, 3 - 2 = 1.
+  const int64_t t16[4] = {8, 4, 2, 2}, t3[4] = {1, 1, 0, 1};
+  for (int64_t e = 0; e < 4; ++e) {
+    CHECK(routed_tokens(16, e, 4, 1, &w) == t16[e]);
+    CHECK(routed_tokens(3, e, 4, 1, &w) == t3[e]);
+  }
+  CHECK_THROWS_AS(routed_tokens(16, 0, 8, 1, &w), std::invalid_argument);  // 4 weights, 8 experts
+  TokenBalance all;
+  all.mode = TokenBalance::Mode::all_tokens;
+  CHECK(routed_tokens(16, 3, 8, 2, &all) == 16);
+  CHECK_THROWS_AS(routed_tokens(16, 8, 8, 2, nullptr), std::invalid_argument);  // no expert 8
+  CHECK_THROWS_AS(routed_tokens(16, 0, 8, 9, nullptr), std::invalid_argument);  // k > E
+}
+
+TEST_CASE("Poly routed terms: arithmetic, eval under a balance, text round trip",
+          "[plan][expr][moe]") {
+  // Expert 1 of 8, top-2: rows B*routed(1,8,2), times hidden 64.
+  const Poly rows = Poly::routed(1, 1, 0, 1, 8, 2);
+  const Poly x = rows * Poly::constant(64);
+  CHECK(x.to_string() == "64*B*routed(1,8,2)");
+  CHECK(Poly::parse("64*B*routed(1,8,2)") == x);
+  CHECK(Poly::parse("B * 64 * routed ( 1 , 8 , 2 )") == x);
+  // B = 3, T = 10: expert 1 gets 3 tokens per sequence (above), 9 rows, 576 elements.
+  CHECK(x.eval({3, 10}) == 576);
+  CHECK(x.eval_double({3, 10}) == 576.0);
+  // A sum over experts is B*T*k whatever the balance.
+  Poly all;
+  for (int64_t e = 0; e < 8; ++e) all = all + Poly::routed(1, 1, 0, e, 8, 2);
+  CHECK(all.eval({3, 10}) == 60);
+  auto weights = std::make_shared<TokenBalance>();
+  weights->mode = TokenBalance::Mode::weights;
+  weights->cumulative = {0,         0,         250000000, 500000000, 500000000,
+                         625000000, 750000000, 875000000, 1000000000};
+  Workload w{3, 10, weights};
+  CHECK(all.eval(w) == 60);
+  CHECK(x.eval(w) == 64 * 3 * 5);  // expert 1: floor(20 * 0.25) - 0 = 5 tokens per sequence
+  // Mixed plain and routed terms print plain first and parse back.
+  const Poly mixed = Poly::parse("routed(0,2,1)*T + 5 + B");
+  CHECK(mixed.to_string() == "5 + B + T*routed(0,2,1)");
+  CHECK(Poly::parse(mixed.to_string()) == mixed);
+  CHECK((x + x * -1).is_zero());
+  CHECK_THROWS_AS(rows * rows, std::domain_error);
+  CHECK_THAT(parse_error("routed(1,8,2)*routed(0,8,2)"), Catch::Contains("at most one routed"));
+  CHECK_THAT(parse_error("routed(8,8,2)"), Catch::Contains("position 0"));
+  CHECK_THAT(parse_error("routed(1,8)"), Catch::Contains("expected ','"));
+  CHECK_THAT(parse_error("route"), Catch::Contains("position 0"));
+  CHECK_THROWS_AS(Poly::routed(1, 0, 0, 0, 0, 1), std::invalid_argument);
+  // Workloads compare their balances, null being uniform.
+  auto uniform = std::make_shared<TokenBalance>();
+  CHECK(Workload{3, 10}.same_as(Workload{3, 10, uniform}));
+  CHECK(!Workload{3, 10}.same_as(w));
+  CHECK(!Workload{3, 10}.same_as(Workload{3, 11}));
 }

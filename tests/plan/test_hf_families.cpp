@@ -83,5 +83,6 @@ TEST_CASE("Qwen2: biases on q/k/v_proj only, Qwen2 class names, no sliding windo
   config["model_type"] = "qwen3_moe";
   CHECK_THROWS_WITH(model_from_hf_config(config, "c.json"),
                     Catch::Contains("unsupported model_type 'qwen3_moe' (supported: gemma, gemma2, "
-                                    "gpt2, gpt_neox, llama, mistral, opt, phi3, qwen2, qwen3)"));
+                                    "gpt2, gpt_neox, llama, mistral, mixtral, opt, phi3, qwen2, "
+                                    "qwen2_moe, qwen3)"));
 }

@@ -342,6 +342,10 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
     case plan::OpType::rope:
     case plan::OpType::scale:    // refused on the host (engine/run/cuda_support.cpp)
     case plan::OpType::softcap:  // as well
+    case plan::OpType::moe_router:
+    case plan::OpType::moe_dispatch:
+    case plan::OpType::moe_combine:
+    case plan::OpType::sigmoid_gate:
       break;
   }
   throw ExecError("op '" + op.name + "': the CUDA engine has no op type '" +

@@ -167,6 +167,39 @@ TEST_CASE("engine peak allocated equals the simulator's on GPT-NeoX and OPT tiny
   }
 }
 
+TEST_CASE("engine peak allocated equals the simulator's on mixtral and qwen2_moe tiny",
+          "[exec][memory][hf][moe]") {
+  // Forced routing under uniform and skewed balances (the experts' buffers
+  // sized by routed_tokens), and real top-k routing (sized for every token);
+  // both flavors, with and without checkpointing, bf16 (fp32 router
+  // probabilities next to bf16 weights) and accumulation.
+  const std::string data = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/";
+  const std::pair<const char*, const char*> models[] = {
+      {"mixtral-tiny.json", "MixtralDecoderLayer"},
+      {"qwen2_moe-tiny.json", "Qwen2MoeDecoderLayer"}};
+  int cases = 0;
+  for (const auto& [file, layer] : models) {
+    const plan::Graph g = plan::load_model(data + file);
+    for (const std::string flavor : {"fsdp1", "fsdp2"})
+      for (const bool ckpt : {false, true})
+        for (const int balance : {0, 1, 2}) {
+          nlohmann::json doc = {{"flavor", flavor},
+                                {"batch_size", 2},
+                                {"seq_len", 12},
+                                {"grad_accum_steps", ckpt ? 2 : 1},
+                                {"mixed_precision", {{"param_dtype", "bf16"}}},
+                                {"wrap", {{"type", "class"}, {"classes", {layer}}}}};
+          if (ckpt) doc["activation_checkpointing"] = "full";
+          if (balance == 1) doc["token_balance"] = {{"weights", {0.5, 0.3, 0.2, 0.0}}};
+          if (balance == 2) doc["moe_routing"] = "topk";
+          INFO(file << " " << doc.dump());
+          check_peak_equals_sim(g, plan::policy_from_json(doc));
+          ++cases;
+        }
+  }
+  CHECK(cases == 2 * 2 * 2 * 3);
+}
+
 TEST_CASE("engine traces carry the plan's FLOPs and bytes on compute events", "[exec][trace]") {
   // So that calibrate fits compute from an engine run as from a profiler
   // trace. gpt2-tiny (n_embd 64), batch 2 x seq 16 = 32 tokens per rank.
