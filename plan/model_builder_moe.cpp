@@ -105,6 +105,16 @@ int GraphBuilder::moe_combine(int module, const std::vector<int>& expert_out,
   op.inputs.insert(op.inputs.end(), slots.begin(), slots.end());
   op.outputs = {add_tensor(op.name + ".out", {w[0], w[1], c})};
   op.saved = op.inputs;
+  // Per expert, Hugging Face computes y_e * w_e and index_add_s it into the
+  // output; index_add_ saves that product (IndexAddBackward0._saved_source,
+  // seen on torch 2.9.1) besides the product's own operands: an [n_e, C]
+  // output per expert, kept for backward (docs/accuracy.md, mixture of experts).
+  for (size_t e = 0; e < expert_out.size(); ++e) {
+    const int weighted =
+        add_tensor(op.name + ".weighted" + std::to_string(e), shape(expert_out[e]));
+    op.outputs.push_back(weighted);
+    op.saved.push_back(weighted);
+  }
   Poly routed_rows;
   for (int y : expert_out) routed_rows = routed_rows + rows(y);
   op.fwd_flops = routed_rows * c * 2;

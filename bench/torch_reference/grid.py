@@ -3,7 +3,7 @@
 Plain data, no torch import. A configuration ("spec") is a dict:
 
   family      "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "phi3"
-              | "gpt_neox" | "opt"
+              | "gpt_neox" | "opt" | "mixtral" | "qwen2_moe"
               (the Hugging Face model_type)
   model       keyword arguments of GPT2Config / LlamaConfig / MistralConfig
               (dropout probabilities are forced to 0 by the harness)
@@ -126,6 +126,22 @@ MODELS = {
                                             rotary_pct=0.25, rotary_emb_base=10000,
                                             use_parallel_residual=True, hidden_act="gelu",
                                             tie_word_embeddings=False)),
+    # Mixture of experts: Mixtral (4 experts, top-2, no shared expert) and Qwen2-MoE
+    # (4 experts, top-2, a shared expert with a sigmoid gate; layer 1 dense).
+    "mixtral-h128-l2-e4k2": ("mixtral", dict(hidden_size=128, intermediate_size=192,
+                                             num_hidden_layers=2, num_attention_heads=4,
+                                             num_key_value_heads=2, vocab_size=1024,
+                                             max_position_embeddings=512, num_local_experts=4,
+                                             num_experts_per_tok=2, sliding_window=None,
+                                             output_router_logits=False)),
+    "qwen2moe-h128-l3-e4k2": ("qwen2_moe", dict(hidden_size=128, intermediate_size=256,
+                                                num_hidden_layers=3, num_attention_heads=4,
+                                                num_key_value_heads=2, vocab_size=1024,
+                                                max_position_embeddings=512, num_experts=4,
+                                                num_experts_per_tok=2, moe_intermediate_size=96,
+                                                shared_expert_intermediate_size=160,
+                                                norm_topk_prob=False, decoder_sparse_step=1,
+                                                mlp_only_layers=[1], output_router_logits=False)),
     # OPT (opt-350m's shape): post-LN, project_in/out 128 <-> 64, ReLU FFN 4x,
     # learned positions offset by 2, tied lm_head.
     "opt-h128-l2-postln-proj64": ("opt", dict(hidden_size=128, ffn_dim=512, num_hidden_layers=2,
@@ -189,6 +205,11 @@ _RUNS = [
     # GPT-NeoX and OPT
     ("neox-h128-l2-rot25", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
     ("opt-h128-l2-postln-proj64", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    # Mixture of experts (real routing: the recorded tokens per expert are compared with
+    # shardscope's stated balance in docs/accuracy.md)
+    ("mixtral-h128-l2-e4k2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("mixtral-h128-l2-e4k2", "fsdp2", "fp32", "fp32", 4, 2, 128, False, "full"),
+    ("qwen2moe-h128-l3-e4k2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
     # FSDP1 (FullyShardedDataParallel, use_orig_params=True)
     ("gpt2-h128-l2", "fsdp1", "fp32", "fp32", 8, 2, 128, True, "none"),
     ("gpt2-h128-l2", "fsdp1", "bf16", "fp32", 8, 2, 128, False, "none"),

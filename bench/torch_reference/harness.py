@@ -60,7 +60,14 @@ FAMILIES = {
                  {"attention_dropout": 0.0, "hidden_dropout": 0.0}),
     "opt": ("OPTConfig", "OPTForCausalLM", "OPTDecoderLayer",
             {"dropout": 0.0, "attention_dropout": 0.0, "layerdrop": 0.0}),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", "MixtralDecoderLayer",
+                {"attention_dropout": 0.0, "router_jitter_noise": 0.0}),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", "Qwen2MoeDecoderLayer",
+                  {"attention_dropout": 0.0}),
 }
+# Mixture-of-experts families: the router is the `gate` Linear of each sparse MoE
+# block; its top-k decides how many tokens every expert computes (recorded per layer).
+MOE_BLOCKS = {"mixtral": "MixtralSparseMoeBlock", "qwen2_moe": "Qwen2MoeSparseMoeBlock"}
 FLAVORS = ("fsdp1", "fsdp2")
 DTYPE_KEYS = ("fp32", "bf16")
 # "torchtitan": torchtitan v0.2.2's op-level selective checkpointing
@@ -467,6 +474,34 @@ def run(spec, device="cpu", snapshot_path=None):
         model.train()
         params_total = sum(p.numel() for p in model.parameters())
         block_cls = type(next(m for m in model.modules() if type(m).__name__ == block_cls_name))
+        # Routing. With the fake process group the all-gathered weights are
+        # uninitialized, so the router's own logits are meaningless (on CPU they
+        # send every token to the same two experts). The router's output is
+        # replaced by 0 * logits + a fixed pattern: token i (flattened B*T) ranks
+        # experts i % E, (i + 1) % E, ... first, so every expert gets exactly
+        # B*T*k/E tokens (shardscope's "uniform" balance, its forced routing), and
+        # the router's weights still get a gradient. The tokens per expert of each
+        # MoE layer in the measured step are recorded (top-k of what the block sees).
+        routing = {}
+        if family in MOE_BLOCKS:
+            top_k = int(cfg.num_experts_per_tok)
+            for mname, mod in model.named_modules():
+                if type(mod).__name__ != MOE_BLOCKS[family]:
+                    continue
+
+                def force_and_count(_m, _inp, logits, layer=mname):
+                    n, e = logits.shape[0], logits.shape[-1]
+                    rank = (torch.arange(e, device=logits.device)[None, :]
+                            - torch.arange(n, device=logits.device)[:, None]) % e
+                    # nan_to_num first: uninitialized weights can give NaN/inf logits
+                    forced = logits.nan_to_num(0.0, 0.0, 0.0) * 0 + (e - rank).to(logits.dtype)
+                    if recorder.active:
+                        idx = torch.topk(forced.detach().float(), top_k, dim=-1).indices
+                        c = torch.bincount(idx.reshape(-1), minlength=e).tolist()
+                        prev = routing.get(layer)
+                        routing[layer] = c if prev is None else [a + b for a, b in zip(prev, c)]
+                    return forced
+                mod.gate.register_forward_hook(force_and_count)
         if cuda:
             # Built on CPU as on the CPU runs (same seed, same values), then moved whole;
             # tied weights stay tied (Module.to keeps the Parameter objects).
@@ -522,6 +557,7 @@ def run(spec, device="cpu", snapshot_path=None):
                         measured_from = len(torch.cuda.memory._snapshot()
                                             .get("device_traces", [[]])[0])
                 recorder.active = True
+                routing.clear()
             try:
                 with record_function("ref::step%d" % step):
                     recorder.phase = "forward"
@@ -624,6 +660,15 @@ def run(spec, device="cpu", snapshot_path=None):
         "collective_totals": totals_by_op(collectives),
         "collectives_check": check,
         "attention_kernels": prof_mem["attention_ops"],
+        **({"routing": {"top_k": int(cfg.num_experts_per_tok),
+                        "tokens_per_expert": routing,
+                        "forced": "router output = 0 * logits + a pattern giving token i "
+                                  "experts i % E, (i + 1) % E, ... (every expert B*T*k/E "
+                                  "tokens): the fake process group's weights are "
+                                  "uninitialized, so real routing is meaningless here",
+                        "rule": "torch.topk of each router's output in the measured step's "
+                                "forward (a recompute counts again)"}}
+           if family in MOE_BLOCKS else {}),
         "peak": {
             "allocated_bytes": total,
             "profiler_allocated_bytes": prof_mem.get("peak"),
@@ -639,6 +684,18 @@ def run(spec, device="cpu", snapshot_path=None):
     }
     if cuda:
         cuda_record(torch, record, dev, tracker, cuda_at, name)
+    if routing:
+        # shardscope's token_balance is one set of shares for every MoE layer: the
+        # measured one when all layers routed alike (with the fake process group the
+        # all-gathered weights are uninitialized, so the router's logits are not a
+        # trained model's and routing is whatever they give).
+        shares = {tuple(c / sum(cs) for c in cs) for cs in routing.values()}
+        if len(shares) == 1:
+            record["shardscope_args"] += ["--set", "token_balance=" + json.dumps(
+                {"weights": list(next(iter(shares)))}, separators=(",", ":"))]
+        else:
+            record["routing"]["note"] = ("layers routed differently: shardscope_args keep "
+                                         "the uniform balance")
     if spec.get("overrides"):
         # Per-unit fully_shard arguments (unit_fsdp_args); absent from files without them.
         record["setup"]["overrides"] = spec["overrides"]

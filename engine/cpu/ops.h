@@ -191,10 +191,12 @@ void moe_dispatch_backward(const float* dxe, const int64_t* slots, float* dx, in
 // out[tokens, c] = sum over experts e (in order) and their rows r (in order)
 // with slot s = slots[e][r] >= 0 of weights[s] * y[e][r, :] at token s / k.
 // Backward: dy[e][r] += weights[s] * dout[s / k]; dweights[s] += dot(dout[s /
-// k], y[e][r]).
+// k], y[e][r]). `weighted` (nullable): per expert, an [rows[e], c] array that
+// receives weights[s] * y[e][r, :] (0 for padding rows): the products
+// Hugging Face's index_add_ keeps for backward (plan's moe_combine outputs).
 void moe_combine_forward(const float* const* y, const int64_t* const* slots, const int64_t* rows,
                          int64_t experts, const float* weights, float* out, int64_t tokens,
-                         int64_t c, int64_t k);
+                         int64_t c, int64_t k, float* const* weighted = nullptr);
 void moe_combine_backward(const float* const* y, const int64_t* const* slots, const int64_t* rows,
                           int64_t experts, const float* weights, const float* dout,
                           float* const* dy, float* dweights, int64_t tokens, int64_t c, int64_t k);

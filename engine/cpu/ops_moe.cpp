@@ -146,7 +146,7 @@ void moe_dispatch_backward(const float* dxe, const int64_t* slots, float* dx, in
 
 void moe_combine_forward(const float* const* y, const int64_t* const* slots, const int64_t* rows,
                          int64_t experts, const float* weights, float* out, int64_t tokens,
-                         int64_t c, int64_t k) {
+                         int64_t c, int64_t k, float* const* weighted) {
   const char* fn = "moe_combine_forward";
   require_nonneg(fn, "tokens", tokens);
   require(k >= 1, fn, "k < 1");
@@ -156,14 +156,21 @@ void moe_combine_forward(const float* const* y, const int64_t* const* slots, con
   for (int64_t e = 0; e < experts; ++e) {
     require_ptr(fn, "y", y[e], rows[e] * c);
     require_ptr(fn, "slots", slots[e], rows[e]);
+    float* prod = weighted != nullptr ? weighted[e] : nullptr;
+    if (prod != nullptr) require_ptr(fn, "weighted", prod, rows[e] * c);
     for (int64_t r = 0; r < rows[e]; ++r) {
       const int64_t s = slots[e][r];
-      if (s < 0) continue;
+      if (s < 0) {  // a padding row: no token, a zero product
+        if (prod != nullptr) std::fill(prod + r * c, prod + (r + 1) * c, 0.0f);
+        continue;
+      }
       require_index(fn, "slot", s, r, tokens * k);
       const float w = weights[s];
       const float* src = y[e] + r * c;
       float* dst = out + (s / k) * c;
       for (int64_t i = 0; i < c; ++i) dst[i] += w * src[i];
+      if (prod != nullptr)
+        for (int64_t i = 0; i < c; ++i) prod[r * c + i] = w * src[i];
     }
   }
 }

@@ -134,8 +134,19 @@ void run_moe(const GraphOperands& o, const std::vector<void*>& ptrs, const plan:
       F32View weights = view_of(ptrs, o.value(weights_t, false), true, false);
       if (!o.backward()) {
         F32View out = view_of(ptrs, o.value(out_t, true), false, true);
+        // outputs 1..E: the weighted products each expert's index_add_ keeps.
+        if (op.outputs.size() != static_cast<size_t>(experts + 1))
+          throw ExecError("op '" + op.name + "': expects 1 + num_experts outputs");
+        std::vector<F32View> weighted;
+        weighted.reserve(static_cast<size_t>(experts));
+        std::vector<float*> weighted_ptr;
+        for (int64_t e = 0; e < experts; ++e) {
+          weighted.push_back(
+              view_of(ptrs, o.value(op.outputs[static_cast<size_t>(e + 1)], true), false, true));
+          weighted_ptr.push_back(weighted.back().data());
+        }
         cpu::moe_combine_forward(y_ptr.data(), slots.data(), rows.data(), experts, weights.data(),
-                                 out.data(), tokens, c, k);
+                                 out.data(), tokens, c, k, weighted_ptr.data());
       } else {
         F32View dout = grad_of(o, ptrs, out_t);
         F32View dweights = grad_of(o, ptrs, weights_t);

@@ -116,7 +116,7 @@ TEST_CASE("profile: a command that does not use CUDA writes nothing and exits 1"
   CHECK_FALSE(fs::exists(out));
 }
 
-TEST_CASE("profile: COMMAND's failure wins; a missing command exits 127", "[cli][profile]") {
+TEST_CASE("profile: COMMAND's failure wins, a missing command exits 127", "[cli][profile]") {
   if (!inject_library_built()) return;  // covered by the test above
   TempDir dir;
   const std::string out = (dir.path / "p.trace").string();

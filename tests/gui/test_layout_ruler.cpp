@@ -57,7 +57,7 @@ TEST_CASE("ruler: 1-2-5 steps at least min_px apart, majors on round values, lab
   CHECK(gui::format_count(1234567) == "1,234,567");
 }
 
-TEST_CASE("screen layout: windows tile the framebuffer; memory shares the timeline's x extent") {
+TEST_CASE("screen layout: windows tile the framebuffer, memory shares the timeline's x extent") {
   const gui::ScreenLayout s = gui::screen_layout(1200, 800, true);
   CHECK(s.top_bar.h == gui::kTopBarHeight);
   CHECK(s.timeline.x == s.memory.x);

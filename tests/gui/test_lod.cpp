@@ -87,7 +87,7 @@ TEST_CASE("lod: items bounded by the pixel width and no visible event lost, 1e3 
   }
 }
 
-TEST_CASE("lod: a wide event is one item; 1,000 zero-length events at one instant fold into one") {
+TEST_CASE("lod: a wide event is one item, 1,000 zero-length events at one instant fold into one") {
   tr::Trace t;
   tr::RankTrace& r = t.add_rank(0);
   const uint32_t lane = t.add_lane(r, "compute", tr::LaneKind::compute);
@@ -247,7 +247,7 @@ TEST_CASE("lod: fold colour ties go to the lower category among those present") 
   }
 }
 
-TEST_CASE("lod: a row of one category keeps no per-event categories; folds take that category") {
+TEST_CASE("lod: a row of one category keeps no per-event categories, folds take that category") {
   const tr::Trace t = one_row({{tr::Category::memset, 3}, {tr::Category::memset, 4}});
   const gui::TraceIndex idx = gui::build_index(t);
   const gui::Track& track = idx.ranks[0].lanes[0].rows[0];

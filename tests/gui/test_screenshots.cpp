@@ -166,7 +166,7 @@ void check_lanes(const Image& img, const tr::Trace& t, const gui::Rect& window, 
 }  // namespace
 
 TEST_CASE(
-    "screenshot: each category's color fills its lane rows; the memory peak is at the trace's "
+    "screenshot: each category's color fills its lane rows, the memory peak is at the trace's "
     "peak") {
   shardscope::test::TempDir dir("gui_shot");
   const std::string trace = (dir.path / "t.bin").string();

@@ -63,7 +63,7 @@ int next_launch_on(const plan::Schedule& s, size_t from, int stream) {
 
 }  // namespace
 
-TEST_CASE("fsdp2 frees no buffer with pending ops; fsdp1 frees its unsharded parameters so",
+TEST_CASE("fsdp2 frees no buffer with pending ops, fsdp1 frees its unsharded parameters so",
           "[schedule][reuse]") {
   const Planned two = make(kFsdp2, 4);
   REQUIRE(plan::check_schedule(two.graph, two.units, two.s).empty());

@@ -133,7 +133,7 @@ TEST_CASE("an unknown version is a typed error in both forms", "[formats]") {
   }
 }
 
-TEST_CASE("binary version 1 files still read; a host event cannot be in one", "[formats]") {
+TEST_CASE("binary version 1 files still read, a host event cannot be in one", "[formats]") {
   REQUIRE(kBinaryVersion == 2);
   const uint32_t v1 = 1;
   std::string bin = trace_to_binary(testing::sample_trace());

@@ -292,7 +292,7 @@ TEST_CASE(
                                " within 0.2 s: no segment of that name exists"));
 }
 
-TEST_CASE("stale segments of dead creators are swept; live and foreign ones are kept") {
+TEST_CASE("stale segments of dead creators are swept, live and foreign ones are kept") {
   const std::string prefix = "sstest-" + std::to_string(getpid()) + "-sweep-";
   const std::string dead = "/" + prefix + "dead", live = "/" + prefix + "live",
                     foreign = "/" + prefix + "foreign";

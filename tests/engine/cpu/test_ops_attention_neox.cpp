@@ -107,7 +107,7 @@ TEST_CASE("attention per-head layout equals the [3, H, D] layout of the same val
 }
 
 TEST_CASE(
-    "attention rotary_dim = head_dim equals full RoPE exactly; elements past R do not rotate") {
+    "attention rotary_dim = head_dim equals full RoPE exactly, elements past R do not rotate") {
   AttentionShape full = neox_shape(1, 4, 2, 4, 0, 100.0);
   AttentionShape same = full;
   same.rotary_dim = 4;

@@ -228,7 +228,7 @@ TEST_CASE("emulated: reduce_scatter and all_reduce give the own contribution, av
   }
 }
 
-TEST_CASE("emulated: broadcast moves nothing; non-member groups and roots are CommErrors") {
+TEST_CASE("emulated: broadcast moves nothing, non-member groups and roots are CommErrors") {
   EmulatedCommunicator comm(kRank, 4, kGroups, fixed(1 * kMs));
   Stream stream;
   DeviceVector<float> data(iota_f32(64, 5.0f));

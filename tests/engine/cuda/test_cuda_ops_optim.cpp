@@ -189,7 +189,7 @@ TEST_CASE("clip_factor is min(1, max_norm / (norm + 1e-6))", "[gpu]") {
   CHECK(std::isnan(nan_factor.download()[0]));
 }
 
-TEST_CASE("cast rounds to the destination dtype; same dtype copies", "[gpu]") {
+TEST_CASE("cast rounds to the destination dtype, same dtype copies", "[gpu]") {
   std::mt19937 rng(9);
   for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1001}})
     for (const DType from : {DType::f32, DType::bf16, DType::f16})
