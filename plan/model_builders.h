@@ -248,6 +248,12 @@ class HfConfigReader {
   std::string source_;
 };
 
+// The gated MLP activation of a Hugging Face `hidden_act`: "silu", "gelu" or
+// "gelu_tanh" (from gelu_pytorch_tanh). Anything else throws Error
+// "<family> config for '<name>': unsupported hidden_act '<value>'".
+std::string gated_activation(const std::string& hidden_act, const char* family,
+                             const std::string& name);
+
 // ---- shared builder ------------------------------------------------------------
 
 // Dimension shorthands for tensor shapes.

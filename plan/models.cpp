@@ -250,6 +250,15 @@ Poly dim(int64_t n) {
   return Poly::constant(n);
 }
 
+std::string gated_activation(const std::string& hidden_act, const char* family,
+                             const std::string& name) {
+  if (hidden_act == "silu") return "silu";
+  if (hidden_act == "gelu") return "gelu";
+  if (hidden_act == "gelu_pytorch_tanh") return "gelu_tanh";
+  throw Error(std::string(family) + " config for '" + name + "': unsupported hidden_act '" +
+              hidden_act + "'");
+}
+
 GraphBuilder::GraphBuilder(std::string model_name, std::string family, int64_t max_seq_len,
                            int64_t vocab_size) {
   g_.model_name = std::move(model_name);

@@ -173,15 +173,7 @@ Graph build_moe(const MoeConfig& c, const std::string& name) {
     throw Error("moe config for '" + name +
                 "': routed layers need 1 <= top_k <= num_experts, positive expert sizes and "
                 "(Qwen2-MoE) a shared expert");
-  std::string gate_act;
-  if (c.hidden_act == "silu")
-    gate_act = "silu";
-  else if (c.hidden_act == "gelu")
-    gate_act = "gelu";
-  else if (c.hidden_act == "gelu_pytorch_tanh")
-    gate_act = "gelu_tanh";
-  else
-    throw Error("moe config for '" + name + "': unsupported hidden_act '" + c.hidden_act + "'");
+  const std::string gate_act = gated_activation(c.hidden_act, "moe", name);
 
   const std::string P = qwen ? "Qwen2Moe" : "Mixtral";
   const int64_t C = c.hidden_size, V = c.vocab_size, E = c.num_experts, k = c.top_k;

@@ -81,15 +81,7 @@ Graph build_phi3(const Phi3Config& c, const std::string& name) {
     throw Error("phi3 config for '" + name +
                 "': sizes must be positive and num_attention_heads a multiple of "
                 "num_key_value_heads");
-  std::string gate_act;
-  if (c.hidden_act == "silu")
-    gate_act = "silu";
-  else if (c.hidden_act == "gelu")
-    gate_act = "gelu";
-  else if (c.hidden_act == "gelu_pytorch_tanh")
-    gate_act = "gelu_tanh";
-  else
-    throw Error("phi3 config for '" + name + "': unsupported hidden_act '" + c.hidden_act + "'");
+  const std::string gate_act = gated_activation(c.hidden_act, "phi3", name);
   const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
   const double eps = c.rms_norm_eps;

@@ -6,22 +6,11 @@
 
 #include "engine/cpu/optim.h"
 #include "engine/exec/f32_view.h"
+#include "engine/exec/operand_views.h"
 
 namespace shardscope::engine::exec {
 
-namespace {
-
-F32View view_of(const std::vector<void*>& ptrs, const Operand& x, bool read, bool write) {
-  return F32View(operand_base(ptrs, x), x.dtype, x.offset, x.numel, read, write);
-}
-
-F32View grad_of(const GraphOperands& o, const std::vector<void*>& ptrs, int tensor) {
-  const std::optional<Operand> x = o.grad(tensor);
-  if (!x) throw o.missing("the gradient of " + o.tensor_name(tensor));
-  return view_of(ptrs, *x, true, true);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void run_gated(const GraphOperands& o, const std::vector<void*>& ptrs, cpu::GateActivation act) {
   const plan::Op& op = o.op();

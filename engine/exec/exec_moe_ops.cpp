@@ -5,20 +5,11 @@
 
 #include "engine/cpu/ops.h"
 #include "engine/exec/f32_view.h"
+#include "engine/exec/operand_views.h"
 
 namespace shardscope::engine::exec {
 
 namespace {
-
-F32View view_of(const std::vector<void*>& ptrs, const Operand& x, bool read, bool write) {
-  return F32View(operand_base(ptrs, x), x.dtype, x.offset, x.numel, read, write);
-}
-
-F32View grad_of(const GraphOperands& o, const std::vector<void*>& ptrs, int tensor) {
-  const std::optional<Operand> x = o.grad(tensor);
-  if (!x) throw o.missing("the gradient of " + o.tensor_name(tensor));
-  return view_of(ptrs, *x, true, true);
-}
 
 // An i64 tensor's elements (expert indices, slots).
 int64_t* i64_of(const GraphOperands& o, const std::vector<void*>& ptrs, int tensor, bool output) {
