@@ -80,9 +80,12 @@ const std::map<std::string, double>& known_cuda_gaps() {
       {"llama-h128-l2-gqa2-gelu-fsdp2-fp32-w8-b2-t128-rafT-ac0", 0.11},
       {"llama-h256-l4-gqa4-fsdp2-fp32-w16-b1-t128-rafT-ac0", 0.09},
       {"mistral-h128-l2-gqa4-fsdp2-fp32-w2-b2-t256-rafF-ac1", 0.14},
+      {"mixtral-h128-l2-e4k2-fsdp2-fp32-w4-b2-t128-rafF-ac1", 0.05},
       {"phi3-h128-l2-gqa2-sw64-fsdp2-bf16-w8-b2-t128-rafT-ac0", 0.03},
       {"qwen2-h128-l2-gqa2-tied-fsdp2-fp32-w4-b2-t128-rafF-ac1", 0.09},
-      {"qwen2-h128-l2-gqa2-tied-fsdp2-fp32-w4-b2-t128-rafT-acTT", 0.07}};
+      {"qwen2-h128-l2-gqa2-tied-fsdp2-fp32-w4-b2-t128-rafT-acTT", 0.07},
+      // Qwen2-MoE: the CPU files' gap (-2.3% here).
+      {"qwen2moe-h128-l3-e4k2-fsdp2-bf16-w8-b2-t128-rafT-ac0", 0.03}};
   return gaps;
 }
 
@@ -202,6 +205,6 @@ TEST_CASE("shardscope matches the PyTorch FSDP references recorded on an H200",
   // allocated are not asserted: they hold cuBLAS workspaces and pools the
   // simulator does not model (docs/accuracy.md, an open gap).
   const std::vector<std::filesystem::path> refs = references("reference/cuda");
-  REQUIRE(refs.size() >= 50);
+  REQUIRE(refs.size() >= 57);
   check_references(refs, "peak_allocated_bytes", known_cuda_gaps());
 }
