@@ -24,7 +24,7 @@ namespace shardscope::plan {
 
 GraphBuilder::MoeRoute GraphBuilder::moe_router(int module, int logits, int64_t experts,
                                                 int64_t top_k, bool norm_topk_prob) {
-  const Shape& in = shape(logits);
+  const Shape in = shape(logits);  // a copy: add_tensor below may reallocate the tensors
   if (in.size() != 3 || in[2] != dim(experts) || top_k < 1 || top_k > experts)
     throw Error("moe_router '" + op_name(module, "router") +
                 "': expects logits [B, T, num_experts] and 1 <= top_k <= num_experts");
@@ -60,7 +60,8 @@ GraphBuilder::MoeRoute GraphBuilder::moe_router(int module, int logits, int64_t 
 
 GraphBuilder::MoeRows GraphBuilder::moe_dispatch(int module, int x, int indices, int64_t expert,
                                                  int64_t experts, int64_t top_k) {
-  const Shape& in = shape(x);
+  // Copies, not references: add_tensor below may reallocate the graph's tensors.
+  const Shape in = shape(x);
   if (in.size() != 3 || in[0] != dim_b() || in[1] != dim_t())
     throw Error("moe_dispatch '" + op_name(module, "dispatch") + "': expects x [B, T, C]");
   const Poly c = in[2];
@@ -94,7 +95,7 @@ int GraphBuilder::moe_combine(int module, const std::vector<int>& expert_out,
   if (expert_out.size() != static_cast<size_t>(experts) || slots.size() != expert_out.size())
     throw Error("moe_combine '" + op_name(module, "combine") +
                 "': one output and one slots tensor per expert expected");
-  const Shape& w = shape(weights);
+  const Shape w = shape(weights);  // a copy: add_tensor below may reallocate the tensors
   const Poly c = shape(expert_out[0]).back();
   Op op;
   op.name = op_name(module, "combine");
@@ -125,7 +126,7 @@ int GraphBuilder::moe_combine(int module, const std::vector<int>& expert_out,
 }
 
 int GraphBuilder::sigmoid_gate(int module, const std::string& suffix, int gate, int x) {
-  const Shape& g = shape(gate);
+  const Shape g = shape(gate);  // a copy: add_tensor below may reallocate the tensors
   if (g.empty() || g.back() != dim(1) || g.size() != shape(x).size())
     throw Error("sigmoid_gate '" + op_name(module, suffix) + "': expects a gate [.., 1]");
   Op op;
