@@ -242,6 +242,12 @@ class HfConfigReader {
   std::string get_string(const char* key, const std::string& fallback) const;
   const nlohmann::json* get(const char* key) const;  // nullptr when absent or null
   [[noreturn]] void fail(const char* key, const std::string& what) const;
+  // Attention shape checks shared by the Llama-like readers: fail naming
+  // num_key_value_heads unless it divides num_attention_heads; with no
+  // head_dim (0: derived), fail naming num_attention_heads unless it divides
+  // hidden_size.
+  void check_kv_heads(int64_t heads, int64_t kv_heads) const;
+  void check_derived_head_dim(int64_t hidden, int64_t heads, int64_t head_dim) const;
 
  private:
   const nlohmann::json& config_;

@@ -189,6 +189,20 @@ void HfConfigReader::fail(const char* key, const std::string& what) const {
   throw Error(source_ + ": key '" + key + "': " + what);
 }
 
+void HfConfigReader::check_kv_heads(int64_t heads, int64_t kv_heads) const {
+  if (heads % kv_heads != 0)
+    fail("num_key_value_heads", "num_attention_heads " + std::to_string(heads) +
+                                    " is not a multiple of num_key_value_heads " +
+                                    std::to_string(kv_heads));
+}
+
+void HfConfigReader::check_derived_head_dim(int64_t hidden, int64_t heads, int64_t head_dim) const {
+  if (head_dim == 0 && hidden % heads != 0)
+    fail("num_attention_heads", "hidden_size " + std::to_string(hidden) +
+                                    " is not divisible by num_attention_heads " +
+                                    std::to_string(heads) + " (and no head_dim is given)");
+}
+
 const json* HfConfigReader::get(const char* key) const {
   auto it = config_.find(key);
   if (it == config_.end() || it->is_null()) return nullptr;

@@ -74,10 +74,7 @@ GemmaConfig gemma_config_from_hf(const nlohmann::json& config, const std::string
   c.max_position_embeddings = r.require_int("max_position_embeddings");
   // transformers' defaults: GemmaConfig 16 kv heads, Gemma2Config 4; head_dim 256 both.
   c.num_key_value_heads = r.get_int("num_key_value_heads", gemma2 ? 4 : 16);
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    r.fail("num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
-                                      " is not a multiple of num_key_value_heads " +
-                                      std::to_string(c.num_key_value_heads));
+  r.check_kv_heads(c.num_attention_heads, c.num_key_value_heads);
   c.head_dim = r.get_int("head_dim", 256);
   c.rms_norm_eps = r.get_double("rms_norm_eps", c.rms_norm_eps);
   c.rope_theta = r.get_double("rope_theta", c.rope_theta);

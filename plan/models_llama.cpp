@@ -57,16 +57,9 @@ LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string
   // Qwen2Config and Qwen3Config 32.
   c.num_key_value_heads = r.get_int(
       "num_key_value_heads", c.model_type == "mistral" ? 8 : (qwen ? 32 : c.num_attention_heads));
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    r.fail("num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
-                                      " is not a multiple of num_key_value_heads " +
-                                      std::to_string(c.num_key_value_heads));
+  r.check_kv_heads(c.num_attention_heads, c.num_key_value_heads);
   c.head_dim = r.get_int("head_dim", qwen3 ? 128 : 0);  // Qwen3Config: head_dim 128
-  if (c.head_dim == 0 && c.hidden_size % c.num_attention_heads != 0)
-    r.fail("num_attention_heads", "hidden_size " + std::to_string(c.hidden_size) +
-                                      " is not divisible by num_attention_heads " +
-                                      std::to_string(c.num_attention_heads) +
-                                      " (and no head_dim is given)");
+  r.check_derived_head_dim(c.hidden_size, c.num_attention_heads, c.head_dim);
   c.rms_norm_eps = r.get_double("rms_norm_eps", c.rms_norm_eps);
   c.rope_theta = r.get_double("rope_theta", c.rope_theta);
   if (const nlohmann::json* v = r.get("rope_scaling")) {

@@ -68,16 +68,9 @@ MoeConfig moe_config_from_hf(const nlohmann::json& config, const std::string& so
   // rms_norm_eps 1e-5, rope_theta 1e6; Qwen2MoeConfig 16, 32768, 1e-6, 1e4.
   c.max_position_embeddings = r.get_int("max_position_embeddings", qwen ? 32768 : 131072);
   c.num_key_value_heads = r.get_int("num_key_value_heads", qwen ? 16 : 8);
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    r.fail("num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
-                                      " is not a multiple of num_key_value_heads " +
-                                      std::to_string(c.num_key_value_heads));
+  r.check_kv_heads(c.num_attention_heads, c.num_key_value_heads);
   c.head_dim = r.get_int("head_dim", 0);
-  if (c.head_dim == 0 && c.hidden_size % c.num_attention_heads != 0)
-    r.fail("num_attention_heads", "hidden_size " + std::to_string(c.hidden_size) +
-                                      " is not divisible by num_attention_heads " +
-                                      std::to_string(c.num_attention_heads) +
-                                      " (and no head_dim is given)");
+  r.check_derived_head_dim(c.hidden_size, c.num_attention_heads, c.head_dim);
   // Qwen2MoeAttention raises unless head_dim * heads == hidden_size.
   if (qwen && c.head_dim != 0 && c.head_dim * c.num_attention_heads != c.hidden_size)
     r.fail("head_dim", "Qwen2-MoE needs head_dim * num_attention_heads == hidden_size");

@@ -39,16 +39,9 @@ Phi3Config phi3_config_from_hf(const nlohmann::json& config, const std::string& 
   c.max_position_embeddings = r.require_int("max_position_embeddings");
   // Phi3Config: num_key_value_heads None -> num_attention_heads.
   c.num_key_value_heads = r.get_int("num_key_value_heads", c.num_attention_heads);
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    r.fail("num_key_value_heads", "num_attention_heads " + std::to_string(c.num_attention_heads) +
-                                      " is not a multiple of num_key_value_heads " +
-                                      std::to_string(c.num_key_value_heads));
+  r.check_kv_heads(c.num_attention_heads, c.num_key_value_heads);
   c.head_dim = r.get_int("head_dim", 0);
-  if (c.head_dim == 0 && c.hidden_size % c.num_attention_heads != 0)
-    r.fail("num_attention_heads", "hidden_size " + std::to_string(c.hidden_size) +
-                                      " is not divisible by num_attention_heads " +
-                                      std::to_string(c.num_attention_heads) +
-                                      " (and no head_dim is given)");
+  r.check_derived_head_dim(c.hidden_size, c.num_attention_heads, c.head_dim);
   c.rms_norm_eps = r.get_double("rms_norm_eps", c.rms_norm_eps);
   c.rope_theta = r.get_double("rope_theta", c.rope_theta);
   if (const nlohmann::json* v = r.get("rope_scaling")) {
