@@ -9,8 +9,10 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output_flags.h"
 #include "cli/plan_inputs.h"
 #include "engine/run/accuracy.h"
+#include "io/output_file.h"
 #include "plan/error.h"
 #include "sim/calibrate.h"
 #include "sim/hardware.h"
@@ -77,6 +79,7 @@ int cmd_calibrate(int argc, char** argv) {
     std::printf("usage: %s\n", kUsage);
     return 0;
   }
+  check_output_flag(args, "out");
   const std::string out = args.require("out");
   const std::vector<std::string>& trace_paths = args.positionals();
   const std::vector<std::string> nccl_specs = args.all("nccl-tests");
@@ -157,13 +160,7 @@ int cmd_calibrate(int argc, char** argv) {
   const sim::CalibrationResult r = sim::calibrate(inputs, tables, options);
   const nlohmann::json hw_doc = sim::calibrated_hardware_json(
       r.hw, sim::is_hardware_preset(base_spec) ? base_spec : std::string());
-  {
-    std::ofstream file(out);
-    if (!file) throw UsageError("--out: cannot write " + out);
-    file << hw_doc.dump(2) << "\n";
-    file.close();
-    if (!file) throw UsageError("--out: error while writing " + out);
-  }
+  io::write_output_file(out, hw_doc.dump(2) + "\n");
 
   if (args.has("json")) {
     nlohmann::json j = sim::calibration_report_to_json(r.report);

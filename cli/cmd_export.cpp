@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output_flags.h"
 #include "traces/chrome_export.h"
 #include "traces/trace_io.h"
 
@@ -29,6 +30,8 @@ int cmd_export(int argc, char** argv) {
     std::printf("%s", kUsage);
     return 0;
   }
+  // --per-rank: --chrome is a folder; each rank file is checked as it is opened.
+  if (!args.has("per-rank")) check_output_flag(args, "chrome");
   if (args.positionals().size() != 1) throw UsageError("expected exactly one TRACE");
   const std::string out = args.require("chrome");
   const traces::Trace trace = traces::load_trace(args.positionals()[0]);

@@ -4,6 +4,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output_flags.h"
 #include "traces/kineto_import.h"
 #include "traces/trace_io.h"
 
@@ -30,6 +31,7 @@ int cmd_import(int argc, char** argv) {
     std::printf("%s", kUsage);
     return 0;
   }
+  check_output_flag(args, "out");
   std::vector<std::string> files = args.all("kineto");
   if (files.empty()) throw UsageError("missing --kineto FILE");
   for (const std::string& p : args.positionals()) files.push_back(p);

@@ -5,7 +5,9 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output_flags.h"
 #include "cli/plan_inputs.h"
+#include "io/output_file.h"
 #include "plan/graph_io.h"
 #include "plan/schedule.h"
 #include "plan/schedule_io.h"
@@ -26,17 +28,6 @@ const char* kUsage =
     "  --schedule-out F   write rank R's step schedule JSON (docs/schedule.md)\n"
     "  --json             machine-readable summary";
 
-void write_json_file(const nlohmann::json& j, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw UsageError("cannot write '" + path + "'");
-    out << j.dump(1) << "\n";
-    if (!out) throw UsageError("cannot write '" + path + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw UsageError("cannot write '" + path + "'");
-}
-
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
@@ -48,6 +39,8 @@ int cmd_plan(int argc, char** argv) {
     std::printf("usage: %s\n", kUsage);
     return 0;
   }
+  check_output_flag(args, "graph-out");
+  check_output_flag(args, "schedule-out");
   const int64_t world = args.get_int("world", 8, 1, 1 << 20);
   const int64_t rank = args.get_int("rank", 0, 0, world - 1);
   PlanInputs in = load_plan_inputs(args, world);
@@ -59,7 +52,8 @@ int cmd_plan(int argc, char** argv) {
 
   if (args.has("graph-out")) plan::save_graph_file(g, args.get("graph-out"));
   if (args.has("schedule-out"))
-    write_json_file(plan::schedule_to_json(g, units, sched), args.get("schedule-out"));
+    io::write_output_file(args.get("schedule-out"),
+                          plan::schedule_to_json(g, units, sched).dump(1) + "\n");
 
   // Persistent bytes per rank by category.
   std::map<std::string, int64_t> persistent;

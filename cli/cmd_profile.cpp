@@ -22,6 +22,8 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "io/output_error.h"
+#include "io/output_target.h"
 #include "profiler/cupti/process_trace.h"
 #include "traces/trace_io.h"
 
@@ -215,10 +217,11 @@ int cmd_profile(int argc, char** argv) {
   if (command.empty())
     throw UsageError("missing COMMAND: shardscope profile [--out OUT] -- COMMAND");
   const std::string out = args.get("out", "profile.trace");
-  if (out.empty()) throw UsageError("--out: empty path");
-  const fs::path out_dir = fs::absolute(fs::path(out)).parent_path();
-  if (!fs::is_directory(out_dir))
-    throw UsageError("--out: directory " + out_dir.string() + " does not exist");
+  try {
+    io::check_output_target(out);  // the default too: before the program runs
+  } catch (const io::OutputTargetError& e) {
+    throw UsageError(std::string("--out: ") + e.what());
+  }
   std::vector<std::string> extra_env;
   if (args.has("buffer-size")) {
     const int64_t bytes = parse_size(args.get("buffer-size"), "--buffer-size");

@@ -25,6 +25,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output_flags.h"
 #include "cli/plan_inputs.h"
 #include "cli/run_cuda_options.h"
 #include "cli/run_output.h"
@@ -220,6 +221,7 @@ int cmd_run(int argc, char** argv) {
     std::printf("usage: %s\n", kUsage);
     return 0;
   }
+  check_output_flag(args, "trace");
   const std::string backend = args.get("backend", "cpu");
   if (backend == "cpu") return run_cpu(args, argc, argv);
   if (backend != "cuda") throw UsageError("--backend: expected cpu or cuda, got '" + backend + "'");

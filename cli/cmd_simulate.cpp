@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output_flags.h"
 #include "cli/plan_inputs.h"
 #include "cli/sim_flags.h"
 #include "plan/schedule.h"
@@ -76,6 +77,7 @@ int cmd_simulate(int argc, char** argv) {
     std::printf("usage: %s\n", kUsage);
     return 0;
   }
+  check_output_flag(args, "trace");
   const int64_t world = args.get_int("world", 8, 1, 1 << 20);
   const std::string hw_spec = args.get("hw", "h100-sxm");
   const sim::HardwareModel hw = hardware_flag(args);

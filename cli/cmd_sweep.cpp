@@ -15,10 +15,12 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output_flags.h"
 #include "cli/plan_inputs.h"
 #include "cli/sim_flags.h"
 #include "cli/sweep_output.h"
 #include "cli/sweep_progress.h"
+#include "io/output_stream.h"
 #include "plan/models.h"
 #include "sim/sweep.h"
 
@@ -189,6 +191,7 @@ int cmd_sweep(int argc, char** argv) {
     std::printf("usage: %s\n", kUsage);
     return 0;
   }
+  check_output_flag(args, "out");
   const std::string model = args.require("model");
   const std::string grid_path = args.require("grid");
   const std::vector<int64_t> worlds = parse_worlds(args.get("world", "8"));
@@ -262,30 +265,20 @@ int cmd_sweep(int argc, char** argv) {
   };
 
   if (!out.empty()) {
-    // Written beside the target and renamed over it: a failed write leaves
-    // any previous file intact.
-    const std::string tmp = out + ".tmp";
-    {
-      std::ofstream f(tmp);
-      if (!f) throw UsageError("--out: cannot write '" + tmp + "'");
-      const bool as_json = out.size() >= 5 && out.compare(out.size() - 5, 5, ".json") == 0;
-      if (as_json) {
-        write_json(1, f);
-        f << '\n';
-      } else {
-        write_csv_header(grid, f);
-        spill->replay(grid, options.base_policy, front,
-                      [&](const sim::SweepPoint& p) { write_csv_row(p, grid, f); });
-      }
-      if (!f.flush()) {
-        std::remove(tmp.c_str());
-        throw UsageError("--out: writing '" + out + "' failed");
-      }
+    // io::OutputStream: a new or regular file is written beside the target and
+    // renamed over it (a failed or interrupted write leaves any previous file
+    // intact and no temporary), a device or FIFO is written in place.
+    io::OutputStream f(out);
+    const bool as_json = out.size() >= 5 && out.compare(out.size() - 5, 5, ".json") == 0;
+    if (as_json) {
+      write_json(1, f);
+      f << '\n';
+    } else {
+      write_csv_header(grid, f);
+      spill->replay(grid, options.base_policy, front,
+                    [&](const sim::SweepPoint& p) { write_csv_row(p, grid, f); });
     }
-    if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-      std::remove(tmp.c_str());
-      throw UsageError("--out: cannot replace '" + out + "'");
-    }
+    f.commit();
   }
   if (json_out) {
     std::fflush(stdout);

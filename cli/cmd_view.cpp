@@ -3,6 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output_flags.h"
 
 #ifdef SHARDSCOPE_HAVE_GUI
 #include "gui/script.h"
@@ -42,6 +43,7 @@ int cmd_view(int argc, char** argv) {
     std::printf("usage: %s\n", kUsage);
     return 0;
   }
+  check_output_flag(args, "screenshot");
   gui::ViewerOptions options;
   options.traces = args.positionals();
   options.sweep_file = args.get("sweep");

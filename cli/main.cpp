@@ -6,6 +6,8 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "io/output_error.h"
+#include "io/standard_output.h"
 
 namespace {
 
@@ -38,6 +40,50 @@ void print_usage(FILE* out) {
   for (const Subcommand& s : kSubcommands) std::fprintf(out, "  %-10s %s\n", s.name, s.summary);
 }
 
+// Exit codes (ARCHITECTURE.md, CLI contract): 2 for input errors (usage, a
+// malformed or impossible input, an output path that cannot be written), 1 for
+// runtime failures (a write that failed, out of memory).
+int run_subcommand(const Subcommand& s, int argc, char** argv) {
+  const char* name = s.name;
+  try {
+    return s.run(argc - 1, argv + 1);
+  } catch (const shardscope::cli::UsageError& e) {
+    std::fprintf(stderr, "shardscope %s: %s (see shardscope %s --help)\n", name, e.what(), name);
+    return 2;
+  } catch (const shardscope::io::OutputTargetError& e) {
+    std::fprintf(stderr, "shardscope %s: error: %s\n", name, e.what());
+    return 2;
+  } catch (const shardscope::io::OutputWriteError& e) {
+    std::fprintf(stderr, "shardscope %s: error: %s\n", name, e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The last line of defence: inputs are counted and refused before they
+    // need this much (docs/policy.md and docs/sweep.md, "Limits"), so this
+    // is a gap in those limits or a machine short of memory.
+    std::fprintf(stderr,
+                 "shardscope %s: error: out of memory (std::bad_alloc): the inputs need more "
+                 "memory than this process could get; make them smaller (fewer "
+                 "grad_accum_steps, configurations, ranks or steps)\n",
+                 name);
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardscope %s: error: %s\n", name, e.what());
+    return 2;
+  }
+}
+
+// Standard output is an output too: a command whose writes to it failed
+// (/dev/full, a full disk) has not succeeded (exit 1 unless it already failed).
+int finish(const char* name, int status) {
+  try {
+    shardscope::io::finish_standard_output();
+  } catch (const shardscope::io::OutputWriteError& e) {
+    std::fprintf(stderr, "shardscope %s: error: %s\n", name, e.what());
+    return status != 0 ? status : 1;
+  }
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,34 +94,14 @@ int main(int argc, char** argv) {
   const char* name = argv[1];
   if (!std::strcmp(name, "--help") || !std::strcmp(name, "-h") || !std::strcmp(name, "help")) {
     print_usage(stdout);
-    return 0;
+    return finish(name, 0);
   }
   if (!std::strcmp(name, "--version")) {
     std::printf("shardscope 0.1.0\n");
-    return 0;
+    return finish(name, 0);
   }
-  for (const Subcommand& s : kSubcommands) {
-    if (std::strcmp(s.name, name) != 0) continue;
-    try {
-      return s.run(argc - 1, argv + 1);
-    } catch (const shardscope::cli::UsageError& e) {
-      std::fprintf(stderr, "shardscope %s: %s (see shardscope %s --help)\n", name, e.what(), name);
-      return 2;
-    } catch (const std::bad_alloc&) {
-      // The last line of defence: inputs are counted and refused before they
-      // need this much (docs/policy.md and docs/sweep.md, "Limits"), so this
-      // is a gap in those limits or a machine short of memory.
-      std::fprintf(stderr,
-                   "shardscope %s: error: out of memory (std::bad_alloc): the inputs need more "
-                   "memory than this process could get; make them smaller (fewer "
-                   "grad_accum_steps, configurations, ranks or steps)\n",
-                   name);
-      return 1;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "shardscope %s: error: %s\n", name, e.what());
-      return 2;
-    }
-  }
+  for (const Subcommand& s : kSubcommands)
+    if (std::strcmp(s.name, name) == 0) return finish(name, run_subcommand(s, argc, argv));
   std::fprintf(stderr, "shardscope: unknown command '%s'\n\n", name);
   print_usage(stderr);
   return 2;

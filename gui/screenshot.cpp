@@ -1,10 +1,13 @@
 #include "gui/screenshot.h"
 
 #include <stdexcept>
+#include <string>
 
 #define GL_GLEXT_PROTOTYPES
 #include <GL/gl.h>
 #include <stb/stb_image_write.h>
+
+#include "io/output_file.h"
 
 namespace shardscope::gui {
 
@@ -31,8 +34,16 @@ void write_framebuffer_png(const std::string& path, int width, int height) {
   if (glGetError() != GL_NO_ERROR)
     throw std::runtime_error("--screenshot: reading the framebuffer failed");
   const std::vector<uint8_t> rgb = flip_rgba_to_rgb(rgba, width, height);
-  if (!stbi_write_png(path.c_str(), width, height, 3, rgb.data(), width * 3))
-    throw std::runtime_error("--screenshot: cannot write '" + path + "'");
+  // Encoded in memory, then written through io::OutputFile: a regular file is
+  // replaced atomically, a device or FIFO written in place, write errors thrown.
+  std::string png;
+  const auto append = [](void* context, void* data, int size) {
+    static_cast<std::string*>(context)->append(static_cast<const char*>(data),
+                                               static_cast<size_t>(size));
+  };
+  if (!stbi_write_png_to_func(append, &png, width, height, 3, rgb.data(), width * 3))
+    throw std::runtime_error("--screenshot: PNG encoding failed");
+  io::write_output_file(path, png);
 }
 
 }  // namespace shardscope::gui

@@ -1,8 +1,5 @@
 #include "plan/graph_io.h"
 
-#include <unistd.h>
-
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +10,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "io/output_file.h"
 #include "plan/error.h"
 #include "plan/json_input.h"
 
@@ -573,30 +571,8 @@ Graph load_graph_file(const std::string& path) {
 }
 
 void save_graph_file(const Graph& graph, const std::string& path) {
-  static std::atomic<unsigned> counter{0};
-  const std::string text =
-      graph_to_json(graph).dump(1, ' ', false, json::error_handler_t::replace) + "\n";
-  const std::string tmp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw Error(path + ": cannot write graph file (" + tmp + "): " + std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw Error(path + ": write failed (" + tmp + ")");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw Error(path + ": cannot rename " + tmp + " into place: " + ec.message());
-  }
+  io::write_output_file(
+      path, graph_to_json(graph).dump(1, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace shardscope::plan

@@ -43,7 +43,8 @@ Graph graph_from_json(const nlohmann::json& json);
 // File forms. Errors (unreadable file, JSON syntax, schema) are plan::Error
 // messages starting with the path.
 Graph load_graph_file(const std::string& path);
-// Writes to a temporary file next to `path`, then renames it over `path`.
+// Writes through io::OutputFile (io/output_file.h): a regular file is replaced
+// atomically, a device or FIFO written in place, anything else refused.
 void save_graph_file(const Graph& graph, const std::string& path);
 
 }  // namespace shardscope::plan

@@ -456,7 +456,7 @@ class BinaryReader {
 
 void write_trace_binary(const Trace& t, const std::string& path) {
   validate(t, path);
-  AtomicFile file(path);
+  OutputFile file(path);
   write_binary(t, [&file](const void* data, size_t n) { file.write(data, n); });
   file.commit();
 }

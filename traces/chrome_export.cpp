@@ -464,7 +464,7 @@ std::string chrome_trace_string(const Trace& t, const std::vector<int32_t>& rank
 
 void export_chrome(const Trace& t, const std::string& path) {
   validate(t, path);
-  AtomicFile file(path);
+  OutputFile file(path);
   OutBuffer out(&file);
   write_chrome_trace(t, out);
   file.commit();
@@ -476,12 +476,12 @@ std::vector<std::string> export_chrome_per_rank(const Trace& t, const std::strin
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir))
     throw TraceError(ErrorKind::io, dir, "", "cannot create the output folder");
-  std::vector<std::unique_ptr<AtomicFile>> files;
+  std::vector<std::unique_ptr<OutputFile>> files;
   std::vector<std::string> paths;
   for (const RankTrace& r : t.ranks) {
     paths.push_back(
         (std::filesystem::path(dir) / ("rank" + std::to_string(r.rank) + ".json")).string());
-    files.push_back(std::make_unique<AtomicFile>(paths.back()));
+    files.push_back(std::make_unique<OutputFile>(paths.back()));
     OutBuffer out(files.back().get());
     write_chrome_trace(t, out, {r.rank});
   }

@@ -40,67 +40,35 @@ uint64_t file_size_of(const std::string& path) {
   return static_cast<uint64_t>(st.st_size);
 }
 
-AtomicFile::AtomicFile(const std::string& path) : path_(path) {
-  static std::atomic<unsigned> counter{0};
-  tmp_ = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  file_ = std::fopen(tmp_.c_str(), "wb");
-  if (!file_) throw TraceError(ErrorKind::io, path, "", "cannot create: " + errno_text());
+OutputFile::OutputFile(const std::string& path) : file_(path) {
   if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0)
     gzip_ = std::make_unique<GzipDeflater>();
 }
 
-AtomicFile::~AtomicFile() {
-  abandon();
-}
+OutputFile::~OutputFile() = default;
 
-void AtomicFile::put_raw(const void* data, size_t n) {
-  if (n && std::fwrite(data, 1, n, file_) != n)
-    throw TraceError(ErrorKind::io, path_, "", "write failed: " + errno_text());
-}
-
-void AtomicFile::write(const void* data, size_t n) {
-  if (!file_) throw TraceError(ErrorKind::io, path_, "", "write after close");
+void OutputFile::write(const void* data, size_t n) {
   if (!gzip_) {
-    put_raw(data, n);
+    file_.write(data, n);
     return;
   }
   compressed_.clear();
   gzip_->write(data, n, compressed_);
-  put_raw(compressed_.data(), compressed_.size());
+  file_.write(compressed_.data(), compressed_.size());
 }
 
-void AtomicFile::commit() {
-  if (!file_) throw TraceError(ErrorKind::io, path_, "", "commit after close");
+void OutputFile::commit() {
   if (gzip_) {
     compressed_.clear();
     gzip_->finish(compressed_);
-    put_raw(compressed_.data(), compressed_.size());
+    file_.write(compressed_.data(), compressed_.size());
     gzip_.reset();
   }
-  const bool flushed = std::fflush(file_) == 0;
-  const bool closed = std::fclose(file_) == 0;
-  file_ = nullptr;
-  if (!flushed || !closed) {
-    std::remove(tmp_.c_str());
-    throw TraceError(ErrorKind::io, path_, "", "write failed: " + errno_text());
-  }
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    const std::string why = errno_text();
-    std::remove(tmp_.c_str());
-    throw TraceError(ErrorKind::io, path_, "", "cannot rename temp file: " + why);
-  }
-  tmp_.clear();
+  file_.commit();
 }
 
-void AtomicFile::abandon() {
-  if (file_) {
-    std::fclose(file_);
-    file_ = nullptr;
-  }
-  if (!tmp_.empty()) {
-    std::remove(tmp_.c_str());
-    tmp_.clear();
-  }
+void OutputFile::abandon() noexcept {
+  file_.abandon();
 }
 
 void OutBuffer::drain() {

@@ -1,6 +1,8 @@
-// File helpers shared by the writers and readers: whole-file reads and
-// atomic writes (temp file in the same folder, renamed on commit), so an
-// error never leaves a partial output file behind.
+// File helpers shared by the writers and readers: whole-file reads, and
+// output files (io/output_file.h: a new or regular file is written to a
+// temporary and renamed on commit, a device or FIFO is written in place,
+// anything else is refused), so an error never leaves a partial output behind
+// and never replaces a device node.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +11,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include "io/output_file.h"
 
 namespace shardscope::traces {
 
@@ -23,37 +27,35 @@ std::string read_file(const std::string& path);
 // Bytes in the file; throws TraceError(io).
 uint64_t file_size_of(const std::string& path);
 
-class AtomicFile {
+// A trace output: io::OutputFile, gzip-compressed when the path ends in
+// ".gz". Throws io::OutputTargetError for a path that cannot be an output and
+// io::OutputWriteError when writing fails (the temporary is then removed).
+class OutputFile {
  public:
-  // Opens "<path>.tmp.<pid>.<n>"; throws TraceError(io). A path ending in
-  // ".gz" is written gzip-compressed.
-  explicit AtomicFile(const std::string& path);
-  ~AtomicFile();
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
+  explicit OutputFile(const std::string& path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
 
   void write(const void* data, size_t n);
   void write(std::string_view s) { write(s.data(), s.size()); }
-  // Flushes, closes and renames the temp file onto the path.
+  // Finishes the gzip stream, writes everything out and puts the file in place.
   void commit();
-  // Removes the temp file (also done by the destructor when not committed).
-  void abandon();
-  const std::string& path() const { return path_; }
+  // Removes the temporary (also done by the destructor when not committed).
+  void abandon() noexcept;
+  const std::string& path() const { return file_.path(); }
 
  private:
-  std::string path_;
-  void put_raw(const void* data, size_t n);
-  std::string tmp_;
-  FILE* file_ = nullptr;
+  io::OutputFile file_;
   std::unique_ptr<GzipDeflater> gzip_;  // set for ".gz" paths
   std::string compressed_;
 };
 
 // Buffers small writes (the JSON writers emit many) and hands them to an
-// AtomicFile or appends them to a string in large chunks.
+// OutputFile or appends them to a string in large chunks.
 class OutBuffer {
  public:
-  explicit OutBuffer(AtomicFile* file) : file_(file) { buf_.reserve(kChunk + 4096); }
+  explicit OutBuffer(OutputFile* file) : file_(file) { buf_.reserve(kChunk + 4096); }
   explicit OutBuffer(std::string* target) : target_(target) {}
   ~OutBuffer() = default;
   OutBuffer(const OutBuffer&) = delete;
@@ -85,7 +87,7 @@ class OutBuffer {
   static constexpr size_t kChunk = 1 << 20;
   void drain();
   std::string buf_;
-  AtomicFile* file_ = nullptr;
+  OutputFile* file_ = nullptr;
   std::string* target_ = nullptr;
 };
 

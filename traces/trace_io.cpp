@@ -94,7 +94,7 @@ bool ends_with(const std::string& s, const char* suffix) {
 
 void save_trace_json(const Trace& t, const std::string& path) {
   validate(t, path);
-  AtomicFile file(path);
+  OutputFile file(path);
   OutBuffer out(&file);
   write_trace_json(t, out);
   file.commit();

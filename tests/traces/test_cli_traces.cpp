@@ -92,7 +92,7 @@ TEST_CASE("cli report: errors exit 2 naming the file and position", "[cli]") {
   std::string bin = trace_to_binary(testing::sample_trace());
   bin.resize(bin.size() / 2);
   {
-    AtomicFile f(dir / "cut.sstrace");
+    OutputFile f(dir / "cut.sstrace");
     f.write(bin);
     f.commit();
   }
@@ -100,7 +100,7 @@ TEST_CASE("cli report: errors exit 2 naming the file and position", "[cli]") {
   CHECK(r.status == 2);
   CHECK(r.err.find("cut.sstrace: byte ") != std::string::npos);
   {
-    AtomicFile f(dir / "bad.json");
+    OutputFile f(dir / "bad.json");
     f.write(std::string(
         "{\"format\":\"shardscope.trace\",\"version\":1,\"metadata\":{\"source\":\"nope\"}}"));
     f.commit();
@@ -172,7 +172,7 @@ TEST_CASE("cli import: Kineto files to a trace that report and diff read", "[cli
   CHECK(r.status == 2);
   CHECK(r.err.find("none.json") != std::string::npos);
   {
-    AtomicFile f(dir / "broken.json");
+    OutputFile f(dir / "broken.json");
     f.write(std::string("{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": 1}]}"));
     f.commit();
   }

@@ -137,7 +137,7 @@ TEST_CASE("gzip: Kineto traces read compressed, exports write compressed", "[gzi
   const std::string text = read_file(fixture);
   const std::string gz = (tmp.path / "rank0.json.gz").string();
   {
-    AtomicFile f(gz);  // ".gz": written compressed
+    OutputFile f(gz);  // ".gz": written compressed
     f.write(text);
     f.commit();
   }

@@ -1,0 +1,152 @@
+#include "io/output_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include "io/output_error.h"
+#include "io/temp_registry.h"
+
+namespace shardscope::io {
+
+namespace {
+
+constexpr size_t kChunk = size_t{1} << 20;
+
+// Opens a FIFO for writing without blocking forever: open(O_NONBLOCK) fails
+// with ENXIO until a reader has it open.
+int open_fifo(const std::string& path, int wait_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (;;) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd >= 0) {
+      const int flags = ::fcntl(fd, F_GETFL);
+      if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        const int err = errno;
+        ::close(fd);
+        throw OutputWriteError(path, "cannot set the FIFO blocking: " + errno_text(err));
+      }
+      return fd;
+    }
+    if (errno != ENXIO) throw OutputTargetError(path, "cannot open: " + errno_text(errno));
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw OutputWriteError(
+          path, "is a FIFO and no reader opened it within " + std::to_string(wait_ms) + " ms");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace
+
+OutputFile::OutputFile(const std::string& path, OutputOptions options)
+    : path_(path), target_(inspect_output_target(path)) {
+  if (target_.kind == TargetKind::in_place) {
+    if (target_.fifo) {
+      fd_ = open_fifo(target_.write_path, options.fifo_reader_wait_ms);
+    } else {
+      fd_ = ::open(target_.write_path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+      if (fd_ < 0) throw OutputTargetError(path_, "cannot open: " + errno_text(errno));
+    }
+    buf_.reserve(kChunk);
+    return;
+  }
+  static std::atomic<unsigned> counter{0};
+  temp_ = target_.write_path + ".tmp." + std::to_string(::getpid()) + "." +
+          std::to_string(counter.fetch_add(1));
+  temp_slot_ = register_temporary(temp_);  // before it exists: a signal never misses it
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+  if (fd_ < 0) {
+    const int err = errno;
+    unregister_temporary(temp_slot_);
+    temp_slot_ = -1;
+    temp_.clear();
+    throw OutputTargetError(path_, "cannot create a temporary file beside it: " + errno_text(err));
+  }
+  buf_.reserve(kChunk);
+}
+
+OutputFile::~OutputFile() {
+  abandon();
+}
+
+void OutputFile::abandon() noexcept {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  if (!temp_.empty()) {
+    ::unlink(temp_.c_str());
+    temp_.clear();
+  }
+  unregister_temporary(temp_slot_);
+  temp_slot_ = -1;
+  buf_.clear();
+}
+
+void OutputFile::fail(const std::string& what, int err) {
+  abandon();
+  throw OutputWriteError(path_, what + ": " + errno_text(err));
+}
+
+void OutputFile::put(const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed", errno);
+    }
+    if (w == 0) fail("write failed", EIO);
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void OutputFile::drain() {
+  if (buf_.empty()) return;
+  put(buf_.data(), buf_.size());
+  buf_.clear();
+}
+
+void OutputFile::write(const void* data, size_t n) {
+  if (fd_ < 0) throw OutputWriteError(path_, "write after the file was closed");
+  const char* p = static_cast<const char*>(data);
+  if (buf_.size() + n <= kChunk) {
+    buf_.append(p, n);
+    return;
+  }
+  drain();
+  if (n >= kChunk) {
+    put(p, n);
+  } else {
+    buf_.append(p, n);
+  }
+}
+
+void OutputFile::commit() {
+  if (fd_ < 0) throw OutputWriteError(path_, "commit after the file was closed");
+  drain();
+  if (target_.kind == TargetKind::replace && ::fchmod(fd_, target_.mode) != 0)
+    fail("cannot keep the permission bits of the file it replaces", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0 && errno != EINTR) fail("close failed", errno);
+  if (temp_.empty()) return;  // in place: done
+  if (::rename(temp_.c_str(), target_.write_path.c_str()) != 0)
+    fail("cannot rename the temporary file '" + temp_ + "' into place", errno);
+  temp_.clear();
+  unregister_temporary(temp_slot_);
+  temp_slot_ = -1;
+}
+
+void write_output_file(const std::string& path, std::string_view text, OutputOptions options) {
+  OutputFile f(path, options);
+  f.write(text);
+  f.commit();
+}
+
+}  // namespace shardscope::io
