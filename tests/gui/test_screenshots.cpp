@@ -1,7 +1,9 @@
 // Screenshots of the real viewer under xvfb-run (Mesa's software OpenGL):
 // solid rectangles come out in their exact colors, so the tests look for the
 // named colors of gui/colors.h at the places gui/layout.h says they go.
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -66,8 +68,13 @@ std::string slurp(const std::string& path) {
 // returns the exit status; stderr goes to `err`. LeakSanitizer is off for the
 // windowed runs (ASan build): Mesa's dlopen'ed GL driver leaks at exit and
 // makes LSan fail; the viewer's own logic is leak-checked in test_gui_logic.
-int view(const std::string& args, const std::string& png, const std::string& err) {
-  const std::string cmd = "ASAN_OPTIONS=detect_leaks=0 xvfb-run -a -s \"-screen 0 1600x1000x24\" " +
+// `as_user`: as nobody when the suite runs as root (outputs to device files).
+int view(const std::string& args, const std::string& png, const std::string& err,
+         bool as_user = false) {
+  const std::string user =
+      as_user && ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  const std::string cmd = "ASAN_OPTIONS=detect_leaks=0 " + user +
+                          "xvfb-run -a -s \"-screen 0 1600x1000x24\" " +
                           std::string(SHARDSCOPE_CLI) + " view " + args + " --screenshot " + png +
                           " --size " + std::to_string(kW) + "x" + std::to_string(kH) + " 2>" + err;
   // xvfb-run itself exits 5 when it fails to remove its temporary directory
@@ -304,6 +311,21 @@ TEST_CASE("screenshot: a trace that does not load exits 2 with its error and wri
   CHECK(slurp(err).find("cannot load " + bad) != std::string::npos);
   CHECK(slurp(err).find("no screenshot written") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(png));
+}
+
+TEST_CASE("screenshot: /dev/full fails with exit 1 and stays a device, a directory exits 2") {
+  shardscope::test::TempDir dir("gui_out");
+  const std::string trace = (dir.path / "t.json").string();
+  tr::save_trace(hand_made(), trace);
+  const std::string err = (dir.path / "err.txt").string();
+  CHECK(view(trace, "/dev/full", err, true) == 1);
+  CHECK(slurp(err).find("'/dev/full': write failed: No space left on device") != std::string::npos);
+  struct stat st;
+  REQUIRE(::stat("/dev/full", &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+  CHECK(view(trace, dir.path.string(), err) == 2);
+  CHECK(slurp(err).find("--screenshot: '" + dir.path.string() + "': is a directory") !=
+        std::string::npos);
 }
 
 TEST_CASE(
