@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/output_error.h"
 #include "plan/error.h"
 #include "plan/graph_io.h"
 #include "plan/models.h"
@@ -156,8 +157,11 @@ TEST_CASE("graph file errors name the file", "[plan][graph_io]") {
   std::ofstream(wrong) << j.dump();
   CHECK_THROWS_WITH(load_graph_file(wrong),
                     Catch::Contains(wrong) && Catch::Contains("/ops/0/outputs"));
-  CHECK_THROWS_AS(save_graph_file(load_model("mlp"), (dir.path / "no/such/dir/g.json").string()),
-                  Error);
+  // Output paths are io::OutputFile's (io/output_target.h): refused by name.
+  const std::string nowhere = (dir.path / "no/such/dir/g.json").string();
+  CHECK_THROWS_AS(save_graph_file(load_model("mlp"), nowhere), shardscope::io::OutputTargetError);
+  CHECK_THROWS_WITH(save_graph_file(load_model("mlp"), nowhere),
+                    Catch::Contains(nowhere) && Catch::Contains("does not exist"));
 }
 
 TEST_CASE("graph JSON reader survives random mutations with plan::Error only", "[plan][graph_io]") {

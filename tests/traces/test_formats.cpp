@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 
+#include "io/output_error.h"
 #include "tests/temp_dir.h"
 #include "tests/traces/sample_traces.h"
 #include "traces/binary_format.h"
@@ -297,8 +298,9 @@ TEST_CASE("an error never leaves a partial output file", "[formats]") {
     CHECK_FALSE(fs::exists(path));
   }
   // An unwritable destination: the error names it, and nothing is left.
-  CHECK(error_kind_of([&] { save_trace(testing::sample_trace(), dir + "/no/such/dir/t.json"); }) ==
-        ErrorKind::io);
+  const std::string nowhere = dir + "/no/such/dir/t.json";
+  CHECK_THROWS_AS(save_trace(testing::sample_trace(), nowhere), shardscope::io::OutputTargetError);
+  CHECK_THROWS_WITH(save_trace(testing::sample_trace(), nowhere), Catch::Contains(nowhere));
   // An existing file is replaced only when the new one is complete.
   const std::string path = dir + "/keep.json";
   save_trace(testing::sample_trace(), path);
