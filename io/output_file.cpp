@@ -46,7 +46,12 @@ int open_fifo(const std::string& path, int wait_ms) {
 OutputFile::OutputFile(const std::string& path, OutputOptions options)
     : path_(path), target_(inspect_output_target(path)) {
   if (target_.kind == TargetKind::in_place) {
-    if (target_.fifo) {
+    if (target_.descriptor >= 0) {
+      // /dev/stdout and the like: the descriptor itself, so that the shell's
+      // redirection (its offset, O_APPEND) applies.
+      fd_ = ::fcntl(target_.descriptor, F_DUPFD_CLOEXEC, 0);
+      if (fd_ < 0) throw OutputTargetError(path_, "descriptor not open: " + errno_text(errno));
+    } else if (target_.fifo) {
       fd_ = open_fifo(target_.write_path, options.fifo_reader_wait_ms);
     } else {
       fd_ = ::open(target_.write_path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);

@@ -36,13 +36,28 @@ void check_folder_writable(const std::string& shown, const std::string& file) {
                             "cannot create files in folder '" + folder + "': " + errno_text(errno));
 }
 
+// N when `at` is /dev/fd/N, /proc/self/fd/N, /proc/thread-self/fd/N or
+// /proc/<this pid>/fd/N; -1 otherwise.
+int descriptor_of(const std::string& at) {
+  std::string rest;
+  for (const std::string& prefix :
+       {std::string("/dev/fd/"), std::string("/proc/self/fd/"),
+        std::string("/proc/thread-self/fd/"), "/proc/" + std::to_string(::getpid()) + "/fd/"})
+    if (at.rfind(prefix, 0) == 0) rest = at.substr(prefix.size());
+  if (rest.empty() || rest.size() > 9 || rest.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stoi(rest);
+}
+
 // True when following `path`'s symbolic links passes through a process's file
 // descriptor table (/dev/stdout -> /proc/self/fd/1): such a path names an
-// open descriptor, written in place whatever it is.
-bool links_through_fd_table(const std::string& path) {
+// open descriptor, written in place whatever it is. `descriptor`: this
+// process's descriptor number when the link names one of them.
+bool links_through_fd_table(const std::string& path, int& descriptor) {
   std::string at = path;
   for (int hop = 0; hop < 16; ++hop) {
-    if (at.rfind("/proc/", 0) == 0 || at.rfind("/dev/fd/", 0) == 0) return true;
+    descriptor = descriptor_of(at);
+    if (descriptor >= 0 || at.rfind("/proc/", 0) == 0 || at.rfind("/dev/fd/", 0) == 0) return true;
     char buf[PATH_MAX];
     const ssize_t n = ::readlink(at.c_str(), buf, sizeof buf - 1);
     if (n < 0) return false;
@@ -95,10 +110,12 @@ OutputTarget inspect_output_target(const std::string& path) {
   }
   if (!S_ISLNK(st.st_mode)) return classify_existing(path, path, st);
 
-  if (links_through_fd_table(path)) {
+  int descriptor = -1;
+  if (links_through_fd_table(path, descriptor)) {
     OutputTarget t;
     t.kind = TargetKind::in_place;
     t.write_path = path;
+    t.descriptor = descriptor;
     if (::stat(path.c_str(), &st) == 0) t.fifo = S_ISFIFO(st.st_mode);
     return t;
   }

@@ -24,9 +24,11 @@ enum class TargetKind { create, replace, in_place };
 struct OutputTarget {
   TargetKind kind = TargetKind::create;
   std::string
-      write_path;     // the file created, replaced or opened (links resolved for create/replace)
-  bool fifo = false;  // in place: a FIFO (opening waits for a reader, bounded)
-  mode_t mode = 0;    // replace: the permission bits the new file keeps
+      write_path;       // the file created, replaced or opened (links resolved for create/replace)
+  bool fifo = false;    // in place: a FIFO (opening waits for a reader, bounded)
+  mode_t mode = 0;      // replace: the permission bits the new file keeps
+  int descriptor = -1;  // in place through /dev/fd/N or /proc/self/fd/N: N (written
+                        // through a dup of it, sharing its offset, never reopened)
 };
 
 // Throws OutputTargetError naming `path` and why it cannot be written.

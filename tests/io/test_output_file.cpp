@@ -297,3 +297,34 @@ TEST_CASE("standard output: a failed write is reported, not success", "[io]") {
   REQUIRE(WIFEXITED(fine));
   CHECK(WEXITSTATUS(fine) == 0);
 }
+
+TEST_CASE("output file: /dev/fd/N and /proc/self/fd/N write to the open descriptor itself",
+          "[io]") {
+  test::TempDir dir;
+  const std::string path = (dir.path / "redirected.txt").string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, "abc", 3) == 3);
+  // The descriptor's offset is shared (a shell's `> file` keeps what was
+  // printed before), and the file is neither reopened nor replaced.
+  io::write_output_file("/proc/self/fd/" + std::to_string(fd), "def");
+  io::write_output_file("/dev/fd/" + std::to_string(fd), "ghi");
+  REQUIRE(::write(fd, "jkl", 3) == 3);
+  ::close(fd);
+  CHECK(slurp(path) == "abcdefghijkl");
+  CHECK(others(dir.path, {"redirected.txt"}).empty());
+
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  {
+    io::OutputFile f("/dev/fd/" + std::to_string(p[1]));
+    CHECK(f.in_place());
+    f.write("through the pipe");
+    f.commit();
+  }
+  ::close(p[1]);
+  char buf[64] = {};
+  CHECK(::read(p[0], buf, sizeof buf) == 16);
+  CHECK(std::string(buf) == "through the pipe");
+  ::close(p[0]);
+}
