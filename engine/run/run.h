@@ -141,7 +141,9 @@ int64_t tokens_per_step(const plan::Graph& graph, const plan::Policy& policy, in
 
 // Runs this process's part of the run. Throws on errors of this process
 // (a rank's error is also left in the store for the launcher); a launcher
-// returns a failed rank's exit code and message in the result instead.
+// returns a failed rank's exit code and message in the result instead, and
+// a run stopped by a non-finite loss (CPU) returns numerics_failure's result
+// in every role (rank 0's report handed to the launcher).
 // Backend::cuda in a build without CUDA throws std::runtime_error.
 RunResult run(const RunRequest& request);
 
