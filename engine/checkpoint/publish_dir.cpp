@@ -57,9 +57,11 @@ void check_save_root(const std::string& root, const std::string& name) {
   if (root.empty()) throw CheckpointError("the checkpoint directory is an empty path");
   struct stat st {};
   if (::stat(root.c_str(), &st) != 0) {
-    if (errno != ENOENT) fail_errno(root + ": cannot stat", errno);
+    if (errno != ENOENT && errno != ENOTDIR) fail_errno(root + ": cannot stat", errno);
     // Missing: the save creates it, in a parent that must exist (one level only).
-    fs::path parent = fs::path(root).lexically_normal().parent_path();
+    fs::path target = fs::path(root).lexically_normal();
+    if (!target.has_filename()) target = target.parent_path();  // "a/b/" names a/b
+    fs::path parent = target.parent_path();
     if (parent.empty()) parent = ".";
     const std::string p = parent.string();
     if (::stat(p.c_str(), &st) != 0) {
@@ -82,7 +84,9 @@ void check_save_root(const std::string& root, const std::string& name) {
   const std::string lock_path = root + "/.save-lock";
   const int fd = ::open(lock_path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
   if (fd >= 0) {
-    const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    // Shared: ranks probing at the same time do not see each other; a save's
+    // exclusive lock is seen.
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
     ::close(fd);  // releases the probe's lock
     if (held)
       throw CheckpointError(root +

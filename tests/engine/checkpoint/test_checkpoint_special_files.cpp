@@ -1,6 +1,6 @@
 // Files a checkpoint reader must refuse without waiting: a FIFO (opening one
 // for reading waits for a writer for ever), a socket, a device; and the cap
-// on small files read whole.
+// on small files read whole; a save root checked before any training.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -17,6 +17,7 @@
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/file_io.h"
+#include "engine/checkpoint/publish_dir.h"
 #include "engine/checkpoint/shard_format.h"
 #include "tests/engine/checkpoint/checkpoint_test_util.h"
 #include "tests/engine/checkpoint/sharded_test_model.h"
@@ -106,4 +107,25 @@ TEST_CASE("checkpoint: read_small_file names the file, its size and the cap") {
                     path + ": 4097 bytes, over the 4096-byte limit of a `latest` file");
   t::write_bytes(path, "step-00000002\n");
   CHECK(read_small_file(path, 4096, "a `latest` file") == "step-00000002\n");
+}
+
+TEST_CASE("checkpoint: a save root is checked without creating anything") {
+  TempDir dir("ckpt-root");
+  const std::string d = dir.path.string();
+  // Missing roots whose parent exists are fine, with or without a trailing slash.
+  CHECK_NOTHROW(check_save_root(d + "/fresh", "step-00000002"));
+  CHECK_NOTHROW(check_save_root(d + "/fresh/", ""));
+  CHECK_FALSE(std::filesystem::exists(d + "/fresh"));
+  CHECK_THROWS_WITH(check_save_root(d + "/a/b", ""),
+                    Catch::StartsWith(d + "/a/b: its parent directory " + d + "/a cannot be used"));
+  t::write_bytes(d + "/file", "x");
+  CHECK_THROWS_WITH(check_save_root(d + "/file", ""),
+                    Catch::StartsWith(d + "/file: exists and is not a directory"));
+  CHECK_THROWS_WITH(check_save_root(d + "/file/ckpt", ""),
+                    d + "/file/ckpt: its parent " + d + "/file is not a directory");
+  // An existing root whose step directory is a file: the save could not publish.
+  t::write_bytes(d + "/step-00000002", "x");
+  CHECK_THROWS_WITH(check_save_root(d, "step-00000002"),
+                    Catch::StartsWith(d + "/step-00000002: exists and is not a directory"));
+  CHECK_NOTHROW(check_save_root(d, "step-00000003"));
 }
