@@ -13,7 +13,13 @@
 //  - --ranks-as-threads (CPU): every rank is a thread of this process;
 //    --emulate-world N --rank R (CUDA): this process is rank R of a modelled
 //    world of N on one GPU.
-// Errors, usage or environment (no CUDA device or driver), exit with status 2.
+// Exit codes (docs/engine.md, "Exit codes"): 2 for input errors (usage, the
+// model, policy, --data, --load, a --save target, no CUDA device or driver);
+// 1 for runtime failures (a collective or store timeout, a dead or aborted
+// rank, a failed checkpoint save, a non-finite loss): engine::run::
+// is_runtime_failure, mapped here; the launcher exits with its failed rank's
+// code, 128 + N when a rank was killed by signal N or the launcher itself
+// received SIGINT/SIGTERM (130, 143).
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -65,6 +71,10 @@ const char* kUsage =
     "                      collective or barrier) before the run fails naming the missing\n"
     "                      rank; default 60 on cpu, 120 on cuda, or SHARDSCOPE_TIMEOUT.\n"
     "                      Weight initialisation never waits: each rank makes its own shard\n"
+    "exit codes: 0 done; 2 input error (flags, model, policy, --data, --load, --save target);\n"
+    "  1 runtime failure (timeout, dead rank, save failed, non-finite loss: training stops at\n"
+    "  the first NaN/inf loss, step and ranks named); 128+N a rank killed by signal N, or the\n"
+    "  launcher interrupted (130 SIGINT, 143 SIGTERM)\n"
     "cuda only:\n"
     "  --emulate-world N   this process is one rank of a world of N on one GPU: real compute\n"
     "  --rank R            and memory, collectives held for the hardware model's time, moving\n"
@@ -128,6 +138,18 @@ void set_launch_role(engine::run::RunRequest& req, const Args& args, int argc, c
   req.rank_args.assign(argv, argv + argc);  // argv[0] is "run"
 }
 
+// Runs this process's part and prints the result; a runtime failure escaping
+// the engine exits 1 (an input error propagates: exit 2 in main).
+int run_and_print(const engine::run::RunRequest& req, bool json) {
+  try {
+    return print_result(engine::run::run(req), json);
+  } catch (const std::exception& e) {
+    if (!engine::run::is_runtime_failure(e)) throw;
+    std::fprintf(stderr, "shardscope run: error: %s\n", e.what());
+    return 1;
+  }
+}
+
 int run_cpu(const Args& args, int argc, char** argv) {
   for (const char* flag : {"emulate-world", "rank", "profile", "cuda-graph", "attention-kernel"})
     if (args.has(flag)) throw UsageError(std::string("--") + flag + " needs --backend cuda");
@@ -145,7 +167,7 @@ int run_cpu(const Args& args, int argc, char** argv) {
   req.load_path = args.get("load");
   set_launch_role(req, args, argc, argv, env);
   if (!env && args.has("ranks-as-threads")) req.role = engine::run::Role::threads;
-  return print_result(engine::run::run(req), args.has("json"));
+  return run_and_print(req, args.has("json"));
 }
 
 // --backend cuda: flags first, then the model and policy when the world is
@@ -192,7 +214,7 @@ int run_cuda(const Args& args, int argc, char** argv) {
       }
     }
   }
-  return print_result(engine::run::run(req), args.has("json"));
+  return run_and_print(req, args.has("json"));
 }
 
 }  // namespace

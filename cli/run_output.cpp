@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "cli/plan_inputs.h"
+#include "engine/exec/numerics_check.h"
 
 namespace shardscope::cli {
 
@@ -40,6 +42,18 @@ std::string summary_text(const nlohmann::json& j, int64_t persistent, int64_t pe
 
 }  // namespace
 
+namespace {
+
+// "6.25384", or "nan" / "inf" / "-inf" (printf's NaN carries its sign bit: "-nan").
+std::string loss_text(double loss) {
+  if (!std::isfinite(loss)) return engine::exec::non_finite_name(loss);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.5f", loss);
+  return buf;
+}
+
+}  // namespace
+
 void print_progress(const engine::run::StepProgress& p) {
   const engine::exec::StepReport& r = p.step;
   const int64_t steps = p.steps;
@@ -54,13 +68,14 @@ void print_progress(const engine::run::StepProgress& p) {
     const auto filled = static_cast<int>(width * (r.index + 1) / std::max<int64_t>(steps, 1));
     std::string bar(static_cast<size_t>(std::min(filled, width)), '#');
     bar.resize(width, '.');
-    std::fprintf(stderr, "\r[%s] step %" PRId64 "/%" PRId64 "  loss %.5f  %.0f tokens/s%s",
-                 bar.c_str(), r.index + 1, steps, r.loss, tps, r.skipped ? " (skipped)" : "");
+    std::fprintf(stderr, "\r[%s] step %" PRId64 "/%" PRId64 "  loss %s  %.0f tokens/s%s",
+                 bar.c_str(), r.index + 1, steps, loss_text(r.loss).c_str(), tps,
+                 r.skipped ? " (skipped)" : "");
     if (r.index + 1 >= steps) std::fputc('\n', stderr);
     return;
   }
-  std::fprintf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.5f  %.1f ms  %.0f tokens/s%s\n",
-               r.index + 1, steps, r.loss, r.seconds * 1e3, tps,
+  std::fprintf(stderr, "step %" PRId64 "/%" PRId64 "  loss %s  %.1f ms  %.0f tokens/s%s\n",
+               r.index + 1, steps, loss_text(r.loss).c_str(), r.seconds * 1e3, tps,
                r.skipped ? "  (overflow: step skipped)" : "");
 }
 
@@ -100,6 +115,9 @@ std::string format_result(const engine::run::RunResult& r, bool json) {
 int print_result(const engine::run::RunResult& r, bool json) {
   if (r.exit_code != 0) {
     std::fprintf(stderr, "error: %s\n", r.error.c_str());
+    // A run stopped by a non-finite loss still reports, without null numbers.
+    if (json && r.has_report && r.failure.is_object())
+      std::fputs((r.failure.dump(2) + "\n").c_str(), stdout);
     return r.exit_code;
   }
   if (r.has_report) std::fputs(format_result(r, json).c_str(), stdout);

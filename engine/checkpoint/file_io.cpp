@@ -14,10 +14,29 @@
 
 namespace shardscope::engine::checkpoint {
 
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+}  // namespace
+
 ReadOnlyFile::ReadOnlyFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a tty) for reading would wait for a
+  // writer, for ever; with it open() returns at once and fstat refuses
+  // whatever is not a regular file. Symbolic links are followed (Hugging
+  // Face caches link snapshots/<rev>/model.safetensors to blobs/).
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd_ < 0) {
     const int err = errno;
+    if (err == ENXIO)  // a socket, or a device without a driver
+      throw CheckpointError(path + ": not a regular file (open: " + std::strerror(err) + ")");
     throw CheckpointError(path + ": cannot open: " + std::strerror(err));
   }
   struct stat st {};
@@ -28,7 +47,15 @@ ReadOnlyFile::ReadOnlyFile(const std::string& path) : path_(path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd_);
-    throw CheckpointError(path + ": not a regular file");
+    throw CheckpointError(path + ": not a regular file (it is " + file_kind(st.st_mode) +
+                          "); a checkpoint reads regular files only");
+  }
+  // Regular files ignore O_NONBLOCK; cleared all the same, so reads are plain blocking reads.
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    throw CheckpointError(path + ": cannot clear O_NONBLOCK: " + std::strerror(err));
   }
   size_ = static_cast<uint64_t>(st.st_size);
   device_ = static_cast<uint64_t>(st.st_dev);
@@ -80,6 +107,14 @@ uint32_t ReadOnlyFile::crc32c_range(uint64_t offset, uint64_t size) const {
     size -= n;
   }
   return crc;
+}
+
+std::string read_small_file(const std::string& path, uint64_t max_bytes, const std::string& what) {
+  const ReadOnlyFile file(path);
+  if (file.size() > max_bytes)
+    throw CheckpointError(path + ": " + std::to_string(file.size()) + " bytes, over the " +
+                          std::to_string(max_bytes) + "-byte limit of " + what);
+  return file.read_string(0, static_cast<size_t>(file.size()));
 }
 
 void put_le(unsigned char* out, uint64_t value, int bytes) {

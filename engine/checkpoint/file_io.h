@@ -12,6 +12,10 @@ namespace shardscope::engine::checkpoint {
 // Largest JSON header (safetensors), shard table, shard metadata or index.json read.
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 
+// A regular file opened for reading. Opening never waits: a FIFO, socket or
+// device is refused naming the path and what it is (O_NONBLOCK, then fstat),
+// so a read can only wait on the disk, never on a writer. Symbolic links are
+// followed.
 class ReadOnlyFile {
  public:
   explicit ReadOnlyFile(const std::string& path);  // must be a regular file
@@ -37,6 +41,11 @@ class ReadOnlyFile {
   uint64_t size_ = 0, device_ = 0, inode_ = 0;
   int64_t mtime_ns_ = 0;
 };
+
+// The whole of a small regular file (ReadOnlyFile); CheckpointError naming the
+// file, its size and the limit when it holds more than max_bytes (`what`
+// says whose limit: "a `latest` file (one step directory name)").
+std::string read_small_file(const std::string& path, uint64_t max_bytes, const std::string& what);
 
 // Little-endian fixed-width integers (files are little-endian on every host).
 void put_le(unsigned char* out, uint64_t value, int bytes);

@@ -53,6 +53,55 @@ SaveLock::~SaveLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the flock
 }
 
+void check_save_root(const std::string& root, const std::string& name) {
+  if (root.empty()) throw CheckpointError("the checkpoint directory is an empty path");
+  struct stat st {};
+  if (::stat(root.c_str(), &st) != 0) {
+    if (errno != ENOENT && errno != ENOTDIR) fail_errno(root + ": cannot stat", errno);
+    // Missing: the save creates it, in a parent that must exist (one level only).
+    fs::path target = fs::path(root).lexically_normal();
+    if (!target.has_filename()) target = target.parent_path();  // "a/b/" names a/b
+    fs::path parent = target.parent_path();
+    if (parent.empty()) parent = ".";
+    const std::string p = parent.string();
+    if (::stat(p.c_str(), &st) != 0) {
+      const int err = errno;
+      throw CheckpointError(root + ": its parent directory " + p +
+                            " cannot be used: " + std::strerror(err) + " (the save creates " +
+                            root + " itself, not its parents)");
+    }
+    if (!S_ISDIR(st.st_mode))
+      throw CheckpointError(root + ": its parent " + p + " is not a directory");
+    if (::access(p.c_str(), W_OK | X_OK) != 0)
+      fail_errno(root + ": cannot be created in " + p, errno);
+    return;
+  }
+  if (!S_ISDIR(st.st_mode))
+    throw CheckpointError(root +
+                          ": exists and is not a directory (a checkpoint is saved into a "
+                          "directory)");
+  if (::access(root.c_str(), W_OK | X_OK) != 0) fail_errno(root + ": not writable", errno);
+  const std::string lock_path = root + "/.save-lock";
+  const int fd = ::open(lock_path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    // Shared: ranks probing at the same time do not see each other; a save's
+    // exclusive lock is seen.
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    ::close(fd);  // releases the probe's lock
+    if (held)
+      throw CheckpointError(root +
+                            ": another process is saving a checkpoint into this directory "
+                            "(it holds " +
+                            lock_path + "); save into another directory or wait for it");
+  }
+  if (!name.empty()) {
+    const std::string step = root + "/" + name;
+    if (::lstat(step.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+      throw CheckpointError(step +
+                            ": exists and is not a directory; the save would not replace it");
+  }
+}
+
 std::string staging_path(const std::string& root, const std::string& name) {
   return root + "/" + kStagingPrefix + name;
 }

@@ -31,6 +31,14 @@ class SaveLock {
   int fd_ = -1;
 };
 
+// Refuses, before any work is done, a root a save would fail on: root exists
+// and is not a directory; root is missing and its parent is missing or not a
+// directory; root (or, when missing, its parent) is not writable; another
+// live process holds root/.save-lock; root/<name> (name non-empty) exists and
+// is not a directory. Creates nothing. Throws CheckpointError naming the path.
+// A save can still fail later (disk full, another run takes the lock meanwhile).
+void check_save_root(const std::string& root, const std::string& name);
+
 // DIR/.staging-<name>.
 std::string staging_path(const std::string& root, const std::string& name);
 

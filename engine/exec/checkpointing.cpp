@@ -2,7 +2,7 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
+#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/file_io.h"
 #include "engine/checkpoint/publish_dir.h"
 
 namespace shardscope::engine::exec {
@@ -30,12 +31,6 @@ std::vector<std::string> state_names(const plan::Policy& policy) {
   return {};
 }
 
-std::string step_dir_name(int64_t steps) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "step-%08lld", static_cast<long long>(steps));
-  return buf;
-}
-
 // The shard group index of this rank and whether it writes shard files (the
 // first replica does; the others hold the same shards).
 bool writes_shards(const plan::Schedule& s) {
@@ -52,6 +47,20 @@ void at_save_point(const char* point, int rank) {
 }
 
 }  // namespace
+
+std::string step_dir_name(int64_t steps_done) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%08lld", static_cast<long long>(steps_done));
+  return buf;
+}
+
+void check_save_target(const std::string& dir, int64_t steps_done) {
+  try {
+    ckpt::check_save_root(dir, steps_done < 0 ? std::string() : step_dir_name(steps_done));
+  } catch (const ckpt::CheckpointError& e) {
+    throw ckpt::CheckpointError(std::string("--save: ") + e.what());
+  }
+}
 
 void save_checkpoint(const std::string& dir, RankExecutor& exec, comm::Communicator& comm,
                      const plan::Graph& graph, const plan::Policy& policy,
@@ -157,11 +166,17 @@ CheckpointState load_checkpoint(const std::string& path, RankExecutor& exec,
   std::string target = path;
   struct stat st {};
   if (stat((path + "/latest").c_str(), &st) == 0) {
-    std::ifstream in(path + "/latest");
+    // One step directory name and a newline; the cap keeps a stray large
+    // file from becoming a message no one can print or send to the launcher.
+    constexpr uint64_t kMaxLatestBytes = 4096;
+    const std::string text = ckpt::read_small_file(
+        path + "/latest", kMaxLatestBytes, "a `latest` file (it holds one step directory name)");
+    std::istringstream in(text);
     std::string name;
     in >> name;
     if (name.empty() || name.find('/') != std::string::npos)
-      throw ExecError(path + "/latest: expected a step directory name, got '" + name + "'");
+      throw ExecError(path + "/latest: expected a step directory name, got '" + name.substr(0, 64) +
+                      (name.size() > 64 ? "...'" : "'"));
     target = path + "/" + name;
   }
   const ckpt::Reader reader = ckpt::Reader::open(target);

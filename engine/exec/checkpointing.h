@@ -34,6 +34,16 @@ struct CheckpointState {
   int64_t steps_done = 0;  // training steps (global batches) consumed
 };
 
+// The step directory name of a checkpoint after `steps_done` steps: "step-%08lld".
+std::string step_dir_name(int64_t steps_done);
+
+// Before training: refuses a save target the save after `steps_done` steps
+// would fail on (checkpoint::check_save_root: not a directory, parent missing,
+// not writable, save lock held, DIR/step-N not a directory; steps_done < 0:
+// not known yet, DIR/step-N not checked). Throws checkpoint::CheckpointError
+// "--save: DIR...: ..." (an input error).
+void check_save_target(const std::string& dir, int64_t steps_done);
+
 // Collective over the world (barriers through the communicator).
 void save_checkpoint(const std::string& dir, RankExecutor& exec, comm::Communicator& comm,
                      const plan::Graph& graph, const plan::Policy& policy,

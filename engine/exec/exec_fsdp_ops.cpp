@@ -171,6 +171,7 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
       for (size_t i = 0; i < nbuf; ++i)
         sq += cpu::squared_norm(static_cast<const float*>(task.ptrs[i]), elems(i));
       norm_sq_ = sq;
+      local_norm_sq_ = sq;
       return;
     }
     case OpKind::grad_scale: {

@@ -119,10 +119,13 @@ std::vector<alloc::EventId> RankExecutor::free_events(int /*buffer*/,
 
 // ---- threads ----------------------------------------------------------------------
 
-void RankExecutor::fail(const std::string& message) {
+void RankExecutor::fail(const std::string& message, bool comm_failure) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (error_.empty()) error_ = message;
+    if (error_.empty()) {
+      error_ = message;
+      error_from_comm_ = comm_failure;
+    }
   }
   cv_.notify_all();
   comm_.abort(message);
@@ -130,7 +133,9 @@ void RankExecutor::fail(const std::string& message) {
 
 void RankExecutor::check_failed() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!error_.empty()) throw ExecError(error_);
+  if (error_.empty()) return;
+  if (error_from_comm_) throw comm::CommError(error_);
+  throw ExecError(error_);
 }
 
 void RankExecutor::wait_ops(const plan::SmallVector<int, 4>& ops) {
@@ -169,8 +174,9 @@ void RankExecutor::stream_main(int stream) {
       execute(task);
     } catch (const std::exception& e) {
       fail("rank " + std::to_string(s_.rank) + ", " + s_.streams[static_cast<size_t>(stream)] +
-           " stream, op " + std::to_string(task.op) + " (" +
-           plan::op_kind_name(s_.ops[static_cast<size_t>(task.op)].kind) + "): " + e.what());
+               " stream, op " + std::to_string(task.op) + " (" +
+               plan::op_kind_name(s_.ops[static_cast<size_t>(task.op)].kind) + "): " + e.what(),
+           dynamic_cast<const comm::CommError*>(&e) != nullptr);
     }
   }
 }
@@ -235,6 +241,7 @@ StepOutcome RankExecutor::run_step(int64_t step) {
   found_inf_ = 0;
   norm_sq_ = 0;
   grad_norm_ = -1;
+  local_norm_sq_ = 0;
   const double scale = scaler_.enabled ? scaler_.scale : 1.0;
   dloss_ = static_cast<float>(scale / static_cast<double>(s_.grad_accum_steps));
   {
@@ -260,7 +267,7 @@ StepOutcome RankExecutor::run_step(int64_t step) {
     for (size_t i = 0; i < s_.ops.size(); ++i) all.push_back(static_cast<int>(i));
     wait_ops(all);
   } catch (const std::exception& e) {
-    fail(e.what());
+    fail(e.what(), dynamic_cast<const comm::CommError*>(&e) != nullptr);
     check_failed();
     throw;
   }
@@ -279,6 +286,7 @@ StepOutcome RankExecutor::run_step(int64_t step) {
   if (!out.skipped) ++optimizer_steps_;
   out.loss = micro_loss_sum_ / static_cast<double>(s_.grad_accum_steps);
   out.grad_norm = grad_norm_;
+  out.local_grad_norm_sq = local_norm_sq_;
   return out;
 }
 

@@ -74,9 +74,10 @@ struct LossScaler {  // torch.cuda.amp.GradScaler defaults
 };
 
 struct StepOutcome {
-  double loss = 0;        // mean over this rank's micro-batches (unscaled)
-  bool skipped = false;   // fp16 overflow: optimizer step skipped
-  double grad_norm = -1;  // total norm before clipping (when clipping)
+  double loss = 0;                // mean over this rank's micro-batches (unscaled)
+  bool skipped = false;           // fp16 overflow: optimizer step skipped
+  double grad_norm = -1;          // total norm before clipping (when clipping)
+  double local_grad_norm_sq = 0;  // this rank's squared norm before the all-reduce (clipping)
   int64_t start_ns = 0, end_ns = 0;
 };
 
@@ -138,7 +139,9 @@ class RankExecutor : private RunnerBackend {
   void run_fsdp_op(const Task& task, const plan::ScheduleOp& op);
   void wait_ops(const plan::SmallVector<int, 4>& ops);
   void mark_done(int op);
-  void fail(const std::string& message);
+  // Records the step's first failure; `comm_failure`: it came from the
+  // communicator (a timeout, a dead or aborted peer), rethrown as CommError.
+  void fail(const std::string& message, bool comm_failure);
   void check_failed();
 
   // RunnerBackend (the host side)
@@ -179,12 +182,13 @@ class RankExecutor : private RunnerBackend {
   std::vector<int64_t> op_start_, op_end_;
   bool stop_ = false;
   std::string error_;
+  bool error_from_comm_ = false;
 
   // step state (written by stream threads in stream order)
   int64_t step_ = 0;
   double micro_loss_sum_ = 0;
   float dloss_ = 1.0f;
-  double found_inf_ = 0, norm_sq_ = 0, grad_norm_ = -1;
+  double found_inf_ = 0, norm_sq_ = 0, grad_norm_ = -1, local_norm_sq_ = 0;
   int64_t optimizer_steps_ = 0;
   LossScaler scaler_;
   std::vector<int> router_ordinal_;                  // per graph op: its router number (-1)

@@ -4,12 +4,15 @@
 #include <exception>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/comm/shm_communicator.h"
 #include "engine/cpu/ops.h"
 #include "engine/exec/checkpointing.h"
 #include "engine/exec/data.h"
+#include "engine/exec/numerics_check.h"
 #include "engine/exec/rank_executor.h"
 #include "plan/schedule.h"
 #include "plan/units.h"
@@ -42,6 +45,8 @@ RankRun train_rank(const TrainConfig& config, const RankPlan& rank_plan, comm::C
     int64_t first = 0;
     if (!config.load_path.empty())
       first = load_checkpoint(config.load_path, exec, graph, config.policy, units).steps_done;
+    // Before the first step: a save target the save would fail on.
+    if (!config.save_dir.empty()) check_save_target(config.save_dir, first + config.steps);
     for (int64_t step = first; step < first + config.steps; ++step) {
       const StepOutcome out = exec.run_step(step);
       float loss = static_cast<float>(out.loss);
@@ -50,10 +55,21 @@ RankRun train_rank(const TrainConfig& config, const RankPlan& rank_plan, comm::C
       run.step_seconds.push_back(static_cast<double>(out.end_ns - out.start_ns) * 1e-9);
       if (hooks.on_step && comm.rank() == 0)
         hooks.on_step(StepReport{step, step - first, loss, run.step_seconds.back(), out.skipped});
+      // Stops every rank alike at the first non-finite loss (numerics_check.h).
+      check_step_numbers(StepNumbers{step - first, step, loss, out.loss, out.grad_norm,
+                                     out.local_grad_norm_sq, out.skipped, &run.losses},
+                         comm);
     }
-    if (!config.save_dir.empty())
-      save_checkpoint(config.save_dir, exec, comm, graph, config.policy, units,
-                      CheckpointState{first + config.steps});
+    if (!config.save_dir.empty()) {
+      try {
+        save_checkpoint(config.save_dir, exec, comm, graph, config.policy, units,
+                        CheckpointState{first + config.steps});
+      } catch (const checkpoint::CheckpointError& e) {
+        // The target was checked before the first step: what fails now is the
+        // save itself (disk full, I/O, another run took the lock meanwhile).
+        throw RuntimeFailure(std::string("checkpoint save failed: ") + e.what());
+      }
+    }
     if (hooks.gather_final_params) {
       auto params = exec.gather_full_params();
       if (comm.rank() == 0) run.params = std::move(params);

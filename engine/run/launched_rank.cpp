@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/exec/exec_error.h"
 #include "engine/run/run_internal.h"
 #include "traces/binary_format.h"
 #include "traces/merge.h"
@@ -44,6 +45,32 @@ traces::Trace gather_traces(launch::TcpStore& store, int world, const traces::Me
   return merged;
 }
 
+// Rank 0's result for the launcher (run.h: why a file).
+void hand_off(const std::string& dir, const RunResult& result) {
+  const std::string path = dir + "/result.json";
+  std::ofstream file(path);
+  file << to_json(result).dump();
+  file.close();
+  if (!file) throw std::runtime_error("rank 0: cannot write its result to " + path);
+}
+
+// This rank's error for the launcher (store key "error/<rank>"), cut to fit
+// well inside a store message (4 MiB): an error quoting a large file must
+// still reach the launcher as itself. A store that cannot take it (the
+// launcher gone) must not replace the error being reported.
+void leave_error(launch::TcpStore& store, int rank, const std::string& message) {
+  constexpr size_t kMaxErrorBytes = 64 << 10;
+  std::string text = message;
+  if (text.size() > kMaxErrorBytes)
+    text = text.substr(0, kMaxErrorBytes) + "... (" + std::to_string(text.size() - kMaxErrorBytes) +
+           " more bytes of the message cut)";
+  try {
+    store.set("error/" + std::to_string(rank), text);
+  } catch (const std::exception&) {
+    // The rank's own stderr still carries the error.
+  }
+}
+
 }  // namespace
 
 RunResult run_launched_rank(const RunRequest& request, const RankTrainer& train) {
@@ -55,8 +82,22 @@ RunResult run_launched_rank(const RunRequest& request, const RankTrainer& train)
   try {
     if (request.rank_error) std::rethrow_exception(request.rank_error);
     out = train(rv);
+  } catch (const exec::NumericsError& e) {
+    // Every rank stopped at the same step: each exits 1; rank 0 reports
+    // (or hands the report to the launcher).
+    leave_error(*rv.store, env.rank, e.what());
+    RunResult failed = numerics_failure(request, e);
+    if (env.rank != 0) failed.has_report = false;
+    if (env.rank == 0 && !request.handoff_dir.empty()) {
+      hand_off(request.handoff_dir, failed);
+      failed.has_report = false;
+    }
+    // No rank exits (and has the launcher stop the others) before rank 0's
+    // report is written.
+    rv.store->barrier("numerics");
+    return failed;
   } catch (const std::exception& e) {
-    rv.store->set("error/" + std::to_string(env.rank), e.what());
+    leave_error(*rv.store, env.rank, e.what());
     throw;
   }
   publish_trace(*rv.store, env.rank, out.run.trace);
@@ -65,12 +106,7 @@ RunResult run_launched_rank(const RunRequest& request, const RankTrainer& train)
     traces::Trace merged = gather_traces(*rv.store, env.world_size, out.run.trace.meta);
     result = make_result(request, merged, out.run, out.tokens_per_step, out.report);
     if (!request.handoff_dir.empty()) {
-      // The launcher reports (run.h: why a file).
-      const std::string path = request.handoff_dir + "/result.json";
-      std::ofstream file(path);
-      file << to_json(result).dump();
-      file.close();
-      if (!file) throw std::runtime_error("rank 0: cannot write its result to " + path);
+      hand_off(request.handoff_dir, result);  // the launcher reports (run.h: why a file)
       result = RunResult{};
     }
   }

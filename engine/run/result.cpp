@@ -25,7 +25,8 @@ nlohmann::json to_json(const RunResult& r) {
           {"tokens_per_s", r.tokens_per_s},
           {"persistent_bytes", r.persistent_bytes},
           {"peak_allocated_bytes", r.peak_allocated_bytes},
-          {"notes", r.notes}};
+          {"notes", r.notes},
+          {"failure", r.failure}};
 }
 
 RunResult result_from_json(const nlohmann::json& j) {
@@ -40,6 +41,7 @@ RunResult result_from_json(const nlohmann::json& j) {
   r.persistent_bytes = j.at("persistent_bytes").get<int64_t>();
   r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<int64_t>();
   r.notes = j.at("notes").get<std::string>();
+  r.failure = j.value("failure", nlohmann::json());
   return r;
 }
 

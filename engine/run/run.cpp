@@ -15,6 +15,7 @@
 #include <string>
 
 #include "engine/comm/shm_wait.h"
+#include "engine/exec/checkpointing.h"
 #include "engine/run/cuda_support.h"
 #include "engine/run/run_internal.h"
 
@@ -87,6 +88,14 @@ RunResult launch_ranks(const RunRequest& request) {
   if (std::ifstream in(result_file); in) handed_off.assign(std::istreambuf_iterator<char>(in), {});
   RunResult result;
   if (res.exit_code != 0) {
+    // A run stopped by a non-finite loss: rank 0 handed over its report too.
+    if (!handed_off.empty()) {
+      const nlohmann::json j = nlohmann::json::parse(handed_off, nullptr, false);
+      if (j.is_object() && j.contains("failure") && j["failure"].is_object()) {
+        result.failure = j["failure"];
+        result.has_report = true;
+      }
+    }
     result.exit_code = res.exit_code;
     result.error = res.message;
   } else if (handed_off.empty()) {
@@ -105,6 +114,10 @@ RunResult run(const RunRequest& request) {
   // Refused before any rank starts when the launcher has the graph.
   if (request.backend == Backend::cuda && request.graph) check_cuda_supports(*request.graph);
   if (request.backend == Backend::cuda) check_cuda_supports(request.policy);
+  // A bad --save target is refused before any rank starts (ranks check again,
+  // with the step directory, before their first step).
+  if (request.role == Role::launcher && !request.save_dir.empty())
+    exec::check_save_target(request.save_dir, request.load_path.empty() ? request.steps : -1);
   if (request.role == Role::launcher) return launch_ranks(request);
   if (!request.graph) throw std::invalid_argument("engine::run: request.graph is null");
   if (request.backend == Backend::cpu) return detail::run_cpu(request);

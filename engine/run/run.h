@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/exec/exec_error.h"
 #include "engine/exec/train.h"
 #include "engine/launch/launch.h"
 #include "plan/graph.h"
@@ -125,6 +126,12 @@ struct RunResult {
   // What the backend says about the run besides the metrics, one line each
   // ending in '\n' (CUDA: device, collectives, kernels; emulated peers).
   std::string notes;
+
+  // A run stopped by a non-finite loss or gradient norm (exit_code 1): the
+  // document `run --json` prints instead of the metrics (numerics_failure_json;
+  // docs/engine.md, "Numerics"); null otherwise. has_report says whether this
+  // process prints it.
+  nlohmann::json failure;
 };
 
 // Global tokens of one step: batch x seq_len x world x grad_accum_steps
@@ -134,9 +141,24 @@ int64_t tokens_per_step(const plan::Graph& graph, const plan::Policy& policy, in
 
 // Runs this process's part of the run. Throws on errors of this process
 // (a rank's error is also left in the store for the launcher); a launcher
-// returns a failed rank's exit code and message in the result instead.
+// returns a failed rank's exit code and message in the result instead, and
+// a run stopped by a non-finite loss (CPU) returns numerics_failure's result
+// in every role (rank 0's report handed to the launcher).
 // Backend::cuda in a build without CUDA throws std::runtime_error.
 RunResult run(const RunRequest& request);
+
+// The result of a run stopped by a non-finite value on every rank: exit_code
+// 1, the error, `failure` = {"source", "world_size", "error": {"kind":
+// "numerics", "message", "quantity", "value" ("nan" | "inf" | "-inf"),
+// "step", "global_step", "ranks"}, "losses" (the finite losses of the steps
+// before), "tokens_per_step"}: no number is null.
+RunResult numerics_failure(const RunRequest& request, const exec::NumericsError& error);
+
+// Whether an error escaping run() is a runtime failure (`shardscope run`
+// exits 1: a collective or store timeout, a dead or aborted peer, a failed
+// checkpoint save, a non-finite loss) rather than an input error (exit 2):
+// comm::CommError, launch::LaunchError, exec::RuntimeFailure.
+bool is_runtime_failure(const std::exception& error);
 
 // The result as rank 0 hands it to the launcher, and back.
 nlohmann::json to_json(const RunResult& result);

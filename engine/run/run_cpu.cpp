@@ -61,8 +61,12 @@ RunResult run_threads(const RunRequest& request) {
   plans.reserve(static_cast<size_t>(request.world_size));
   for (int r = 0; r < request.world_size; ++r)
     plans.push_back(exec::build_rank_plan(*request.graph, request.policy, request.world, r));
-  std::vector<exec::RankRun> runs =
-      exec::train_threads(config, plans, progress_hooks(request, tokens));
+  std::vector<exec::RankRun> runs;
+  try {
+    runs = exec::train_threads(config, plans, progress_hooks(request, tokens));
+  } catch (const exec::NumericsError& e) {
+    return numerics_failure(request, e);  // every rank stopped at the same step
+  }
   traces::Trace merged;
   merged.meta = runs[0].trace.meta;
   merged.meta.clock_alignment = "one process (ranks as threads)";
