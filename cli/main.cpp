@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "engine/run/run.h"
 #include "io/output_error.h"
 #include "io/standard_output.h"
 
@@ -42,7 +43,8 @@ void print_usage(FILE* out) {
 
 // Exit codes (ARCHITECTURE.md, CLI contract): 2 for input errors (usage, a
 // malformed or impossible input, an output path that cannot be written), 1 for
-// runtime failures (a write that failed, out of memory).
+// runtime failures (a write that failed, out of memory, a training run that
+// failed: engine::run::is_runtime_failure).
 int run_subcommand(const Subcommand& s, int argc, char** argv) {
   const char* name = s.name;
   try {
@@ -67,8 +69,10 @@ int run_subcommand(const Subcommand& s, int argc, char** argv) {
                  name);
     return 1;
   } catch (const std::exception& e) {
+    // Training outside `run` (demo, calibrate --measure) fails the same way:
+    // a timeout, a dead rank or a non-finite loss is a runtime failure.
     std::fprintf(stderr, "shardscope %s: error: %s\n", name, e.what());
-    return 2;
+    return shardscope::engine::run::is_runtime_failure(e) ? 1 : 2;
   }
 }
 
