@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan/activations.h"
@@ -271,7 +272,11 @@ class Builder {
   void backward_pass();
   void recompute_block(int block);
   void compute_op(int o, OpKind kind);
-  void ensure_grad_buffers(int o);
+  // The buffer each of op o's parameters' gradients is written into (in
+  // op.params order), allocating what is missing; a parameter whose gradient
+  // an earlier producer already holds gets a fresh piece, listed in `shared`.
+  SmallVector<int, 8> ensure_grad_buffers(int o, std::vector<std::pair<int, int>>& shared);
+  void sum_shared_grads(const std::vector<std::pair<int, int>>& shared);
   void optimizer_step();
   void reserve_capacity();
 

@@ -150,6 +150,58 @@ MODELS = {
                                               word_embed_proj_dim=64,
                                               do_layer_norm_before=False,
                                               activation_function="relu")),
+    # Published models at their real hidden size, head layout and vocabulary
+    # (tests/recorded/hf/param_counts.json has the full configs), with 1-2
+    # layers: the embedding and lm_head dominate, as in training with few
+    # ranks. Tied ones exercise the gradient of a shared weight at full size.
+    "qwen3-0.6b-l2": ("qwen3", dict(hidden_size=1024, intermediate_size=3072,
+                                    num_hidden_layers=2, num_attention_heads=16,
+                                    num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                                    max_position_embeddings=40960, rope_theta=1000000.0,
+                                    rms_norm_eps=1e-06, attention_bias=False,
+                                    tie_word_embeddings=True, use_sliding_window=False)),
+    "qwen2.5-0.5b-l2": ("qwen2", dict(hidden_size=896, intermediate_size=4864,
+                                      num_hidden_layers=2, num_attention_heads=14,
+                                      num_key_value_heads=2, vocab_size=151936,
+                                      max_position_embeddings=32768, rope_theta=1000000.0,
+                                      rms_norm_eps=1e-06, tie_word_embeddings=True,
+                                      use_sliding_window=False)),
+    "gemma-2-2b-l2": ("gemma2", dict(hidden_size=2304, intermediate_size=9216,
+                                     num_hidden_layers=2, num_attention_heads=8,
+                                     num_key_value_heads=4, head_dim=256, vocab_size=256000,
+                                     max_position_embeddings=8192, rope_theta=10000.0,
+                                     rms_norm_eps=1e-06, hidden_activation="gelu_pytorch_tanh",
+                                     query_pre_attn_scalar=256, sliding_window=4096,
+                                     final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
+                                     attention_bias=False)),
+    # Llama 3.2 1B's widths and tying (its llama3 rope_scaling left out: it
+    # changes no memory, and shardscope's engine rejects it).
+    "llama-3.2-1b-l2": ("llama", dict(hidden_size=2048, intermediate_size=8192,
+                                      num_hidden_layers=2, num_attention_heads=32,
+                                      num_key_value_heads=8, head_dim=64, vocab_size=128256,
+                                      max_position_embeddings=131072, rope_theta=500000.0,
+                                      rms_norm_eps=1e-05, hidden_act="silu",
+                                      tie_word_embeddings=True)),
+    "gpt2-small-l2": ("gpt2", dict(n_layer=2, n_embd=768, n_head=12, n_positions=1024,
+                                   vocab_size=50257)),
+    "pythia-410m-l2": ("gpt_neox", dict(hidden_size=1024, intermediate_size=4096,
+                                        num_hidden_layers=2, num_attention_heads=16,
+                                        vocab_size=50304, max_position_embeddings=2048,
+                                        rotary_pct=0.25, rotary_emb_base=10000,
+                                        layer_norm_eps=1e-05, use_parallel_residual=True,
+                                        hidden_act="gelu", tie_word_embeddings=False)),
+    "opt-350m-l2": ("opt", dict(hidden_size=1024, ffn_dim=4096, num_hidden_layers=2,
+                                num_attention_heads=16, vocab_size=50272,
+                                max_position_embeddings=2048, word_embed_proj_dim=512,
+                                do_layer_norm_before=False, activation_function="relu")),
+    "phi-3-mini-l2": ("phi3", dict(hidden_size=3072, intermediate_size=8192,
+                                   num_hidden_layers=2, num_attention_heads=32,
+                                   num_key_value_heads=32, vocab_size=32064,
+                                   max_position_embeddings=4096,
+                                   original_max_position_embeddings=4096, rope_theta=10000.0,
+                                   rms_norm_eps=1e-05, hidden_act="silu", sliding_window=2047,
+                                   tie_word_embeddings=False, pad_token_id=32000,
+                                   bos_token_id=1, eos_token_id=32000)),
 }
 
 # (model, flavor, param_dtype, reduce_dtype, world, batch, seq, reshard, ac)
@@ -220,6 +272,15 @@ _RUNS = [
     ("llama-h256-l4-gqa4", "fsdp2", "bf16", "fp32", 8, 2, 256, True, "torchtitan"),
     ("qwen2-h128-l2-gqa2-tied", "fsdp2", "fp32", "fp32", 4, 2, 128, True, "torchtitan"),
     ("llama-h256-l4-gqa4", "fsdp2", "bf16", "fp32", 8, 2, 256, True, {"every": 2, "offset": 1}),
+    # Published sizes, 2 layers (tied: Qwen3, Qwen2.5, Gemma 2, Llama 3.2, GPT-2, OPT)
+    ("qwen3-0.6b-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("qwen2.5-0.5b-l2", "fsdp2", "fp32", "fp32", 4, 2, 128, True, "full"),
+    ("gemma-2-2b-l2", "fsdp2", "fp32", "fp32", 8, 1, 64, True, "full"),
+    ("llama-3.2-1b-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("gpt2-small-l2", "fsdp2", "fp32", "fp32", 4, 2, 128, False, "none"),
+    ("pythia-410m-l2", "fsdp2", "fp32", "fp32", 8, 2, 128, True, "full"),
+    ("opt-350m-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, 4, "none"),
+    ("phi-3-mini-l2", "fsdp2", "bf16", "fp32", 8, 1, 128, False, "none"),
 ]
 
 # Per-unit overrides (fsdp2: each fully_shard call its own arguments), named by a

@@ -137,6 +137,23 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
       return;
     }
     case OpKind::grad_accumulate:
+      if (buf(nbuf - 1).param >= 0) {
+        // A shared parameter's gradients from two producers -> their sum,
+        // all three the parameter's own unsharded gradient (plan/'s
+        // sum_shared_grads). The sum is zeroed by its first user: this op.
+        need(3);
+        const size_t dst = nbuf - 1;
+        const int64_t n = elems(dst);
+        F32View acc(task.ptrs[dst], dt(dst), 0, n, true, true);
+        for (size_t i = 0; i < dst; ++i) {
+          if (buf(i).param != buf(dst).param || elems(i) != n)
+            throw ExecError(
+                "grad_accumulate: a shared gradient sum of another parameter's gradient");
+          F32View v(task.ptrs[i], dt(i), 0, n, true, false);
+          for (int64_t j = 0; j < n; ++j) acc.data()[j] += v.data()[j];
+        }
+        return;
+      }
       if (nbuf > 2 || buf(0).param >= 0) {
         // No-sync micro-step, fsdp2: each parameter's unsharded gradient
         // added into the unit's accumulator at its place.

@@ -122,6 +122,41 @@ TEST_CASE("fsdp2's copy-in and all-gather streams wait for the copy-out before r
   CHECK(checked >= 8);
 }
 
+TEST_CASE("fsdp2 forward keeps the previous unit's all-gather output through the next copy-out",
+          "[schedule][reuse]") {
+  // FSDPParamGroup.wait_for_unshard (torch 2.9.1) clears the forward
+  // all-gather state before the copy-out, but its local still holds it until
+  // the function returns: the previous unit's output is freed after this
+  // unit's copy-out, before this unit's first forward op.
+  const Planned p = make(kFsdp2, 4);
+  const plan::Schedule& s = p.s;
+  int prev_out = -1, checked = 0;
+  for (size_t i = 0; i < s.actions.size(); ++i) {
+    const plan::Action& a = s.actions[i];
+    if (a.kind != plan::ActionKind::launch) continue;
+    const plan::ScheduleOp& op = s.ops[static_cast<size_t>(a.op)];
+    if (op.kind != plan::OpKind::copy_out || op.phase != plan::Phase::forward) continue;
+    const int out = op.buffers[0];
+    REQUIRE(s.buffers[static_cast<size_t>(out)].role == plan::BufferRole::ag_out);
+    if (prev_out >= 0) {
+      const size_t freed = free_action(s, prev_out);
+      CAPTURE(i, freed);
+      CHECK(freed > i);  // live during this copy-out
+      size_t next_forward = s.actions.size();
+      for (size_t j = i + 1; j < s.actions.size(); ++j)
+        if (s.actions[j].kind == plan::ActionKind::launch &&
+            s.ops[static_cast<size_t>(s.actions[j].op)].kind == plan::OpKind::forward) {
+          next_forward = j;
+          break;
+        }
+      CHECK(freed < next_forward);
+      ++checked;
+    }
+    prev_out = out;
+  }
+  CHECK(checked == 2);  // root -> h.0 -> h.1
+}
+
 TEST_CASE("fsdp2 backward releases a unit's all-gather output before prefetching the next",
           "[schedule][reuse]") {
   // FSDPParamGroup.pre_backward: wait_for_unshard (copy-out, release), then

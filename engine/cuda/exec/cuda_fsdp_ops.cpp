@@ -170,6 +170,18 @@ void CudaRankExecutor::run_fsdp_op(int index, const plan::ScheduleOp& op,
     }
     case OpKind::grad_accumulate: {
       need(2);
+      if (buf(nbuf - 1).param >= 0) {
+        // A shared parameter's gradients from two producers -> their sum
+        // (plan/'s sum_shared_grads; the sum is zeroed by its first user).
+        const size_t dst = nbuf - 1;
+        for (size_t i = 0; i < dst; ++i) {
+          if (buf(i).param != buf(dst).param || elems(i) != elems(dst))
+            throw ExecError("grad_accumulate op " + std::to_string(index) +
+                            ": a shared gradient sum of another parameter's gradient");
+          add_inplace(s, dev(i), dev(dst), elems(dst));
+        }
+        return;
+      }
       if (nbuf > 2 || buf(0).param >= 0) {
         // No-sync micro-step, fsdp2: each parameter's unsharded gradient
         // added into the unit's accumulator (unsharded layout) at its place.

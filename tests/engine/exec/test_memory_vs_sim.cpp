@@ -1,12 +1,14 @@
 // Memory: the engine's measured peak allocated bytes per rank equal the
 // simulator's prediction exactly for every policy of a grid on gpt2-tiny (and
 // qwen2-tiny: q/k/v biases, checkpointing with an offset; llama-tiny and
-// gpt2-tiny with per-op selective checkpointing) with
+// gpt2-tiny with per-op selective checkpointing; a tied Qwen3 at a large
+// vocabulary) with
 // 2 ranks (both drive alloc/'s allocator with the plan's actions in host
 // order), and the persistent bytes equal the closed form 16 B per shard
 // element with AdamW (fp32 parameter, gradient and two moments).
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "plan/units.h"
 #include "sim/hardware.h"
 #include "sim/simulator.h"
+#include "tests/temp_dir.h"
 
 using namespace shardscope;
 
@@ -296,4 +299,29 @@ TEST_CASE("engine peak allocated equals the simulator's with per-unit overrides 
       INFO(doc.dump());
       check_peak_equals_sim(g, plan::policy_from_json(doc));
     }
+}
+
+TEST_CASE("engine peak allocated equals the simulator's on a tied model at a large vocabulary",
+          "[exec][memory][hf][tied]") {
+  // Qwen3-shaped, tied, vocabulary 8192 at width 64 (V/H = 128, Qwen3-0.6B's
+  // is 148): with fsdp2 the peak is in the embedding's backward, where the
+  // tied weight's two gradients and their sum (3 x 8192 x 64 elements) are
+  // live at once; fsdp1 keeps one flat gradient per unit.
+  test::TempDir dir;
+  nlohmann::json cfg = nlohmann::json::parse(
+      std::ifstream(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/qwen3-tiny.json"));
+  cfg["vocab_size"] = 8192;
+  const plan::Graph g = plan::load_model(dir.write("qwen3-tied-v8192.json", cfg));
+  for (const std::string flavor : {"fsdp1", "fsdp2"})
+    for (const std::string dtype : {"fp32", "bf16"})
+      for (const bool ckpt : {false, true}) {
+        nlohmann::json doc = {{"flavor", flavor},
+                              {"batch_size", 2},
+                              {"seq_len", 16},
+                              {"mixed_precision", {{"param_dtype", dtype}}},
+                              {"wrap", {{"type", "class"}, {"classes", {"Qwen3DecoderLayer"}}}}};
+        if (ckpt) doc["activation_checkpointing"] = "full";
+        INFO(doc.dump());
+        check_peak_equals_sim(g, plan::policy_from_json(doc));
+      }
 }
