@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "alloc/policy.h"
+
 namespace shardscope::alloc {
 
 std::string format_bytes(uint64_t bytes) {
@@ -21,6 +23,16 @@ std::string format_bytes(uint64_t bytes) {
 namespace {
 
 std::string oom_message(const OutOfMemory::Info& info) {
+  if (info.requested_bytes >= kMaxRequest) {
+    // Refused by size alone, before any segment was sought: capacity and
+    // counters do not enter into it (they may well be larger).
+    return "out of memory: tried to allocate " + format_bytes(info.requested_bytes) +
+           " on stream " + std::to_string(info.stream) +
+           ", at or above the largest request the caching allocator serves, " +
+           format_bytes(kMaxRequest) + " (PyTorch refuses \"more than 1EB\" whatever the " +
+           "capacity); allocated " + format_bytes(info.allocated_bytes) + ", reserved " +
+           format_bytes(info.reserved_bytes);
+  }
   std::string message = "out of memory: tried to allocate " + format_bytes(info.requested_bytes) +
                         " on stream " + std::to_string(info.stream) + " (block " +
                         format_bytes(info.rounded_bytes) + ", new segment " +

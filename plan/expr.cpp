@@ -280,9 +280,14 @@ Poly Poly::parse(const std::string& text) {
 
 Poly Poly::operator+(const Poly& other) const {
   Poly r = *this;
-  for (const auto& [key, c] : other.terms_) accumulate(r.terms_, key, c, "Poly +");
-  for (const auto& [key, c] : other.routed_) accumulate(r.routed_, key, c, "Poly +");
+  r += other;
   return r;
+}
+
+Poly& Poly::operator+=(const Poly& other) {
+  for (const auto& [key, c] : other.terms_) accumulate(terms_, key, c, "Poly +");
+  for (const auto& [key, c] : other.routed_) accumulate(routed_, key, c, "Poly +");
+  return *this;
 }
 
 namespace {

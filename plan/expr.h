@@ -76,6 +76,9 @@ class Poly {
   static Poly parse(const std::string& text);
 
   Poly operator+(const Poly& other) const;
+  // In place: O(terms of other x log(terms)), no copy of this polynomial, so
+  // summing n terms one by one (n experts' rows) is O(n log n), not O(n^2).
+  Poly& operator+=(const Poly& other);
   // A product of two routed terms throws std::domain_error (no size needs one).
   Poly operator*(const Poly& other) const;
   Poly operator*(int64_t k) const;

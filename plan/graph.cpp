@@ -1,5 +1,6 @@
 #include "plan/graph.h"
 
+#include <cstdint>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_set>
@@ -293,6 +294,10 @@ void Graph::validate() const {
   // Ops, in forward order.
   std::unordered_set<std::string> op_names;
   std::vector<char> param_used(params.size(), 0);
+  // owner[t] == i: tensor t is an input or output of op i (an op may save only
+  // those). A stamp per op keeps the check linear in the op's tensors (a
+  // mixture-of-experts combine reads, writes and saves a few per expert).
+  std::vector<size_t> owner(tensors.size(), SIZE_MAX);
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     const std::string label = "op '" + op.name + "'";
@@ -316,6 +321,8 @@ void Graph::validate() const {
              "', which is a graph input or already produced");
       available[t] = 1;
     }
+    for (int t : op.inputs) owner[t] = i;
+    for (int t : op.outputs) owner[t] = i;
     for (int p : op.params) {
       if (!in_range(p, params.size()))
         fail(label + ": parameter index " + std::to_string(p) + " out of range");
@@ -324,10 +331,7 @@ void Graph::validate() const {
     for (int t : op.saved) {
       if (!in_range(t, tensors.size()))
         fail(label + ": saved tensor index " + std::to_string(t) + " out of range");
-      bool own = false;
-      for (int u : op.inputs) own = own || u == t;
-      for (int u : op.outputs) own = own || u == t;
-      if (!own)
+      if (owner[t] != i)
         fail(label + " saves tensor '" + tensors[t].name + "', which it neither reads nor writes");
     }
     const std::pair<const char*, const Poly*> costs[] = {{"fwd_flops", &op.fwd_flops},

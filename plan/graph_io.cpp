@@ -557,12 +557,7 @@ Graph graph_from_json(const json& j) {
 }
 
 Graph load_graph_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open graph file: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(path + ": cannot read graph file");
-  const json j = parse_json_input(text.str(), path);
+  const json j = parse_json_input(read_input_file(path, "graph file", kMaxModelFileBytes), path);
   try {
     return graph_from_json(j);
   } catch (const Error& e) {

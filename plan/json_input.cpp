@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "plan/error.h"
@@ -101,16 +100,47 @@ std::optional<nlohmann::json> try_parse_json_input(std::string_view text, const 
   return j;
 }
 
-nlohmann::json load_json_input(const std::string& path, const std::string& what) {
+namespace {
+std::string over_limit(const std::string& what, const std::string& path, const std::string& size,
+                       size_t max_bytes) {
+  const bool whole_mib = max_bytes >= (size_t{1} << 20) && max_bytes % (size_t{1} << 20) == 0;
+  return what + ": '" + path + "' is " + size + " bytes, over the limit of " +
+         std::to_string(max_bytes) + " bytes" +
+         (whole_mib ? " (" + std::to_string(max_bytes >> 20) + " MiB)" : std::string());
+}
+}  // namespace
+
+std::string read_input_file(const std::string& path, const std::string& what, size_t max_bytes) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw Error(what + ": '" + path + "' is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(what + ": cannot open '" + path + "' (" + std::strerror(errno) + ")");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in.good() && !in.eof()) throw Error(what + ": error reading '" + path + "'");
-  return parse_json_input(text.str(), what + " '" + path + "'");
+  // A regular file is refused by its size before a byte is read and read
+  // into one buffer of that size; anything else (a pipe, /dev/zero) is read
+  // in chunks and refused as soon as it passes the cap.
+  std::string text;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec && size > max_bytes)
+      throw Error(over_limit(what, path, std::to_string(size), max_bytes));
+    if (!ec) text.reserve(static_cast<size_t>(size));
+  }
+  char chunk[1 << 16];
+  while (in) {
+    in.read(chunk, sizeof chunk);
+    const size_t got = static_cast<size_t>(in.gcount());
+    if (got > max_bytes - text.size())
+      throw Error(over_limit(what, path, "more than " + std::to_string(max_bytes), max_bytes));
+    text.append(chunk, got);
+  }
+  if (in.bad()) throw Error(what + ": error reading '" + path + "'");
+  return text;
+}
+
+nlohmann::json load_json_input(const std::string& path, const std::string& what) {
+  const std::string text = read_input_file(path, what, kMaxJsonFileBytes);
+  return parse_json_input(text, what + " '" + path + "'");
 }
 
 }  // namespace shardscope::plan

@@ -117,7 +117,7 @@ int GraphBuilder::moe_combine(int module, const std::vector<int>& expert_out,
     op.saved.push_back(weighted);
   }
   Poly routed_rows;
-  for (int y : expert_out) routed_rows = routed_rows + rows(y);
+  for (int y : expert_out) routed_rows += rows(y);
   op.fwd_flops = routed_rows * c * 2;
   op.bwd_flops = routed_rows * c * 3;
   op.attrs.num_experts = experts;

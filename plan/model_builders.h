@@ -218,6 +218,9 @@ Graph build_mlp(const MlpConfig& config, const std::string& name);
 Graph build_gemma(const GemmaConfig& config, const std::string& name);
 Graph build_phi3(const Phi3Config& config, const std::string& name);
 Graph build_moe(const MoeConfig& config, const std::string& name);
+// The number of graph ops build_moe makes from `config` (sizes within
+// hf_size_limit): what moe_config_from_hf checks against kMaxGraphOps.
+int64_t moe_graph_ops(const MoeConfig& config);
 
 // Hugging Face config.json contents -> config. `source` (the file) is named in
 // errors: a missing or mistyped required key, a value out of range, or a
@@ -229,7 +232,9 @@ Phi3Config phi3_config_from_hf(const nlohmann::json& config, const std::string& 
 MoeConfig moe_config_from_hf(const nlohmann::json& config, const std::string& source);
 
 // Typed access to a config.json object; errors name the key and the file.
-// Unknown extra keys are fine (HF configs carry many).
+// Unknown extra keys are fine (HF configs carry many). get_int and
+// require_int refuse a size key above its limit (plan/model_limits.h),
+// naming the key, the value and the limit.
 class HfConfigReader {
  public:
   HfConfigReader(const nlohmann::json& config, std::string source);
@@ -247,7 +252,11 @@ class HfConfigReader {
   // head_dim (0: derived), fail naming num_attention_heads unless it divides
   // hidden_size.
   void check_kv_heads(int64_t heads, int64_t kv_heads) const;
+  // With a head_dim (> 0) it also checks num_attention_heads x head_dim.
   void check_derived_head_dim(int64_t hidden, int64_t heads, int64_t head_dim) const;
+  // Fails naming head_dim when num_attention_heads x head_dim exceeds
+  // kMaxAttentionWidth (plan/model_limits.h).
+  void check_attention_width(int64_t heads, int64_t head_dim) const;
 
  private:
   const nlohmann::json& config_;

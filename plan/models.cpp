@@ -6,13 +6,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <utility>
 
 #include "plan/error.h"
 #include "plan/graph_io.h"
 #include "plan/json_input.h"
 #include "plan/model_builders.h"
+#include "plan/model_limits.h"
 #include "plan/models_neox.h"
 #include "plan/models_opt.h"
 
@@ -163,9 +163,8 @@ Graph load_model(const std::string& spec) {
   if (!in)
     throw Error("model '" + spec + "': not a preset (" + preset_list() +
                 ") and not a readable file (" + std::strerror(errno) + ")");
-  std::ostringstream text;
-  text << in.rdbuf();
-  const json j = parse_json_input(text.str(), spec);
+  in.close();
+  const json j = parse_json_input(read_input_file(spec, "model", kMaxModelFileBytes), spec);
   if (j.is_object() && j.contains("format")) {
     if (j["format"] != kGraphFormat)
       throw Error(spec + ": /format: expected \"" + std::string(kGraphFormat) + "\"");
@@ -201,6 +200,16 @@ void HfConfigReader::check_derived_head_dim(int64_t hidden, int64_t heads, int64
     fail("num_attention_heads", "hidden_size " + std::to_string(hidden) +
                                     " is not divisible by num_attention_heads " +
                                     std::to_string(heads) + " (and no head_dim is given)");
+  if (head_dim != 0) check_attention_width(heads, head_dim);
+}
+
+void HfConfigReader::check_attention_width(int64_t heads, int64_t head_dim) const {
+  // Both are at most 4096 (hf_size_limit): the product cannot overflow.
+  if (heads * head_dim > kMaxAttentionWidth)
+    fail("head_dim", "num_attention_heads " + std::to_string(heads) + " x head_dim " +
+                         std::to_string(head_dim) + " = " + std::to_string(heads * head_dim) +
+                         " exceeds the limit " + std::to_string(kMaxAttentionWidth) +
+                         " (the width of q_proj's output; published models have at most 24,576)");
 }
 
 const json* HfConfigReader::get(const char* key) const {
@@ -221,6 +230,10 @@ int64_t HfConfigReader::get_int(const char* key, int64_t fallback, int64_t min_v
     fail(key, "value too large");
   const int64_t x = v->get<int64_t>();
   if (x < min_value) fail(key, "must be >= " + std::to_string(min_value) + ", got " + v->dump());
+  // Checked here, as the key is read, so that no graph is built from it.
+  if (const SizeLimit* limit = hf_size_limit(key); limit && x > limit->max)
+    fail(key, std::to_string(x) + " exceeds the limit " + std::to_string(limit->max) + " (" +
+                  limit->why + ")");
   return x;
 }
 
@@ -346,19 +359,19 @@ Op& GraphBuilder::add_op(Op op, const Poly* param_traffic) {
   if (param_traffic) {
     params_elems = *param_traffic;
   } else {
-    for (int p : op.params) params_elems = params_elems + dim(g_.params[p].numel());
+    for (int p : op.params) params_elems += dim(g_.params[p].numel());
   }
   Poly fwd = params_elems * 4;
-  for (int t : op.inputs) fwd = fwd + tensor_bytes(t);
-  for (int t : op.outputs) fwd = fwd + tensor_bytes(t);
+  for (int t : op.inputs) fwd += tensor_bytes(t);
+  for (int t : op.outputs) fwd += tensor_bytes(t);
   // Backward: read dY (outputs[0]), saved tensors and parameters; write the
   // gradients of the floating inputs produced by ops and of the parameters.
   Poly bwd = params_elems * 8 + tensor_bytes(op.outputs[0]);
-  for (int t : op.saved) bwd = bwd + tensor_bytes(t);
+  for (int t : op.saved) bwd += tensor_bytes(t);
   for (int t : op.inputs) {
     const bool from_data =
         std::find(g_.inputs.begin(), g_.inputs.end(), t) != g_.inputs.end();  // no gradient
-    if (is_floating(g_.tensors[t].dtype) && !from_data) bwd = bwd + tensor_bytes(t);
+    if (is_floating(g_.tensors[t].dtype) && !from_data) bwd += tensor_bytes(t);
   }
   op.fwd_bytes = fwd;
   op.bwd_bytes = bwd;

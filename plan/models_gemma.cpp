@@ -76,6 +76,7 @@ GemmaConfig gemma_config_from_hf(const nlohmann::json& config, const std::string
   c.num_key_value_heads = r.get_int("num_key_value_heads", gemma2 ? 4 : 16);
   r.check_kv_heads(c.num_attention_heads, c.num_key_value_heads);
   c.head_dim = r.get_int("head_dim", 256);
+  r.check_attention_width(c.num_attention_heads, c.head_dim);
   c.rms_norm_eps = r.get_double("rms_norm_eps", c.rms_norm_eps);
   c.rope_theta = r.get_double("rope_theta", c.rope_theta);
   if (const nlohmann::json* v = r.get("rope_scaling")) {

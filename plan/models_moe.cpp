@@ -37,6 +37,7 @@
 #include "plan/error.h"
 #include "plan/json_input.h"
 #include "plan/model_builders.h"
+#include "plan/model_limits.h"
 
 namespace shardscope::plan {
 
@@ -49,7 +50,37 @@ void read_activation(const HfConfigReader& r, MoeConfig& c) {
                              "' (supported: silu, gelu, gelu_pytorch_tanh)");
 }
 
+// Refuses, naming the expert and layer keys, a config whose graph would
+// exceed kMaxGraphOps: counted from the config, before anything is built.
+void check_graph_size(const HfConfigReader& r, const MoeConfig& c, const char* experts_key) {
+  const int64_t ops = moe_graph_ops(c);
+  if (ops > kMaxGraphOps)
+    r.fail(experts_key, std::to_string(c.num_experts) + " experts in each routed layer of " +
+                            std::to_string(c.num_hidden_layers) +
+                            " (num_hidden_layers) would make a graph of " + std::to_string(ops) +
+                            " ops (five per expert and layer), over the limit of " +
+                            std::to_string(kMaxGraphOps) + " graph ops");
+}
+
 }  // namespace
+
+int64_t moe_graph_ops(const MoeConfig& c) {
+  const bool qwen = c.model_type == "qwen2_moe";
+  // Per layer: input_layernorm, q/k/v_proj, attention, o_proj, residual_1,
+  // post_attention_layernorm, residual_2 (9); then a dense MLP (gate, up,
+  // swiglu, down: 4) or gate, router, five per expert (dispatch, two input
+  // projections, swiglu, output projection), combine, and Qwen2-MoE's shared
+  // expert (4), its gate, sigmoid gate and sum (3). Embedding, final norm,
+  // lm_head and the loss: 4. Sizes are bounded (hf_size_limit): no overflow.
+  const int64_t routed_layer = 9 + 3 + 5 * c.num_experts + (qwen ? 7 : 0);
+  const int64_t dense_layer = 9 + 4;
+  int64_t ops = 4;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const bool sparse = c.sparse_layers.empty() || c.sparse_layers[static_cast<size_t>(i)];
+    ops += sparse ? routed_layer : dense_layer;
+  }
+  return ops;
+}
 
 MoeConfig moe_config_from_hf(const nlohmann::json& config, const std::string& source) {
   HfConfigReader r(config, source);
@@ -104,6 +135,7 @@ MoeConfig moe_config_from_hf(const nlohmann::json& config, const std::string& so
     c.moe_intermediate_size = c.intermediate_size;
     c.norm_topk_prob = true;
     c.sparse_layers.assign(static_cast<size_t>(c.num_hidden_layers), true);
+    check_graph_size(r, c, "num_local_experts");
     return c;
   }
   // Qwen2MoeConfig always carries sliding_window; it applies only with use_sliding_window.
@@ -140,6 +172,7 @@ MoeConfig moe_config_from_hf(const nlohmann::json& config, const std::string& so
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     c.sparse_layers[static_cast<size_t>(i)] =
         !mlp_only[static_cast<size_t>(i)] && c.num_experts > 0 && (i + 1) % step == 0;
+  check_graph_size(r, c, "num_experts");
   return c;
 }
 

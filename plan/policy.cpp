@@ -478,6 +478,10 @@ Policy policy_from_json(const json& doc) {
       }
     } else if (k == "batch_size") {
       p.batch_size = get_int(v, k, 1);
+      if (p.batch_size > kMaxBatchSize)
+        fail(k, std::to_string(p.batch_size) + " exceeds the limit " +
+                    std::to_string(kMaxBatchSize) +
+                    " (the per-rank micro-batch; real ones are at most a few thousand)");
     } else if (k == "seq_len") {
       p.seq_len = v.is_null() ? 0 : get_int(v, k, 1);  // null: min(1024, model max)
     } else if (k == "grad_accum_steps") {
@@ -755,19 +759,32 @@ World validate_policy(const Policy& p, const Graph& graph, int64_t world_size) {
   if (seq > graph.max_seq_len)
     fail("seq_len", std::to_string(seq) + " exceeds the model's maximum of " +
                         std::to_string(graph.max_seq_len));
+  // Before any size is evaluated: B x T bounds every activation's elements.
+  // Both factors are positive and below 2^63; the product is checked.
+  int64_t tokens = 0;
+  if (__builtin_mul_overflow(p.batch_size, seq, &tokens) || tokens > kMaxTokensPerMicroStep)
+    fail("batch_size", "batch_size " + std::to_string(p.batch_size) + " x seq_len " +
+                           std::to_string(seq) + " tokens per micro-step exceeds the limit " +
+                           std::to_string(kMaxTokensPerMicroStep) +
+                           " (2^32: activation element counts, tokens x vocabulary, must fit "
+                           "int64; real micro-steps are at most about a million tokens)");
   // Counted before anything is built: a schedule of 2e9 micro-steps would
   // exhaust memory (std::bad_alloc) after minutes instead of being refused.
   const int64_t ops = estimated_schedule_ops(p, graph);
   if (ops > kMaxScheduleOps) {
     const int64_t per_micro = estimated_schedule_ops(default_policy(p.flavor), graph);
-    char what[320];
+    const int64_t allowed = kMaxScheduleOps / per_micro;
+    char what[400];
     std::snprintf(what, sizeof what,
                   "%lld micro-steps would make a step schedule of about %.1e ops (%lld graph ops "
                   "x 4 per micro-step), over the limit of %.0e ops (about 600 bytes each to plan "
-                  "and simulate); this model allows at most %lld",
+                  "and simulate); %s%lld",
                   static_cast<long long>(p.grad_accum_steps), static_cast<double>(ops),
                   static_cast<long long>(per_micro / 4), static_cast<double>(kMaxScheduleOps),
-                  static_cast<long long>(kMaxScheduleOps / per_micro));
+                  allowed > 0 ? "this model allows at most "
+                              : "this model's graph is too large for even one micro-step: graph "
+                                "ops at most ",
+                  static_cast<long long>(allowed > 0 ? allowed : kMaxScheduleOps / 4));
     fail("grad_accum_steps", what);
   }
   if (p.loss_scale_mode && p.mixed_precision.param_dtype != DType::f16)

@@ -192,4 +192,13 @@ int64_t estimated_schedule_ops(const Policy& policy, const Graph& graph);
 // (docs/policy.md, "Limits").
 constexpr int64_t kMaxScheduleOps = 5'000'000;
 
+// batch_size is the per-rank micro-batch: real ones are at most a few
+// thousand sequences. policy_from_json refuses more.
+constexpr int64_t kMaxBatchSize = int64_t{1} << 20;  // 1,048,576
+// Tokens of one rank's micro-step, batch_size x seq_len: real ones are at
+// most about a million. With a vocabulary of at most 2^21 (the logits'
+// width, plan/model_limits.h) every tensor then has at most 2^53 elements,
+// and its bytes fit int64 with room for sums. validate_policy refuses more.
+constexpr int64_t kMaxTokensPerMicroStep = int64_t{1} << 32;  // 4,294,967,296
+
 }  // namespace shardscope::plan

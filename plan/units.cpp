@@ -43,14 +43,6 @@ int lca(const Graph& g, int a, int b) {
   return a;
 }
 
-bool is_ancestor_or_self(const Graph& g, int ancestor, int m) {
-  while (m >= 0) {
-    if (m == ancestor) return true;
-    m = g.modules[m].parent;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::string units_key(const Policy& policy, const World& world) {
@@ -174,9 +166,12 @@ UnitPlan build_units(const Graph& g, const Policy& policy, const World& world) {
   plan.op_unit.resize(g.ops.size());
   for (size_t o = 0; o < g.ops.size(); ++o) {
     plan.op_unit[o] = module_unit[g.ops[o].module];
-    // Every unit whose module encloses the op has the op in its forward span.
-    for (Unit& u : plan.units) {
-      if (!is_ancestor_or_self(g, u.module, g.ops[o].module)) continue;
+    // Every unit whose module encloses the op has the op in its forward span:
+    // the units on the op's module's path to the root (O(depth) per op; a scan
+    // of all units per op was quadratic with a unit per expert or layer).
+    for (int a = g.ops[o].module; a >= 0; a = g.modules[a].parent) {
+      if (unit_of_module[a] < 0) continue;
+      Unit& u = plan.units[static_cast<size_t>(unit_of_module[a])];
       if (u.first_op < 0) u.first_op = static_cast<int>(o);
       u.last_op = static_cast<int>(o);
     }

@@ -85,16 +85,29 @@ TimeNs collective_time(const HardwareModel& hw, plan::OpKind kind, double bytes,
               std::string("collective ") + plan::op_kind_name(kind) + " over " + std::to_string(n) +
                   " ranks",
               multi_node ? "nvlink_bus_bytes_per_s and ib_bytes_per_s" : "nvlink_bus_bytes_per_s");
-  const int64_t hop = multi_node ? hw.ib_latency_ns : hw.nvlink_latency_ns;
-  const TimeNs ring =
-      TimeNs(hw.collective_latency_ns + static_cast<int64_t>(f) * (n - 1) * hop) + transfer;
+  // Latency terms in double seconds, bounded like the transfer: n - 1 hops of
+  // up to kMaxLatencyNs each over 2^20 ranks would overflow int64 ns.
+  const std::string what = std::string("collective ") + plan::op_kind_name(kind) + " over " +
+                           std::to_string(n) + " ranks";
+  const double hop = static_cast<double>(multi_node ? hw.ib_latency_ns : hw.nvlink_latency_ns);
+  const TimeNs ring = bounded((static_cast<double>(hw.collective_latency_ns) +
+                               f * static_cast<double>(n - 1) * hop) *
+                                  1e-9,
+                              hw, what + " (latency)",
+                              multi_node ? "collective_latency_ns and ib_latency_ns"
+                                         : "collective_latency_ns and nvlink_latency_ns") +
+                      transfer;
   if (kind != plan::OpKind::all_reduce || !multi_node ||
       hw.all_reduce_algorithm == CollectiveAlgorithm::ring)
     return ring;
-  const TimeNs tree =
-      TimeNs(hw.collective_latency_ns + 2 * ((span.max_per_node - 1) * hw.nvlink_latency_ns +
-                                             ceil_log2(span.nodes) * hw.ib_latency_ns)) +
-      transfer;
+  const double tree_ns =
+      static_cast<double>(hw.collective_latency_ns) +
+      2.0 *
+          (static_cast<double>(span.max_per_node - 1) * static_cast<double>(hw.nvlink_latency_ns) +
+           static_cast<double>(ceil_log2(span.nodes)) * static_cast<double>(hw.ib_latency_ns));
+  const TimeNs tree = bounded(tree_ns * 1e-9, hw, what + " (latency)",
+                              "collective_latency_ns, nvlink_latency_ns and ib_latency_ns") +
+                      transfer;
   if (hw.all_reduce_algorithm == CollectiveAlgorithm::tree) return tree;
   return tree < ring ? tree : ring;
 }

@@ -451,10 +451,21 @@ void HardwareModel::validate() const {
   positive(pcie_bytes_per_s, "pcie_bytes_per_s");
   positive(host_memory_bytes_per_s, "host_memory_bytes_per_s");
   positive(static_cast<double>(gpus_per_node), "gpus_per_node");
-  if (nvlink_latency_ns < 0) throw Error("hardware '" + name + "': nvlink_latency_ns must be >= 0");
-  if (ib_latency_ns < 0) throw Error("hardware '" + name + "': ib_latency_ns must be >= 0");
-  if (collective_latency_ns < 0)
-    throw Error("hardware '" + name + "': collective_latency_ns must be >= 0");
+  // Every latency and fixed overhead in [0, kMaxLatencyNs]: named with its
+  // value and the limit (2^63-1 ns passed and overflowed the step's clock).
+  const auto latency = [&](int64_t v, const std::string& field) {
+    if (v < 0) throw Error("hardware '" + name + "': " + field + " must be >= 0");
+    if (v > kMaxLatencyNs)
+      throw Error("hardware '" + name + "': " + field + " = " + std::to_string(v) +
+                  " exceeds the limit " + std::to_string(kMaxLatencyNs) +
+                  " ns (1000 s; real latencies and overheads are microseconds, and a step of "
+                  "millions of ops must stay within the int64 nanosecond clock)");
+  };
+  latency(nvlink_latency_ns, "nvlink_latency_ns");
+  latency(ib_latency_ns, "ib_latency_ns");
+  latency(collective_latency_ns, "collective_latency_ns");
+  latency(launch_overhead_ns, "launch_overhead_ns");
+  latency(op_dispatch_ns, "op_dispatch_ns");
   if (launch_queue_depth < 1)
     throw Error("hardware '" + name + "': launch_queue_depth must be >= 1");
   for (size_t i = 0; i < collectives.size(); ++i) {
@@ -462,12 +473,13 @@ void HardwareModel::validate() const {
     const std::string at = "hardware '" + name + "': collectives[" + std::to_string(i) + "].";
     if (!plan::is_collective(f.kind)) throw Error(at + "kind is not a collective");
     if (f.ranks < 2) throw Error(at + "ranks must be >= 2");
-    if (f.latency_ns < 0) throw Error(at + "latency_ns must be >= 0");
+    const std::string index = "collectives[" + std::to_string(i) + "].";
+    latency(f.latency_ns, index + "latency_ns");
     if (!(f.bus_bytes_per_s > 0) || !std::isfinite(f.bus_bytes_per_s))
       throw Error(at + "bus_bytes_per_s must be > 0");
     if (f.small_max_bytes < 0) throw Error(at + "small.max_bytes must be >= 0");
     if (f.small_max_bytes > 0) {
-      if (f.small_latency_ns < 0) throw Error(at + "small.latency_ns must be >= 0");
+      latency(f.small_latency_ns, index + "small.latency_ns");
       if (!(f.small_bus_bytes_per_s > 0) || !std::isfinite(f.small_bus_bytes_per_s))
         throw Error(at + "small.bus_bytes_per_s must be > 0");
     }
@@ -476,17 +488,13 @@ void HardwareModel::validate() const {
           collectives[j].multi_node == f.multi_node)
         throw Error(at + "duplicates collectives[" + std::to_string(j) + "]");
   }
-  if (launch_overhead_ns < 0)
-    throw Error("hardware '" + name + "': launch_overhead_ns must be >= 0");
-  if (op_dispatch_ns < 0) throw Error("hardware '" + name + "': op_dispatch_ns must be >= 0");
   if (!(contention_factor >= 1.0) || !std::isfinite(contention_factor))
     throw Error("hardware '" + name + "': contention_factor must be >= 1");
   for (const auto& [type, e] : efficiency)
     if (!(e > 0 && e <= 1.0))
       throw Error("hardware '" + name + "': efficiency." + type + " must be in (0, 1]");
   for (const auto& [kind, fit] : memory_ops) {
-    if (fit.fixed_ns < 0)
-      throw Error("hardware '" + name + "': memory_ops." + kind + ".fixed_ns must be >= 0");
+    latency(fit.fixed_ns, "memory_ops." + kind + ".fixed_ns");
     if (!(fit.bandwidth_efficiency > 0 && fit.bandwidth_efficiency <= 1.0))
       throw Error("hardware '" + name + "': memory_ops." + kind +
                   ".bandwidth_efficiency must be in (0, 1]");

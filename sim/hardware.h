@@ -61,6 +61,13 @@ struct MemoryOpFit {
   double bandwidth_efficiency = 1.0;  ///< in (0, 1]
 };
 
+/// The largest latency or fixed overhead a hardware model may state (every
+/// *_ns field): 1000 s, a million times a real one, so that sums of a few of
+/// them cannot overflow int64 ns. Terms that multiply them (a ring's n - 1
+/// hops) are bounded by the cost model like transfers (1e6 s per op), and
+/// the simulator refuses a step whose clock would pass 2^63 ns.
+inline constexpr int64_t kMaxLatencyNs = 1'000'000'000'000;
+
 struct HardwareModel {
   std::string name;  ///< preset name or file it came from
   /// Dense peak FLOP/s per compute dtype (no structured sparsity).
@@ -129,7 +136,8 @@ struct HardwareModel {
                                          double flops) const;
   /// The fit for (kind, ranks, multi_node), or null.
   const CollectiveFit* collective_fit(plan::OpKind kind, int64_t ranks, bool multi_node) const;
-  /// Throws Error naming the first field out of range.
+  /// Throws Error naming the first field out of range (the *_ns fields:
+  /// [0, kMaxLatencyNs], with the value and the limit).
   void validate() const;
 };
 

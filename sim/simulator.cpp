@@ -66,6 +66,18 @@ class Executor final : public alloc::EventSource {
   void push(TimeNs t, EventType type, int op = -1) {
     heap_.push(SimEvent{t, next_seq_++, type, op});
   }
+  // now + d, refused (naming the hardware) where the step's int64 ns clock
+  // would overflow: the cost model bounds each op to 1e6 s and validate()
+  // each latency to 1000 s, but a schedule of millions of such ops could
+  // still pass 2^63 ns.
+  TimeNs later(TimeNs now, TimeNs d) const {
+    int64_t t = 0;
+    if (d.ns < 0 || __builtin_add_overflow(now.ns, d.ns, &t))
+      throw Error("hardware '" + hw_.name +
+                  "': the simulated step would last past 2^63 ns (292 years): check its "
+                  "latencies (*_ns), bandwidths, peak FLOP/s and contention_factor");
+    return TimeNs(t);
+  }
   bool run_host(TimeNs now);  // false: out of memory
   void finish_op(int op, TimeNs now);
   void start_ready(TimeNs now);
@@ -272,7 +284,7 @@ bool Executor::run_host(TimeNs resume) {
         }
         if (hw_.launch_overhead_ns > 0 && !overhead_paid_) {
           overhead_paid_ = true;
-          push(host_now_ + TimeNs(hw_.launch_overhead_ns), EventType::host_resume);
+          push(later(host_now_, TimeNs(hw_.launch_overhead_ns)), EventType::host_resume);
           return true;
         }
         overhead_paid_ = false;
@@ -331,18 +343,19 @@ void Executor::start(int op, TimeNs now) {
     ++group_next_seq_[g];
     ++active_collectives_;
   } else if (plan::is_compute(o.kind) && active_collectives_ > 0 && hw_.contention_factor != 1.0) {
-    dur = TimeNs(
-        static_cast<int64_t>(std::llround(static_cast<double>(dur.ns) * hw_.contention_factor)));
+    // Beyond int64: -1, which later() below refuses with the hardware's name.
+    const double slowed = static_cast<double>(dur.ns) * hw_.contention_factor;
+    dur = slowed < 9e18 ? TimeNs(static_cast<int64_t>(std::llround(slowed))) : TimeNs(-1);
   }
   // A non-collective device op starts op_dispatch_ns after it could: its
   // stream is held (idle) meanwhile.
   if (!collective && hw_.op_dispatch_ns > 0 &&
       sched_.stream_roles[static_cast<size_t>(o.stream)] != plan::StreamRole::host)
-    now = now + TimeNs(hw_.op_dispatch_ns);
+    now = later(now, TimeNs(hw_.op_dispatch_ns));
   started_[static_cast<size_t>(op)] = 1;
   stream_running_[static_cast<size_t>(o.stream)] = op;
   result_.op_start[static_cast<size_t>(op)] = now;
-  push(now + dur, EventType::op_finish, op);
+  push(later(now, dur), EventType::op_finish, op);
 
   const size_t lane = static_cast<size_t>(o.stream);
   if (!trace_) {

@@ -147,3 +147,24 @@ TEST_CASE("requests of 1 EiB or more fail at once", "[alloc][oom]") {
   CHECK_THROWS_AS(allocator.allocate(kMaxRequest, 0), OutOfMemory);
   CHECK(allocator.stats().segment_allocs == 0);
 }
+
+TEST_CASE("a request of 1 EiB or more says so, not that it exceeds a larger capacity",
+          "[alloc][oom]") {
+  // Was "tried to allocate ... (3.00 EiB) ... capacity ... (3.81 EiB)": refused
+  // by size alone, with a capacity above the request.
+  NullBacking backing(uint64_t{4393751543808} << 20);  // 3.81 EiB
+  CachingAllocator allocator(backing);
+  const uint64_t request = 3 * kMaxRequest;  // 3.00 EiB
+  try {
+    allocator.allocate(request, 0);
+    FAIL("no OutOfMemory");
+  } catch (const OutOfMemory& e) {
+    const std::string message = e.what();
+    CHECK(message ==
+          "out of memory: tried to allocate 3458764513820540928 B (3.00 EiB) on stream 0, at or "
+          "above the largest request the caching allocator serves, 1152921504606846976 B (1.00 "
+          "EiB) (PyTorch refuses \"more than 1EB\" whatever the capacity); allocated 0 B (0.00 "
+          "B), reserved 0 B (0.00 B)");
+    CHECK(e.info().capacity_bytes == backing.capacity_bytes());
+  }
+}

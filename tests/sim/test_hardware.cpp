@@ -583,3 +583,53 @@ TEST_CASE("a hardware figure that makes an op last over 1e6 s is an error naming
   hw.nvlink_bus_bytes_per_s = 1e3;
   CHECK(sim::collective_time(hw, plan::OpKind::all_gather, 2e9, two).ns == 1000000000000000LL);
 }
+
+TEST_CASE("a latency or overhead above 1000 s is refused naming the file, key, value and limit",
+          "[sim][hw]") {
+  // 2^63-1 passed (>= 0) and overflowed the step's clock: "event with a
+  // negative or overflowing duration" from the metrics, naming neither.
+  const int64_t huge = INT64_MAX;
+  const std::string limit =
+      " exceeds the limit 1000000000000 ns (1000 s; real latencies and overheads are "
+      "microseconds";
+  for (const char* key : {"op_dispatch_ns", "launch_overhead_ns", "nvlink_latency_ns",
+                          "ib_latency_ns", "collective_latency_ns"}) {
+    INFO(key);
+    CHECK_THROWS_WITH(sim::hardware_from_json(json{{"base", "h100-sxm"}, {key, huge}}, "hw.json"),
+                      Catch::StartsWith("hardware 'hw.json': " + std::string(key) +
+                                        " = 9223372036854775807" + limit));
+  }
+  const json fit = {
+      {"kind", "all_gather"}, {"ranks", 8}, {"latency_ns", huge}, {"bus_bytes_per_s", 1e11}};
+  CHECK_THROWS_WITH(
+      sim::hardware_from_json(json{{"base", "h100-sxm"}, {"collectives", {fit}}}, "hw.json"),
+      Catch::StartsWith("hardware 'hw.json': collectives[0].latency_ns = 9223372036854775807" +
+                        limit));
+  CHECK_THROWS_WITH(
+      sim::hardware_from_json(
+          json{{"base", "h100-sxm"}, {"memory_ops", {{"grad_cast", {{"fixed_ns", huge}}}}}},
+          "hw.json"),
+      Catch::StartsWith("hardware 'hw.json': memory_ops.grad_cast.fixed_ns = "
+                        "9223372036854775807" +
+                        limit));
+  // At the limit: accepted.
+  CHECK_NOTHROW(sim::hardware_from_json(
+      json{{"base", "h100-sxm"}, {"op_dispatch_ns", sim::kMaxLatencyNs}}, "hw.json"));
+}
+
+TEST_CASE("collective latency over many ranks is bounded like the transfer, naming the keys",
+          "[sim][hw][cost]") {
+  // 2 x (2^20 - 1) hops of 1000 s each: 2.1e9 s for one all-reduce, which
+  // was returned as 2.1e18 ns and overflowed the step's clock a few ops on.
+  sim::HardwareModel hw = sim::hardware_preset("h100-sxm");
+  hw.name = "slow.json";
+  hw.ib_latency_ns = sim::kMaxLatencyNs;
+  hw.validate();
+  const int64_t ranks = int64_t{1} << 20;
+  const sim::GroupSpan span{ranks, ranks / 8, 8, 8};
+  CHECK_THROWS_WITH(sim::collective_time(hw, plan::OpKind::all_gather, 8000, span),
+                    Catch::StartsWith("hardware 'slow.json': collective all_gather over 1048576 "
+                                      "ranks (latency) would take") &&
+                        Catch::EndsWith("check collective_latency_ns and ib_latency_ns"));
+  // Under 1e6 s the closed form is unchanged (exact: the ring test above).
+}
