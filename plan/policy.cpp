@@ -213,9 +213,10 @@ ReshardAfterForward read_reshard(const json& v, const std::string& key, Flavor f
 }
 
 // `overrides`: [{"units": regex | [names], "reshard_after_forward": ...,
-// "mixed_precision": {...}}, ...]. The units are resolved later, against the
-// model's units (plan/overrides.cpp): that an override matches a unit is
-// checked there.
+// "mixed_precision": {...}}, ...]. A regex is compiled here, once per policy
+// (plan/unit_pattern.h: its syntax and limits are checked here). The units
+// are resolved later, against the model's units (plan/overrides.cpp): that
+// an override matches a unit is checked there.
 std::vector<UnitOverride> read_overrides(const json& v, Flavor flavor) {
   if (v.is_null()) return {};
   if (!v.is_array())
@@ -236,7 +237,7 @@ std::vector<UnitOverride> read_overrides(const json& v, Flavor flavor) {
       const json& x = *it;
       if (it.key() == "units") {
         if (x.is_string()) {
-          ov.regex = x.get<std::string>();
+          ov.pattern = std::make_shared<const UnitPattern>(x.get<std::string>(), "policy: " + key);
         } else if (x.is_array()) {
           ov.names = get_string_list(x, key);
           if (ov.names.empty()) fail(key, "an empty list names no unit");
@@ -576,7 +577,7 @@ json policy_to_json(const Policy& p) {
     json list = json::array();
     for (const UnitOverride& ov : p.overrides) {
       json e;
-      e["units"] = ov.regex ? json(*ov.regex) : json(ov.names);
+      e["units"] = ov.pattern ? json(ov.pattern->text()) : json(ov.names);
       if (ov.reshard_after_forward) {
         if (ov.reshard_after_forward->is_int)
           e["reshard_after_forward"] = ov.reshard_after_forward->k;
@@ -782,7 +783,7 @@ World validate_policy(const Policy& p, const Graph& graph, int64_t world_size) {
 }
 
 std::string UnitOverride::units_text() const {
-  return quote_input(regex ? json(*regex).dump() : json(names).dump());
+  return quote_input(pattern ? json(pattern->text()).dump() : json(names).dump());
 }
 
 int64_t reshard_degree(const Policy& policy, const World& world) {
