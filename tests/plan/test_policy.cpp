@@ -178,7 +178,7 @@ TEST_CASE("grad_accum_steps is counted before the schedule is built and refused 
   CHECK_THROWS_WITH(plan::validate_policy(p, g, 8), Catch::Contains("grad_accum_steps"));
 }
 
-TEST_CASE("--set: a key or bare value that is not UTF-8 is an error naming it (fuzz_policy)",
+TEST_CASE("apply_set: a key or bare value that is not UTF-8 is an error naming it (fuzz_policy)",
           "[policy][errors]") {
   // A bare value became a JSON string that nlohmann could not dump: the
   // message of the next error ("batch_size: expected an integer, got ...")
