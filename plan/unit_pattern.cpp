@@ -87,8 +87,12 @@ class UnitPatternCompiler {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    // Quoted as JSON, as the policy wrote it (at most kMaxQuotedInput characters).
-    throw Error(key_ + ": " + quote_input(nlohmann::json(std::string(p_)).dump()) +
+    // Quoted as JSON, as the policy wrote it (at most kMaxQuotedInput
+    // characters); a byte that is not UTF-8 (only from a caller that did not
+    // read JSON) is quoted as U+FFFD rather than throwing.
+    throw Error(key_ + ": " +
+                quote_input(nlohmann::json(std::string(p_))
+                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) +
                 " is not a valid regex: " + what);
   }
   [[noreturn]] void fail_at(size_t at, const std::string& what) const {

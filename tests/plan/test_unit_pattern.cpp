@@ -312,6 +312,8 @@ TEST_CASE("unit patterns: limits and unsupported constructs are errors naming th
       {"a}", "unmatched '}'"},
       {"caf\xc3\xa9", "character 0xc3 at offset 3 is not supported (printable ASCII only)"},
       {"a\tb", "character 0x09 at offset 1"},
+      // Not UTF-8 (found by fuzz_unit_pattern: quoting it threw json type_error 316).
+      {"(a|b){100\xb2\xb2}", "character 0xb2 at offset 9"},
   };
   for (const Case& c : cases) {
     INFO(c.pattern);
