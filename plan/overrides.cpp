@@ -1,6 +1,5 @@
 #include "plan/overrides.h"
 
-#include <regex>
 #include <string>
 
 #include "plan/error.h"
@@ -34,16 +33,10 @@ std::vector<UnitSettings> unit_settings(const Policy& policy, const UnitPlan& up
     const UnitOverride& o = policy.overrides[i];
     const std::string at = "policy: overrides[" + std::to_string(i) + "]";
     std::vector<bool> hit(up.units.size(), false);
-    if (o.regex) {
-      std::regex re;
-      try {
-        re = std::regex(*o.regex, std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        throw Error(at + ".units: " + o.units_text() + " is not a valid regex (" + e.what() + ")");
-      }
+    if (o.pattern) {
       bool any = false;
       for (size_t u = 0; u < up.units.size(); ++u) {
-        hit[u] = std::regex_match(up.units[u].name, re);
+        hit[u] = o.pattern->matches(up.units[u].name);
         any = any || hit[u];
       }
       if (!any)

@@ -31,9 +31,10 @@ struct UnitSettings {
 // then each override in list order applied to the units it names (a later
 // override wins for the keys it sets). Throws plan::Error naming
 // overrides[i].units when an override names no unit (a regex that matches
-// none, a name that is no unit's) or its regex is invalid, listing a few
-// unit names; and overrides[i].reshard_after_forward when k does not divide
-// the shard group size.
+// none, a name that is no unit's), listing a few unit names; and
+// overrides[i].reshard_after_forward when k does not divide the shard group
+// size. (An invalid regex is refused when the policy is read.) Matching is
+// linear in each name (plan/unit_pattern.h).
 std::vector<UnitSettings> unit_settings(const Policy& policy, const UnitPlan& units);
 
 // True when some unit's param or reduce dtype differs from the policy's.

@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "plan/error.h"
 #include "plan/json_input.h"
@@ -213,9 +214,10 @@ ReshardAfterForward read_reshard(const json& v, const std::string& key, Flavor f
 }
 
 // `overrides`: [{"units": regex | [names], "reshard_after_forward": ...,
-// "mixed_precision": {...}}, ...]. The units are resolved later, against the
-// model's units (plan/overrides.cpp): that an override matches a unit is
-// checked there.
+// "mixed_precision": {...}}, ...]. A regex is compiled here, once per policy
+// (plan/unit_pattern.h: its syntax and limits are checked here). The units
+// are resolved later, against the model's units (plan/overrides.cpp): that
+// an override matches a unit is checked there.
 std::vector<UnitOverride> read_overrides(const json& v, Flavor flavor) {
   if (v.is_null()) return {};
   if (!v.is_array())
@@ -236,7 +238,7 @@ std::vector<UnitOverride> read_overrides(const json& v, Flavor flavor) {
       const json& x = *it;
       if (it.key() == "units") {
         if (x.is_string()) {
-          ov.regex = x.get<std::string>();
+          ov.pattern = std::make_shared<const UnitPattern>(x.get<std::string>(), "policy: " + key);
         } else if (x.is_array()) {
           ov.names = get_string_list(x, key);
           if (ov.names.empty()) fail(key, "an empty list names no unit");
@@ -580,7 +582,7 @@ json policy_to_json(const Policy& p) {
     json list = json::array();
     for (const UnitOverride& ov : p.overrides) {
       json e;
-      e["units"] = ov.regex ? json(*ov.regex) : json(ov.names);
+      e["units"] = ov.pattern ? json(ov.pattern->text()) : json(ov.names);
       if (ov.reshard_after_forward) {
         if (ov.reshard_after_forward->is_int)
           e["reshard_after_forward"] = ov.reshard_after_forward->k;
@@ -608,12 +610,62 @@ Policy load_policy_file(const std::string& path) {
   return policy_from_json(load_json_input(path, "policy"));
 }
 
+namespace {
+
+// Offset of the first byte of `s` that is not part of a well-formed UTF-8
+// sequence (RFC 3629: no overlong forms, surrogates or code points above
+// U+10FFFF), or npos. A JSON string must be UTF-8: nlohmann's dump() throws
+// on anything else, so a bare --set value is checked before it becomes one.
+size_t invalid_utf8_at(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (b < 0x80)
+      len = 1;
+    else if (b >= 0xC2 && b <= 0xDF)
+      len = 2;
+    else if (b == 0xE0)
+      len = 3, lo = 0xA0;
+    else if (b >= 0xE1 && b <= 0xEF)
+      len = 3, hi = b == 0xED ? 0x9F : 0xBF;
+    else if (b == 0xF0)
+      len = 4, lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3)
+      len = 4;
+    else if (b == 0xF4)
+      len = 4, hi = 0x8F;
+    else
+      return i;
+    if (i + len > s.size()) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
 void apply_set(json& doc, const std::string& assignment) {
   size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
     throw Error("--set: expected KEY=VALUE, got '" + assignment + "'");
   const std::string key = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
+  auto not_utf8 = [](const std::string& part, const std::string& where) {
+    const size_t bad = invalid_utf8_at(part);
+    if (bad == std::string_view::npos) return;
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(part[bad]));
+    throw Error(where + " is not valid UTF-8 (byte " + byte + " at offset " + std::to_string(bad) +
+                ")");
+  };
+  not_utf8(key, "--set: the key");
+  not_utf8(text, "--set " + quote_input(key) + ": the value");
   json value;
   if (std::optional<json> parsed = try_parse_json_input(text, "--set " + quote_input(key)))
     value = std::move(*parsed);
@@ -799,7 +851,7 @@ World validate_policy(const Policy& p, const Graph& graph, int64_t world_size) {
 }
 
 std::string UnitOverride::units_text() const {
-  return quote_input(regex ? json(*regex).dump() : json(names).dump());
+  return quote_input(pattern ? json(pattern->text()).dump() : json(names).dump());
 }
 
 int64_t reshard_degree(const Policy& policy, const World& world) {

@@ -14,6 +14,7 @@
 
 #include "plan/graph.h"
 #include "plan/op_checkpointing.h"
+#include "plan/unit_pattern.h"
 
 namespace shardscope::plan {
 
@@ -59,8 +60,10 @@ struct MixedPrecision {
 // later one winning for the keys it sets (docs/policy.md, "overrides").
 // Resolved against the units by unit_settings (plan/overrides.h).
 struct UnitOverride {
-  std::optional<std::string> regex;  // "units": "<regex>"
-  std::vector<std::string> names;    // "units": ["<name>", ...] (when no regex)
+  // "units": "<pattern>", compiled once when the policy is read
+  // (plan/unit_pattern.h); shared, immutable, by copies of the policy.
+  std::shared_ptr<const UnitPattern> pattern;
+  std::vector<std::string> names;  // "units": ["<name>", ...] (when no pattern)
   std::optional<ReshardAfterForward> reshard_after_forward;
   // Replaces the unit's whole mixed precision (fields left out take their
   // defaults: param fp32, reduce = param dtype), as a MixedPrecisionPolicy

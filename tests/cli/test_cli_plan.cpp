@@ -144,3 +144,58 @@ TEST_CASE("JSON inputs: deep nesting, duplicate keys and directories exit 2 nami
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("overrides regexes cannot crash or hang the planner (issue 34)",
+          "[cli][plan][overrides][adversarial]") {
+  namespace fs = std::filesystem;
+  const std::string gpt2 =
+      "plan --model gpt2-tiny --world 2 --set wrap.type=class "
+      "--set 'wrap.classes=[\"GPT2Block\"]' ";
+  // Parentheses nested 20,000 deep overflowed std::regex's recursion (exit
+  // 139): --set, --policy and a sweep grid now name the nesting limit.
+  const std::string deep = std::string(20000, '(') + "a" + std::string(20000, ')');
+  const nlohmann::json overrides = {{{"units", deep}, {"reshard_after_forward", false}}};
+  const auto set = run_cli(gpt2 + "--set 'overrides=" + overrides.dump() + "'");
+  CHECK(set.status == 2);
+  CHECK_THAT(set.output, Catch::Contains("policy: overrides[0].units: \"((((") &&
+                             Catch::Contains("groups nest deeper than the limit of 16"));
+  const fs::path dir = fs::temp_directory_path() / ("shardscope-regex-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string policy = (dir / "policy.json").string();
+  std::ofstream(policy) << nlohmann::json{{"overrides", overrides}}.dump();
+  const auto file = run_cli(gpt2 + "--policy " + policy);
+  CHECK(file.status == 2);
+  CHECK_THAT(file.output, Catch::Contains("groups nest deeper than the limit of 16"));
+  const std::string grid = (dir / "grid.json").string();
+  std::ofstream(grid) << nlohmann::json{{"overrides", {overrides}}}.dump();
+  const auto sweep = run_cli("sweep --model gpt2-tiny --world 2 --grid " + grid);
+  CHECK(sweep.status == 0);  // a rejected combination is counted, as any invalid one
+  CHECK_THAT(sweep.output, Catch::Contains("1 x policy: overrides[0].units:") &&
+                               Catch::Contains("groups nest deeper than the limit of 16"));
+  fs::remove_all(dir);
+
+  // (.*.*)*Z backtracked for minutes on these unit names; it matches none of
+  // them (no 'Z'), which is the usual error.
+  const auto none = run_cli(
+      gpt2 + "--set 'overrides=[{\"units\":\"(.*.*)*Z\",\"reshard_after_forward\":false}]'");
+  CHECK(none.status == 2);
+  CHECK_THAT(none.output,
+             Catch::Contains("overrides[0].units: the regex \"(.*.*)*Z\" matches no unit"));
+  // The same shape matching one block: the plan is printed, and keeping
+  // transformer.h.1 unsharded removes its backward all-gather, 1/2 x 4 B x
+  // 49,984 parameters = 99,968 bytes per rank.
+  const auto base = run_cli(gpt2 + "--json");
+  const auto kept = run_cli(
+      gpt2 + "--json --set 'overrides=[{\"units\":\"(.*.*)*1\",\"reshard_after_forward\":false}]'");
+  REQUIRE(base.status == 0);
+  REQUIRE(kept.status == 0);
+  const auto ag = [](const std::string& out) {
+    return nlohmann::json::parse(out)["comm_bytes_per_rank"]["all_gather"].get<int64_t>();
+  };
+  CHECK(ag(base.output) - ag(kept.output) == 99968);
+  const auto table = run_cli(
+      gpt2 + "--set 'overrides=[{\"units\":\"(a+)+$|(.*.*)*1\",\"reshard_after_forward\":false}]'");
+  CHECK(table.status == 0);
+  CHECK_THAT(table.output, Catch::Contains("transformer.h.1") &&
+                               Catch::Contains("communication per rank per step"));
+}

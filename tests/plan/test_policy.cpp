@@ -177,3 +177,30 @@ TEST_CASE("grad_accum_steps is counted before the schedule is built and refused 
   CHECK(plan::estimated_schedule_ops(p, g) == INT64_MAX);
   CHECK_THROWS_WITH(plan::validate_policy(p, g, 8), Catch::Contains("grad_accum_steps"));
 }
+
+TEST_CASE("apply_set: a key or bare value that is not UTF-8 is an error naming it (fuzz_policy)",
+          "[policy][errors]") {
+  // A bare value became a JSON string that nlohmann could not dump: the
+  // message of the next error ("batch_size: expected an integer, got ...")
+  // threw json type_error 316 instead, which named no key.
+  auto error_of = [](const std::string& assignment) {
+    json doc = json::object();
+    try {
+      plan::apply_set(doc, assignment);
+      (void)plan::policy_from_json(doc);
+    } catch (const plan::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error_of("batch_size=\xd5"
+                 "2") == "--set batch_size: the value is not valid UTF-8 (byte 0xd5 at offset 0)");
+  CHECK(error_of("wrap.type=cl\xe2\x82") ==
+        "--set wrap.type: the value is not valid UTF-8 (byte 0xe2 at offset 2)");
+  CHECK(error_of("ba\xff=1") == "--set: the key is not valid UTF-8 (byte 0xff at offset 2)");
+  CHECK(error_of("seq_len=\xed\xa0\x80") ==  // a UTF-16 surrogate, not UTF-8
+        "--set seq_len: the value is not valid UTF-8 (byte 0xed at offset 0)");
+  // Well-formed UTF-8 reaches the key's own check.
+  CHECK_THAT(error_of("wrap.type=caf\xc3\xa9"), Catch::Contains("wrap.type"));
+  CHECK_THAT(error_of("wrap.type=caf\xc3\xa9"), !Catch::Contains("UTF-8"));
+}
