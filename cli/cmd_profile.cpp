@@ -22,8 +22,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "io/output_error.h"
-#include "io/output_target.h"
+#include "cli/output_flags.h"
 #include "profiler/cupti/process_trace.h"
 #include "traces/trace_io.h"
 
@@ -217,11 +216,7 @@ int cmd_profile(int argc, char** argv) {
   if (command.empty())
     throw UsageError("missing COMMAND: shardscope profile [--out OUT] -- COMMAND");
   const std::string out = args.get("out", "profile.trace");
-  try {
-    io::check_output_target(out);  // the default too: before the program runs
-  } catch (const io::OutputTargetError& e) {
-    throw UsageError(std::string("--out: ") + e.what());
-  }
+  check_output_path("out", out);  // the default too: before the program runs
   std::vector<std::string> extra_env;
   if (args.has("buffer-size")) {
     const int64_t bytes = parse_size(args.get("buffer-size"), "--buffer-size");

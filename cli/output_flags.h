@@ -11,8 +11,9 @@
 
 namespace shardscope::cli {
 
-// Throws UsageError("--FLAG: 'PATH': why") when the flag is given and its path
-// cannot be written.
+// Throws UsageError("--FLAG: 'PATH': why") when `path` cannot be written.
+void check_output_path(const std::string& flag, const std::string& path);
+// The same for a flag's value, when the flag is given.
 void check_output_flag(const Args& args, const std::string& flag);
 
 }  // namespace shardscope::cli

@@ -15,11 +15,10 @@ struct CliResult {
   std::string output;
 };
 
-// `env`: shell assignments put before the command ("NAME=value ..."); empty: none.
-inline CliResult run_cli(const std::string& args, const std::string& env = "",
-                         const std::string& cli = SHARDSCOPE_CLI) {
+// Runs a whole shell command line; captures what it writes to the pipe (its
+// stdout, and stderr where the line redirects it there).
+inline CliResult run_shell(const std::string& cmd) {
   CliResult r;
-  const std::string cmd = (env.empty() ? "" : env + " ") + cli + " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
   std::array<char, 4096> buf{};
@@ -28,6 +27,12 @@ inline CliResult run_cli(const std::string& args, const std::string& env = "",
   int raw = pclose(pipe);
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   return r;
+}
+
+// `env`: shell assignments put before the command ("NAME=value ..."); empty: none.
+inline CliResult run_cli(const std::string& args, const std::string& env = "",
+                         const std::string& cli = SHARDSCOPE_CLI) {
+  return run_shell((env.empty() ? "" : env + " ") + cli + " " + args + " 2>&1");
 }
 
 }  // namespace shardscope::test

@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/cli/run_cli.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -25,23 +25,8 @@ using namespace shardscope;
 
 namespace {
 
-struct Shell {
-  int status = -1;
-  std::string output;
-};
-
-// `cmd` through /bin/sh; stdout and stderr as the command line redirects them.
-Shell shell(const std::string& cmd) {
-  Shell r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
+using Shell = test::CliResult;
+using test::run_shell;
 
 // The CLI, as nobody when this process is root.
 std::string cli() {
@@ -75,11 +60,11 @@ struct Fixture {
     sim_trace = (dir.path / "sim.sstrace").string();
     run_trace = (dir.path / "run.sstrace").string();
     const std::string bin = SHARDSCOPE_CLI;
-    REQUIRE(shell(bin + " simulate --model gpt2-tiny --world 2 --trace " + sim_trace +
-                  " >/dev/null 2>&1")
+    REQUIRE(run_shell(bin + " simulate --model gpt2-tiny --world 2 --trace " + sim_trace +
+                      " >/dev/null 2>&1")
                 .status == 0);
-    REQUIRE(shell(bin + " run --model gpt2-tiny --nproc 1 --steps 2 --trace " + run_trace +
-                  " >/dev/null 2>&1")
+    REQUIRE(run_shell(bin + " run --model gpt2-tiny --nproc 1 --steps 2 --trace " + run_trace +
+                      " >/dev/null 2>&1")
                 .status == 0);
     kineto = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/traces/fixtures/kineto_rank0.json";
   }
@@ -115,7 +100,7 @@ TEST_CASE("outputs: /dev/full is written in place and fails with exit 1, never r
   Fixture f;
   for (const OutputFlag& o : output_flags(f)) {
     INFO(o.args);
-    const Shell r = shell(cli() + " " + with_path(o.args, "/dev/full") + " 2>&1 >/dev/null");
+    const Shell r = run_shell(cli() + " " + with_path(o.args, "/dev/full") + " 2>&1 >/dev/null");
     CHECK(r.status == 1);
     CHECK_THAT(r.output,
                Catch::Contains("'/dev/full'") && Catch::Contains("No space left on device"));
@@ -133,7 +118,7 @@ TEST_CASE("outputs: a FIFO is written in place to the process reading it", "[cli
     REQUIRE(::chmod(fifo.c_str(), 0666) == 0);  // past the umask: nobody writes it
     std::string received;
     std::thread reader([&] { received = slurp(fifo); });
-    const Shell r = shell(cli() + " " + with_path(o.args, fifo) + " 2>&1 >/dev/null");
+    const Shell r = run_shell(cli() + " " + with_path(o.args, fifo) + " 2>&1 >/dev/null");
     // A command that failed before opening the FIFO leaves the reader blocked
     // in open(): a writer that opens and closes it ends the read (EOF).
     const int unblock = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
@@ -155,7 +140,7 @@ TEST_CASE("outputs: a directory is refused before any work, exit 2 naming the fl
   flags.push_back({"--out", "profile --out {} -- /bin/true"});
   for (const OutputFlag& o : flags) {
     INFO(o.args);
-    const Shell r = shell(cli() + " " + with_path(o.args, d) + " 2>&1");
+    const Shell r = run_shell(cli() + " " + with_path(o.args, d) + " 2>&1");
     CHECK(r.status == 2);
     CHECK_THAT(r.output, Catch::Contains(o.flag + ": '" + d + "': is a directory"));
     // Refused first: no training step, no sweep, no program ran.
@@ -172,7 +157,7 @@ TEST_CASE("outputs: a read-only file is refused for an ordinary user and kept", 
   const std::string as_user = ::geteuid() == 0 ? cli() : std::string(SHARDSCOPE_CLI);
   for (const OutputFlag& o : output_flags(f)) {
     INFO(o.args);
-    const Shell r = shell(as_user + " " + with_path(o.args, ro) + " 2>&1");
+    const Shell r = run_shell(as_user + " " + with_path(o.args, ro) + " 2>&1");
     CHECK(r.status == 2);
     CHECK_THAT(r.output, Catch::Contains(o.flag + ": '" + ro + "': is not writable"));
     CHECK(slurp(ro) == "keep");
@@ -188,8 +173,8 @@ TEST_CASE("outputs: a regular file is replaced whole and keeps its mode", "[cli]
   std::ofstream(out) << "old";
   REQUIRE(::chmod(out.c_str(), 0604) == 0);
   const Shell r =
-      shell(std::string(SHARDSCOPE_CLI) + " plan --model gpt2-tiny --world 2 --graph-out " + out +
-            " >/dev/null 2>&1");
+      run_shell(std::string(SHARDSCOPE_CLI) + " plan --model gpt2-tiny --world 2 --graph-out " +
+                out + " >/dev/null 2>&1");
   CHECK(r.status == 0);
   CHECK(nlohmann::json::parse(slurp(out)).contains("tensors"));
   struct stat st;
@@ -207,7 +192,7 @@ TEST_CASE("outputs: failed writes to standard output exit 1", "[cli][outputs]") 
   };
   for (const std::string& c : commands) {
     INFO(c);
-    const Shell r = shell(cli() + " " + c + " 2>&1 >/dev/full");
+    const Shell r = run_shell(cli() + " " + c + " 2>&1 >/dev/full");
     CHECK(r.status == 1);
     CHECK_THAT(r.output, Catch::Contains("standard output") && Catch::Contains("writing failed"));
   }

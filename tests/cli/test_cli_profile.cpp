@@ -26,16 +26,7 @@ namespace {
 
 // Runs `shell_prefix SHARDSCOPE_CLI args` (e.g. an environment assignment first).
 CliResult run_cli_with(const std::string& shell_prefix, const std::string& args) {
-  CliResult r;
-  const std::string cmd = shell_prefix + " " + SHARDSCOPE_CLI + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
+  return shardscope::test::run_cli(args, shell_prefix);
 }
 
 bool inject_library_built() {
