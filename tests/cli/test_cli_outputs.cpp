@@ -30,9 +30,7 @@ using test::run_shell;
 
 // The CLI, as nobody when this process is root.
 std::string cli() {
-  const std::string bin = SHARDSCOPE_CLI;
-  if (::geteuid() != 0) return bin;
-  return "setpriv --reuid=65534 --regid=65534 --clear-groups " + bin;
+  return test::cli_as_user();
 }
 
 mode_t kind_of(const std::string& path) {
@@ -66,7 +64,10 @@ struct Fixture {
     REQUIRE(run_shell(bin + " run --model gpt2-tiny --nproc 1 --steps 2 --trace " + run_trace +
                       " >/dev/null 2>&1")
                 .status == 0);
-    kineto = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/traces/fixtures/kineto_rank0.json";
+    // A copy nobody can read wherever the checkout is.
+    kineto = (dir.path / "kineto_rank0.json").string();
+    fs::copy_file(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/traces/fixtures/kineto_rank0.json",
+                  kineto);
   }
   std::string path(const std::string& name) const { return (dir.path / name).string(); }
 };

@@ -20,6 +20,7 @@
 #include "gui/memory_view.h"
 #include "gui/sweep_explorer.h"
 #include "gui/time_view.h"
+#include "tests/cli/run_cli.h"
 #include "tests/temp_dir.h"
 #include "traces/trace_io.h"
 
@@ -71,12 +72,16 @@ std::string slurp(const std::string& path) {
 // `as_user`: as nobody when the suite runs as root (outputs to device files).
 int view(const std::string& args, const std::string& png, const std::string& err,
          bool as_user = false) {
+  const std::string user_cli = shardscope::test::cli_as_user();
+  const size_t split = user_cli.rfind(' ');  // "setpriv ... COPY" or the binary itself
   const std::string user =
-      as_user && ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+      as_user && split != std::string::npos ? user_cli.substr(0, split + 1) : "";
+  const std::string bin = as_user ? user_cli.substr(split == std::string::npos ? 0 : split + 1)
+                                  : std::string(SHARDSCOPE_CLI);
   const std::string cmd = "ASAN_OPTIONS=detect_leaks=0 " + user +
-                          "xvfb-run -a -s \"-screen 0 1600x1000x24\" " +
-                          std::string(SHARDSCOPE_CLI) + " view " + args + " --screenshot " + png +
-                          " --size " + std::to_string(kW) + "x" + std::to_string(kH) + " 2>" + err;
+                          "xvfb-run -a -s \"-screen 0 1600x1000x24\" " + bin + " view " + args +
+                          " --screenshot " + png + " --size " + std::to_string(kW) + "x" +
+                          std::to_string(kH) + " 2>" + err;
   // xvfb-run itself exits 5 when it fails to remove its temporary directory
   // after the program ran (seen once in CI under load): that says nothing
   // about the viewer, so the run is repeated (at most twice more).
