@@ -52,17 +52,11 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/graph.h"
+#include "plan/op_checkpointing_spec.h"
+#include "plan/policy.h"
+#include "plan/units.h"
 
 namespace shardscope::plan {
-
-struct Policy;
-struct UnitPlan;
-
-struct OpCheckpointing {
-  std::string preset;                 // "" or "torchtitan" (then the two below are its)
-  std::vector<std::string> save_ops;  // as written (unique); the preset's when preset is set
-  bool save_every_other_matmul = false;
-};
 
 // The named presets.
 OpCheckpointing op_checkpointing_preset(const std::string& name, const std::string& key);

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/graph.h"
-#include "plan/op_checkpointing.h"
+#include "plan/op_checkpointing_spec.h"
 #include "plan/unit_pattern.h"
 
 namespace shardscope::plan {

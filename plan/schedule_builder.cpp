@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "plan/op_checkpointing.h"
 #include "plan/schedule_builder.h"
 
 namespace shardscope::plan {

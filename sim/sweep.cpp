@@ -16,7 +16,9 @@
 
 #include "plan/error.h"
 #include "plan/json_input.h"
+#include "plan/op_checkpointing.h"
 #include "plan/policy.h"
+#include "plan/policy_keys.h"
 #include "plan/schedule.h"
 #include "plan/units.h"
 #include "sim/simulator.h"
@@ -209,16 +211,11 @@ uint64_t count_configurations(const SweepGrid& grid, size_t worlds) {
 SweepGrid grid_from_json(const nlohmann::json& doc, const std::string& source) {
   if (!doc.is_object())
     throw Error(source + ": a grid must be a JSON object of policy keys to arrays of values");
-  const nlohmann::json known = plan::policy_to_json(plan::Policy{});
   SweepGrid grid;
   for (const auto& [key, values] : doc.items()) {
-    if (key == "world_size")
-      throw Error(source + ": grid key 'world_size': give the worlds with --world N[,N...]");
-    // `overrides` is written only when set (a list: one grid value is a whole list).
-    // `token_balance` and `moe_routing` (mixture of experts) are too, when not the default.
-    if (!known.contains(top_key(key)) && top_key(key) != "overrides" &&
-        top_key(key) != "token_balance" && top_key(key) != "moe_routing")
-      throw Error(source + ": grid key '" + key + "' is not a policy key");
+    const plan::PolicyKey* row = plan::find_policy_key(top_key(key));
+    if (!row) throw Error(source + ": grid key '" + key + "' is not a policy key");
+    if (!row->sweepable) throw Error(source + ": grid key '" + key + "': " + row->sweep_note);
     if (!values.is_array() || values.empty())
       throw Error(source + ": grid key '" + key + "' must be a non-empty array of values");
     SweepAxis axis;

@@ -13,6 +13,7 @@
 #include "plan/activations.h"
 #include "plan/error.h"
 #include "plan/models.h"
+#include "plan/op_checkpointing.h"
 #include "plan/schedule.h"
 #include "plan/schedule_costs.h"
 #include "plan/units.h"

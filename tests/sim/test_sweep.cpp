@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/models.h"
+#include "plan/policy_keys.h"
 #include "plan/schedule.h"
 #include "plan/units.h"
 #include "sim/simulator.h"
@@ -59,6 +60,12 @@ TEST_CASE("grid_from_json names the offending key", "[sim][sweep]") {
              Catch::Contains("'flavor' must be a non-empty"));
   CHECK_THAT(error_of({{"flavor", "fsdp1"}}), Catch::Contains("'flavor' must be a non-empty"));
   CHECK(error_of({{"mixed_precision.param_dtype", {"bf16"}}}).empty());
+  // Every sweepable row of the policy key table is a grid key, including the
+  // ones policy_to_json writes only when set (overrides, token_balance, ...).
+  for (const plan::PolicyKey& k : plan::policy_keys()) {
+    INFO(k.name);
+    CHECK(error_of({{k.name, {nullptr}}}).empty() == k.sweepable);
+  }
 }
 
 TEST_CASE("grid_policy enumerates the product with the last axis fastest", "[sim][sweep]") {
