@@ -125,6 +125,18 @@ int64_t resolve_seq_len(const Policy& policy, const Graph& graph) {
   return std::min<int64_t>(1024, graph.max_seq_len);
 }
 
+int64_t tokens_per_step(const Policy& policy, const Graph& graph, int64_t world) {
+  const int64_t seq = graph.vocab_size > 0 ? resolve_seq_len(policy, graph) : 1;
+  int64_t tokens = world;
+  for (int64_t factor : {policy.batch_size, seq, policy.grad_accum_steps})
+    if (__builtin_mul_overflow(tokens, factor, &tokens))
+      throw Error("tokens per step (world " + std::to_string(world) + " x batch_size " +
+                  std::to_string(policy.batch_size) + " x seq_len " + std::to_string(seq) +
+                  " x grad_accum_steps " + std::to_string(policy.grad_accum_steps) +
+                  ") overflow int64");
+  return tokens;
+}
+
 std::shared_ptr<const TokenBalance> stated_token_balance(const Policy& policy) {
   if (!policy.token_balance.explicit_weights) return nullptr;
   // Cumulative shares in units of 1/kShareScale: each prefix sum rounded, the

@@ -174,6 +174,13 @@ int64_t reshard_degree(const Policy& policy, const World& world);
 
 int64_t resolve_seq_len(const Policy& policy, const Graph& graph);
 
+// Tokens one optimizer step consumes over all ranks: world x batch_size x
+// seq_len x grad_accum_steps, where a model without token input
+// (vocab_size 0: the mlp, one sample per row) counts samples (seq_len 1).
+// Throws plan::Error when the product overflows int64. The engines'
+// tokens_per_s and the sweep's both divide this.
+int64_t tokens_per_step(const Policy& policy, const Graph& graph, int64_t world);
+
 // The stated token balance (null for uniform): its weights' cumulative shares.
 std::shared_ptr<const TokenBalance> stated_token_balance(const Policy& policy);
 // The workload of one micro-step: B = batch_size, T = resolve_seq_len and the

@@ -99,13 +99,7 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
             .dump();
     sizes = sizes_cache.get({workload.batch, workload.seq, balance},
                             [&] { return plan::workload_sizes(graph, workload); });
-    int64_t tokens = world;
-    for (int64_t factor : {policy.batch_size, sizes->workload.seq, policy.grad_accum_steps})
-      if (__builtin_mul_overflow(tokens, factor, &tokens))
-        throw std::overflow_error(
-            "tokens per step (world x batch_size x seq_len x "
-            "grad_accum_steps) overflow int64");
-    pt.tokens_per_step = tokens;
+    pt.tokens_per_step = plan::tokens_per_step(policy, graph, world);
     persistent = plan::build_persistent_schedule(graph, policy, *up, 0);
   } catch (const plan::Error& e) {
     pt.rejected = true;

@@ -2,6 +2,7 @@
 // PyTorch's single-tensor (foreach=False) implementations: hyperparameters are
 // combined in double on the host, then applied as float scalars, as torch does
 // for a Python scalar on a float tensor.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -98,6 +99,10 @@ bool has_inf_or_nan(const float* x, int64_t n) {
     special |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
   }
   return special != 0;
+}
+
+float clip_factor(double total_norm, double max_norm) {
+  return static_cast<float>(std::min(max_norm / (total_norm + kClipNormEps), 1.0));
 }
 
 }  // namespace shardscope::engine::cpu

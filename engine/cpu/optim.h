@@ -32,6 +32,15 @@ double squared_norm(const float* x, int64_t n);
 void scale_inplace(float* x, int64_t n, float factor);  // x *= factor
 bool has_inf_or_nan(const float* x, int64_t n);         // any element +-inf or NaN
 
+// torch.nn.utils.clip_grad_norm_: the gradients are multiplied by
+// max_norm / (total_norm + 1e-6), clamped to 1. std::min keeps a NaN norm's
+// NaN factor (as torch's clamp does), which poisons the step instead of
+// silently not clipping. Both engines use it: the CPU one and the CUDA one
+// on the host, and its device kernel (engine/cuda/ops/optim.cu) with the
+// same epsilon.
+inline constexpr double kClipNormEps = 1e-6;
+float clip_factor(double total_norm, double max_norm);
+
 // Round-to-nearest-even to bf16 / fp16 and back to float (what a cast to that
 // dtype and back does): overflow to +-inf as the hardware does, NaN kept.
 float round_to_bf16(float x);

@@ -196,10 +196,8 @@ void RankExecutor::run_fsdp_op(const Task& task, const plan::ScheduleOp& op) {
       if (op.purpose == plan::OpPurpose::unscale) {
         factor = static_cast<float>(1.0 / scaler_.scale);
       } else if (op.purpose == plan::OpPurpose::clip) {
-        // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1.
         grad_norm_ = std::sqrt(norm_sq_);
-        const double coef = *p_.grad_clip_norm / (grad_norm_ + 1e-6);
-        factor = static_cast<float>(std::min(coef, 1.0));
+        factor = cpu::clip_factor(grad_norm_, *p_.grad_clip_norm);
       } else {
         throw ExecError("grad_scale without an unscale or clip purpose");
       }

@@ -22,7 +22,7 @@ RunResult numerics_failure(const RunRequest& request, const exec::NumericsError&
   r.has_report = true;
   r.losses = d.losses_before;
   if (request.graph)
-    r.tokens_per_step = tokens_per_step(*request.graph, request.policy, request.world_size);
+    r.tokens_per_step = plan::tokens_per_step(request.policy, *request.graph, request.world_size);
   const traces::Source source =
       request.backend == Backend::cuda ? traces::Source::engine_cuda : traces::Source::engine_cpu;
   r.failure = {{"source", traces::source_name(source)},

@@ -10,11 +10,6 @@
 
 namespace shardscope::engine::run {
 
-int64_t tokens_per_step(const plan::Graph& graph, const plan::Policy& policy, int world) {
-  const int64_t t = graph.vocab_size > 0 ? plan::resolve_seq_len(policy, graph) : 1;
-  return policy.batch_size * t * world * policy.grad_accum_steps;
-}
-
 nlohmann::json to_json(const RunResult& r) {
   return {{"exit_code", r.exit_code},
           {"error", r.error},

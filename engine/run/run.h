@@ -60,7 +60,7 @@ struct CudaOptions {
 struct StepProgress {
   exec::StepReport step;
   int64_t steps = 0;            // steps of this run
-  int64_t tokens_per_step = 0;  // global tokens of one step (tokens_per_step())
+  int64_t tokens_per_step = 0;  // global tokens of one step (plan::tokens_per_step)
 };
 using ProgressCallback = std::function<void(const StepProgress&)>;
 
@@ -133,11 +133,6 @@ struct RunResult {
   // process prints it.
   nlohmann::json failure;
 };
-
-// Global tokens of one step: batch x seq_len x world x grad_accum_steps
-// (ARCHITECTURE.md "Data-parallel semantics"); 1 token per sample for models
-// without a vocabulary (mlp).
-int64_t tokens_per_step(const plan::Graph& graph, const plan::Policy& policy, int world);
 
 // Runs this process's part of the run. Throws on errors of this process
 // (a rank's error is also left in the store for the launcher); a launcher

@@ -45,7 +45,7 @@ RunResult run_rank(const RunRequest& request) {
     opt.timeout = request.timeout;
     std::unique_ptr<engine::comm::Communicator> comm = engine::comm::open_shm_communicator(opt);
     RankOutcome out;
-    out.tokens_per_step = tokens_per_step(*request.graph, request.policy, env.world_size);
+    out.tokens_per_step = plan::tokens_per_step(request.policy, *request.graph, env.world_size);
     out.run =
         exec::train_rank(config, rank_plan, *comm, progress_hooks(request, out.tokens_per_step));
     return out;
@@ -55,7 +55,7 @@ RunResult run_rank(const RunRequest& request) {
 // Every rank as a thread of this process.
 RunResult run_threads(const RunRequest& request) {
   const exec::TrainConfig config = train_config(request);
-  const int64_t tokens = tokens_per_step(*request.graph, request.policy, request.world_size);
+  const int64_t tokens = plan::tokens_per_step(request.policy, *request.graph, request.world_size);
   // Every rank's plan, built once each.
   std::vector<exec::RankPlan> plans;
   plans.reserve(static_cast<size_t>(request.world_size));

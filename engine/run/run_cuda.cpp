@@ -93,7 +93,7 @@ RunResult run_emulated(const RunRequest& request) {
         return emulated_collective_ns(hw, from_engine(kind), bytes, group.ranks);
       });
   // Global tokens of the modelled world: every emulated peer trains its own micro-batch.
-  const int64_t tokens = tokens_per_step(*request.graph, request.policy, world);
+  const int64_t tokens = plan::tokens_per_step(request.policy, *request.graph, world);
   cuda::CudaRankRun r =
       cuda::train_cuda_rank(config, rank_plan, comm, progress_hooks(request, tokens));
   BackendReport rep = cuda_report(r, opt, "emulated (" + hw.name + " collective model)");
@@ -117,7 +117,7 @@ RunResult run_nccl_rank(const RunRequest& request) {
                              std::to_string(env.rank) + ", started by " + env.source +
                              ") has no GPU: " + std::to_string(avail.device_count) +
                              " visible on this node; start one process per GPU");
-  const int64_t tokens = tokens_per_step(*request.graph, request.policy, env.world_size);
+  const int64_t tokens = plan::tokens_per_step(request.policy, *request.graph, env.world_size);
   return run_launched_rank(request, [&](launch::Rendezvous& rv) {
     const cuda::CudaTrainConfig config = train_config(request, env.local_rank);
     SS_CUDA_CHECK(cudaSetDevice(config.device));  // NCCL binds its communicators to it

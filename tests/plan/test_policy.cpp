@@ -204,3 +204,20 @@ TEST_CASE("apply_set: a key or bare value that is not UTF-8 is an error naming i
   CHECK_THAT(error_of("wrap.type=caf\xc3\xa9"), Catch::Contains("wrap.type"));
   CHECK_THAT(error_of("wrap.type=caf\xc3\xa9"), !Catch::Contains("UTF-8"));
 }
+
+TEST_CASE("tokens_per_step: world x batch x seq x accumulation, samples without a vocabulary",
+          "[policy]") {
+  plan::Graph g = test::toy_graph();  // vocab 10, max_seq_len 8
+  plan::Policy p =
+      plan::policy_from_json({{"batch_size", 3}, {"seq_len", 5}, {"grad_accum_steps", 2}});
+  CHECK(plan::tokens_per_step(p, g, 4) == 4 * 3 * 5 * 2);
+  p.seq_len = 0;  // the default: min(1024, the model's maximum)
+  CHECK(plan::tokens_per_step(p, g, 4) == 4 * 3 * 8 * 2);
+  g.vocab_size = 0;  // no token input (the mlp): one per sample, whatever seq_len says
+  CHECK(plan::tokens_per_step(p, g, 4) == 4 * 3 * 2);
+  g.vocab_size = 10;
+  p.grad_accum_steps = int64_t{1} << 40;
+  CHECK_THROWS_WITH(plan::tokens_per_step(p, g, int64_t{1} << 20),
+                    Catch::Contains("tokens per step (world 1048576 x batch_size 3 x seq_len 8 x "
+                                    "grad_accum_steps 1099511627776) overflow int64"));
+}

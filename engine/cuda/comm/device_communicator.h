@@ -32,14 +32,20 @@
 
 namespace shardscope::engine::cuda {
 
+// What carries a DeviceCommunicator's collectives: NCCL between real ranks,
+// the emulated peers of --emulate-world (one real rank, the others' data
+// held for the hardware model's time), or none (a test double without peers).
+enum class CommunicatorKind : uint8_t { nccl, emulated, none };
+// "nccl", "emulated", "none": for traces and messages.
+const char* communicator_kind_name(CommunicatorKind kind);
+
 class DeviceCommunicator {
  public:
   virtual ~DeviceCommunicator() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual const std::vector<comm::Group>& groups() const = 0;
-  // Short name for traces and messages: "nccl" or "emulated".
-  virtual const char* kind() const = 0;
+  virtual CommunicatorKind kind() const = 0;
 
   // recv[i * count ...] = member i's send[count] (send may alias recv's own slot).
   virtual void all_gather(int group, const void* send, void* recv, size_t count, plan::DType dt,

@@ -52,7 +52,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   const std::vector<comm::Group>& groups() const override { return groups_; }
-  const char* kind() const override { return "nccl"; }
+  CommunicatorKind kind() const override { return CommunicatorKind::nccl; }
   void all_gather(int group, const void* send, void* recv, size_t count, plan::DType dt,
                   cudaStream_t stream) override;
   void reduce_scatter(int group, const void* send, void* recv, size_t count, plan::DType dt,

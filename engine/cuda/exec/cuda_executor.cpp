@@ -152,7 +152,7 @@ void* CudaRankExecutor::pinned_alloc(size_t bytes) {
 void CudaRankExecutor::classify_ops() {
   const size_t no = s_.ops.size();
   scalar_from_host_.assign(no, 0);
-  const bool emulated = std::strcmp(comm_.kind(), "emulated") == 0;
+  const bool emulated = comm_.kind() == CommunicatorKind::emulated;
   std::vector<int> d2h_into(s_.buffers.size(), 0);
   for (size_t i = 0; i < no; ++i) {
     const plan::ScheduleOp& op = s_.ops[i];

@@ -338,8 +338,7 @@ void CudaRankExecutor::run_host_op(const plan::ScheduleOp& op, const std::vector
         factor = static_cast<float>(1.0 / scaler_.scale);
       } else if (op.purpose == plan::OpPurpose::clip) {
         grad_norm_ = std::sqrt(host_norm_sq_);
-        const double coef = *p_.grad_clip_norm / (grad_norm_ + 1e-6);
-        factor = static_cast<float>(std::min(coef, 1.0));
+        factor = cpu::clip_factor(grad_norm_, *p_.grad_clip_norm);
       } else {
         throw ExecError("grad_scale without an unscale or clip purpose");
       }

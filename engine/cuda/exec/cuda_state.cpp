@@ -19,7 +19,7 @@ using exec::ExecError;
 namespace {
 
 bool emulated(const DeviceCommunicator& comm) {
-  return std::strcmp(comm.kind(), "emulated") == 0;
+  return comm.kind() == CommunicatorKind::emulated;
 }
 
 // cudaMalloc'd scratch for start-up and tear-down copies, freed on scope exit.

@@ -122,7 +122,7 @@ CudaRankRun train(const CudaTrainConfig& config, const exec::RankPlan* prebuilt,
       trace.meta.policy_json = plan::policy_to_json(config.base.policy).dump();
       trace.meta.world_size = config.base.world_size;
       trace.meta.hardware = out.device_name;
-      trace.meta.tool_versions["communicator"] = comm.kind();
+      trace.meta.tool_versions["communicator"] = communicator_kind_name(comm.kind());
       exec.init_weights(seed);
 
       for (int64_t step = 0; step < config.base.steps; ++step) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "engine/cpu/optim.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops/access.cuh"
 #include "engine/cuda/ops/nvtx_range.h"
@@ -85,9 +86,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void clip_factor_kernel(const double* norm_sq, double max_norm, float* factor) {
-  const double coef = max_norm / (sqrt(*norm_sq) + 1e-6);
-  // std::min(coef, 1.0) as the CPU executor: a NaN norm gives a NaN factor (as
-  // torch's clamp), which poisons the step instead of silently not clipping.
+  // cpu::clip_factor on the device (same epsilon, same NaN behaviour).
+  const double coef = max_norm / (sqrt(*norm_sq) + cpu::kClipNormEps);
   *factor = static_cast<float>(1.0 < coef ? 1.0 : coef);
 }
 

@@ -24,7 +24,9 @@ class NoCommunicator final : public engine::cuda::DeviceCommunicator {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   const std::vector<engine::comm::Group>& groups() const override { return groups_; }
-  const char* kind() const override { return "none"; }
+  engine::cuda::CommunicatorKind kind() const override {
+    return engine::cuda::CommunicatorKind::none;
+  }
   void all_gather(int, const void*, void*, size_t, plan::DType, cudaStream_t) override { used(); }
   void reduce_scatter(int, const void*, void*, size_t, plan::DType, engine::comm::ReduceOp,
                       cudaStream_t) override {
