@@ -276,6 +276,25 @@ std::vector<UnitOverride> read_overrides(const json& v, Flavor flavor) {
   return out;
 }
 
+// attention: {"sdpa_backend": "auto" | "flash" | "efficient" | "cudnn" | "math"}.
+void read_attention(const json& v, Policy& p) {
+  if (!v.is_object())
+    fail("attention", "expected an object {\"sdpa_backend\": ...}, got " + type_name(v));
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it.key() != "sdpa_backend")
+      fail("attention." + it.key(), "unknown key (attention takes sdpa_backend)");
+    if (!it.value().is_string())
+      fail("attention.sdpa_backend", "expected a string, got " + type_name(it.value()));
+    const std::string name = it.value().get<std::string>();
+    try {
+      p.sdpa_backend = parse_sdpa_backend(name, "attention.sdpa_backend");
+    } catch (const Error&) {
+      fail("attention.sdpa_backend", "unknown value \"" + quote_input(name) +
+                                         "\" (use auto, flash, efficient, cudnn or math)");
+    }
+  }
+}
+
 // token_balance: "uniform" | {"weights": [w_0, ..., w_{E-1}]}. Weights are
 // >= 0 and sum to 1 (within 1e-6); their count and size against the model's
 // experts are checked by validate_policy.
@@ -494,6 +513,8 @@ Policy policy_from_json(const json& doc) {
       p.overrides = read_overrides(v, flavor);
     } else if (k == "token_balance") {
       p.token_balance = read_token_balance(v);
+    } else if (k == "attention") {
+      read_attention(v, p);
     } else if (k == "moe_routing") {
       const std::string r = v.is_null() ? "forced" : get_string(v, k);
       if (r == "forced")
@@ -603,6 +624,8 @@ json policy_to_json(const Policy& p) {
   // Mixture of experts: written only when not the default, as overrides.
   if (p.token_balance.explicit_weights) j["token_balance"] = {{"weights", p.token_balance.weights}};
   if (p.moe_routing == MoeRouting::topk) j["moe_routing"] = "topk";
+  if (p.sdpa_backend != SdpaBackend::automatic)
+    j["attention"] = {{"sdpa_backend", sdpa_backend_name(p.sdpa_backend)}};
   return j;
 }
 
