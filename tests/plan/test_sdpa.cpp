@@ -137,7 +137,7 @@ TEST_CASE("sdpa: the math fallback's saved bytes and temporaries, by hand", "[pl
   CHECK(lowp.forward_temps == (32768 + 2 * 131072) * 4 + 128 * 128 * 4 + (32768 + 32768) * 4);
 }
 
-TEST_CASE("sdpa: a math plan keeps kernel_saved buffers and no log-sum-exp; a CPU plan none",
+TEST_CASE("sdpa: a math plan keeps kernel_saved buffers and no log-sum-exp, a CPU plan none",
           "[plan][sdpa][schedule]") {
   // llama-tiny: 2 layers, 4 heads over 2 KV heads, head_dim 16, fp32.
   const plan::Graph g = plan::load_model("llama-tiny");
