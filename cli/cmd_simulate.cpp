@@ -13,6 +13,7 @@
 #include "cli/plan_inputs.h"
 #include "cli/sim_flags.h"
 #include "plan/schedule.h"
+#include "plan/sdpa.h"
 #include "plan/units.h"
 #include "sim/hardware.h"
 #include "sim/simulator.h"
@@ -67,6 +68,52 @@ void print_units(const std::map<std::string, int64_t>& by_unit, size_t top) {
                 human_bytes(static_cast<double>(rest)).c_str());
 }
 
+// Attention ops grouped by the SDPA kernel they run and why the kernels
+// PyTorch tries first refused (the same reason: the same layer kind).
+struct AttentionKernelGroup {
+  plan::SdpaKernel kernel = plan::SdpaKernel::none;
+  std::string refused;
+  std::vector<std::string> ops;
+};
+
+std::vector<AttentionKernelGroup> attention_kernel_groups(
+    const plan::Graph& g, const std::vector<plan::SdpaChoice>& choices) {
+  std::vector<AttentionKernelGroup> groups;
+  for (size_t o = 0; o < choices.size(); ++o) {
+    if (choices[o].kernel == plan::SdpaKernel::none) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const AttentionKernelGroup& x) {
+      return x.kernel == choices[o].kernel && x.refused == choices[o].refused;
+    });
+    if (it == groups.end()) {
+      groups.push_back({choices[o].kernel, choices[o].refused, {}});
+      it = groups.end() - 1;
+    }
+    it->ops.push_back(g.ops[o].name);
+  }
+  return groups;
+}
+
+nlohmann::json attention_kernels_json(const std::vector<AttentionKernelGroup>& groups) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const AttentionKernelGroup& x : groups)
+    out.push_back({{"kernel", plan::sdpa_kernel_name(x.kernel)},
+                   {"ops", x.ops},
+                   {"refused", x.refused.empty() ? nlohmann::json() : nlohmann::json(x.refused)}});
+  return out;
+}
+
+void print_attention_kernels(const std::vector<AttentionKernelGroup>& groups,
+                             const plan::DeviceFamily& device) {
+  if (groups.empty()) return;
+  std::printf("attention kernels (scaled_dot_product_attention on %s):\n",
+              plan::device_family_name(device).c_str());
+  for (const AttentionKernelGroup& x : groups) {
+    std::printf("  %-10s %zu op(s), e.g. %s\n", plan::sdpa_kernel_name(x.kernel), x.ops.size(),
+                x.ops.front().c_str());
+    if (!x.refused.empty()) std::printf("             refused: %s\n", x.refused.c_str());
+  }
+}
+
 }  // namespace
 
 int cmd_simulate(int argc, char** argv) {
@@ -83,9 +130,12 @@ int cmd_simulate(int argc, char** argv) {
   const sim::HardwareModel hw = hardware_flag(args);
   const int64_t mem_limit = memory_limit_flag(args);
   PlanInputs in = load_plan_inputs(args, world);
+  in.policy.device = hw.device;  // the attention kernel PyTorch picks there (plan/sdpa.h)
   plan::UnitPlan units = plan::build_units(in.graph, in.policy, in.world);
   for (const std::string& w : units.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   const plan::Schedule sched = plan::build_schedule(in.graph, in.policy, units, 0);
+  const std::vector<AttentionKernelGroup> attention =
+      attention_kernel_groups(in.graph, plan::sdpa_kernels(in.graph, in.policy, units));
 
   sim::SimOptions options;
   options.memory_limit_bytes = mem_limit;
@@ -138,6 +188,8 @@ int cmd_simulate(int argc, char** argv) {
            {"peak_reserved_bytes", c.peak_reserved_bytes}});
     j["rank_classes"] = classes;
     j["sim_events"] = r.sim_events;
+    j["device"] = plan::device_family_name(hw.device);
+    j["attention_kernels"] = attention_kernels_json(attention);
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -195,6 +247,7 @@ int cmd_simulate(int argc, char** argv) {
     std::printf("  %-20s %14s\n", k.c_str(), human_bytes(static_cast<double>(v)).c_str());
   std::printf("peak allocated by unit (largest first):\n");
   print_units(r.peak.by_unit, 10);
+  print_attention_kernels(attention, hw.device);
   return 0;
 }
 

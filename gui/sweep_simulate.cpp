@@ -20,11 +20,12 @@ SweepPointSimulation simulate_sweep_point(const SweepFile& file, const SweepFile
                              "' has no model or hardware (a CSV sweep): write the sweep with "
                              "--out FILE.json to simulate its configurations here");
   const plan::Graph graph = plan::load_model(file.model);
-  const plan::Policy policy = plan::policy_from_json(point.policy);
+  const sim::HardwareModel hw = sim::load_hardware(file.hw);
+  plan::Policy policy = plan::policy_from_json(point.policy);
+  policy.device = hw.device;  // as sweep planned it (sim/sweep.cpp)
   const plan::World world = plan::validate_policy(policy, graph, point.world);
   const plan::UnitPlan units = plan::build_units(graph, policy, world);
   const plan::Schedule sched = plan::build_schedule(graph, policy, units, 0);
-  const sim::HardwareModel hw = sim::load_hardware(file.hw);
   sim::SimOptions options;
   options.memory_limit_bytes = file.memory_limit_bytes;
   options.model_name = file.model;

@@ -55,8 +55,10 @@ std::vector<bool> checkpointed_units(const Policy& policy, const UnitPlan& up) {
 }
 
 void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool>& ckpt,
-                                      const std::vector<bool>& cached) {
+                                      const std::vector<bool>& cached,
+                                      const std::map<int, std::vector<int>>& saved_overrides) {
   units_ = &up;
+  saved_overrides_ = saved_overrides;
   checkpointed_ = ckpt;
   cached_ = cached.empty() ? std::vector<bool>(g_.ops.size(), false) : cached;
   const size_t nt = g_.tensors.size(), no = g_.ops.size();
@@ -80,7 +82,8 @@ void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool
   for (size_t o = 0; o < no; ++o) {
     const Op& op = g_.ops[o];
     if (block[o] < 0) {
-      for (int t : op.saved) release[t] = std::min(release[t], static_cast<int>(o));
+      for (int t : saved(static_cast<int>(o)))
+        release[t] = std::min(release[t], static_cast<int>(o));
     } else {
       const Unit& b = up.units[block[o]];
       for (int t : op.inputs)
@@ -103,7 +106,7 @@ void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool
   };
   for (size_t o = 0; o < no; ++o) {
     if (block[o] < 0) continue;
-    for (int t : g_.ops[o].saved)
+    for (int t : saved(static_cast<int>(o)))
       if ((release[t] == kNone || held_to_recompute(t)) && producer_[t] >= 0 &&
           block[producer_[t]] == block[o])
         rc_release[t] = std::min(rc_release[t], static_cast<int>(o));

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "plan/graph.h"
@@ -45,8 +46,18 @@ class ActivationPlan {
   // Marks the checkpointed units (indexed like UnitPlan::units) and the
   // cached ops (indexed like Graph::ops, cached_ops(); empty: none) and
   // derives what is kept; must be called once before the queries below.
+  // saved_overrides: ops whose kernel keeps other graph tensors for backward
+  // than Op::saved lists (op -> those tensors: the math SDPA fallback,
+  // sdpa_graph_saved in plan/sdpa.h).
   void set_checkpointed(const UnitPlan& units, const std::vector<bool>& checkpointed,
-                        const std::vector<bool>& cached = {});
+                        const std::vector<bool>& cached = {},
+                        const std::map<int, std::vector<int>>& saved_overrides = {});
+  // The tensors op `op` keeps for backward: Op::saved or its override.
+  const std::vector<int>& saved(int op) const {
+    const auto it = saved_overrides_.find(op);
+    return it == saved_overrides_.end() ? g_.ops[static_cast<size_t>(op)].saved : it->second;
+  }
+  const std::map<int, std::vector<int>>& saved_overrides() const { return saved_overrides_; }
 
   bool needs_grad(int tensor) const;  // floating and produced by an op
   // The unit whose compute dtype (its param_dtype: plan/overrides.h) a
@@ -89,7 +100,8 @@ class ActivationPlan {
   const Graph& g_;
   const UnitPlan* units_ = nullptr;
   std::vector<bool> checkpointed_;
-  std::vector<bool> cached_;   // per graph op
+  std::vector<bool> cached_;  // per graph op
+  std::map<int, std::vector<int>> saved_overrides_;
   std::vector<int> producer_;  // tensor -> op (-1: graph input)
   std::vector<int> last_use_;  // tensor -> last forward consumer (or producer)
   std::vector<std::vector<int>> dead_fwd_, dead_rc_, released_bwd_;

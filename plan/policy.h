@@ -14,6 +14,7 @@
 
 #include "plan/graph.h"
 #include "plan/op_checkpointing_spec.h"
+#include "plan/sdpa.h"
 #include "plan/unit_pattern.h"
 
 namespace shardscope::plan {
@@ -138,6 +139,13 @@ struct Policy {
   std::vector<UnitOverride> overrides;  // per-unit settings, in order (later wins)
   TokenBalanceSpec token_balance;       // mixture of experts only
   MoeRouting moe_routing = MoeRouting::forced;
+  // attention.sdpa_backend: PyTorch's own SDPA kernel choice, or one backend
+  // forced (torch.nn.attention.sdpa_kernel); plan/sdpa.h.
+  SdpaBackend sdpa_backend = SdpaBackend::automatic;
+  // The device family the plan is for: not a policy key. The executor's
+  // hardware sets it (simulate and sweep: the hardware model's "device";
+  // the CPU engine: cpu); it decides the SDPA kernel (plan/sdpa.h).
+  DeviceFamily device;
 };
 
 // PyTorch's defaults for a flavor: fsdp1 FULL_SHARD, BACKWARD_PRE,

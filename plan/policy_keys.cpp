@@ -177,6 +177,23 @@ void read_moe_routing(const json& v, const std::string& k, Policy& p) {
     fail(k, "unknown value '" + quote_input(r) + "' (use \"forced\" or \"topk\")");
 }
 
+// attention: {"sdpa_backend": "auto" | "flash" | "efficient" | "cudnn" | "math"}.
+void read_attention(const json& v, const std::string& k, Policy& p) {
+  if (!v.is_object())
+    fail(k, "expected an object {\"sdpa_backend\": ...}, got " + std::string(v.type_name()));
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it.key() != "sdpa_backend")
+      fail(k + "." + it.key(), "unknown key (attention takes sdpa_backend)");
+    const std::string name = get_string(it.value(), k + ".sdpa_backend");
+    try {
+      p.sdpa_backend = parse_sdpa_backend(name, k + ".sdpa_backend");
+    } catch (const Error&) {
+      fail(k + ".sdpa_backend", "unknown value \"" + quote_input(name) +
+                                    "\" (use auto, flash, efficient, cudnn or math)");
+    }
+  }
+}
+
 std::optional<int64_t> optional_int(const json& v, const std::string& k, int64_t lo) {
   if (v.is_null()) return std::nullopt;
   return get_int(v, k, lo);
@@ -328,6 +345,11 @@ std::vector<PolicyKey> make_policy_keys() {
       });
   add("moe_routing", read_moe_routing, [](const Policy& p, json& d) {
     if (p.moe_routing == MoeRouting::topk) d["moe_routing"] = "topk";
+  });
+  // Written only when a backend is forced (torch.nn.attention.sdpa_kernel).
+  add("attention", read_attention, [](const Policy& p, json& d) {
+    if (p.sdpa_backend != SdpaBackend::automatic)
+      d["attention"] = {{"sdpa_backend", sdpa_backend_name(p.sdpa_backend)}};
   });
   return keys;
 }

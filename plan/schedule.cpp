@@ -174,6 +174,8 @@ const char* buffer_role_name(BufferRole role) {
       return "grad";
     case BufferRole::workspace:
       return "workspace";
+    case BufferRole::kernel_saved:
+      return "kernel_saved";
   }
   return "?";
 }
@@ -202,6 +204,7 @@ BufferCategory buffer_role_category(BufferRole role) {
     case BufferRole::activation:
     case BufferRole::recomputed:
     case BufferRole::activation_grad:
+    case BufferRole::kernel_saved:
       return BufferCategory::activations;
     case BufferRole::workspace:
       return BufferCategory::workspace;

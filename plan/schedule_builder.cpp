@@ -77,6 +77,18 @@ void Builder::setup_persistent() {
 void Builder::setup_checkpointing() {
   checkpointed_ = checkpointed_units(p_, up_);
   cached_ = cached_ops(p_, g_, up_, checkpointed_);
+  sdpa_ = sdpa_kernels(g_, p_, up_);
+  const int64_t seq = resolve_seq_len(p_, g_);
+  for (size_t o = 0; o < g_.ops.size(); ++o) {
+    if (sdpa_[o].kernel != SdpaKernel::math) continue;
+    const Op& op = g_.ops[o];
+    const SdpaCall call = sdpa_call(op, pdt(up_.op_unit[o]), seq);
+    sdpa_saved_[static_cast<int>(o)] = sdpa_graph_saved(op, SdpaKernel::math, call);
+    // Per-op checkpointing policies name the fused SDPA kernels
+    // (torchtitan's save list); the math fallback runs as bmm, softmax and
+    // elementwise ops, which they recompute.
+    if (!cached_.empty()) cached_[o] = false;
+  }
 }
 
 int Builder::next_unit(Phase order, int u) const {
@@ -166,7 +178,8 @@ void Builder::compute_op(int o, OpKind kind) {
   std::vector<std::pair<int, int>> shared;  // (parameter, this op's own gradient of it)
   if (kind == OpKind::backward) {
     for (int b : ensure_grad_buffers(o, shared)) bufs.push_back(b);
-    for (int t : op.saved) bufs.push_back(tensor_buf_[t]);
+    for (int t : acts_->saved(o)) bufs.push_back(tensor_buf_[t]);
+    bufs.push_back(kernel_saved_buf_[o]);
     for (int t : op.outputs) bufs.push_back(grad_tensor_buf_[t]);
     for (int t : op.inputs) {
       if (!acts_->needs_grad(t)) continue;
@@ -189,6 +202,16 @@ void Builder::compute_op(int o, OpKind kind) {
       else
         tensor_buf_[t] = b;
     }
+    if (kernel_saved_bytes_[o] > 0) {
+      const int b = alloc_named(BufferRole::kernel_saved, micro_, -1, o, kernel_saved_bytes_[o],
+                                compute_, ou);
+      bufs.push_back(b);
+      // A checkpointed block's first forward keeps nothing for backward.
+      if (kind == OpKind::forward && in_checkpointed_block_[o])
+        duplicates.push_back(b);
+      else
+        kernel_saved_buf_[o] = b;
+    }
   }
   ScheduleOp sop;
   sop.kind = kind;
@@ -209,6 +232,8 @@ void Builder::compute_op(int o, OpKind kind) {
       free_buf(tensor_buf_[t]);
       tensor_buf_[t] = -1;
     }
+    free_buf(kernel_saved_buf_[o]);
+    kernel_saved_buf_[o] = -1;
     sum_shared_grads(shared);
   } else {
     const bool in_recompute = kind == OpKind::recompute;
@@ -383,10 +408,11 @@ Schedule Builder::build(bool persistent_only) {
   setup_checkpointing();
   if (persistent_only) return std::move(s_);
   if (shared_acts_ && shared_acts_->units() == &up_ &&
-      shared_acts_->checkpointed() == checkpointed_ && shared_acts_->cached() == cached_) {
+      shared_acts_->checkpointed() == checkpointed_ && shared_acts_->cached() == cached_ &&
+      shared_acts_->saved_overrides() == sdpa_saved_) {
     acts_ = shared_acts_;
   } else {
-    own_acts_.set_checkpointed(up_, checkpointed_, cached_);
+    own_acts_.set_checkpointed(up_, checkpointed_, cached_, sdpa_saved_);
     acts_ = &own_acts_;
   }
   for (size_t u = 0; u < up_.units.size(); ++u)
@@ -422,6 +448,27 @@ Schedule Builder::build(bool persistent_only) {
     const int ou = up_.op_unit[o];
     fwd_temp_bytes_[o] = temp_bytes(sizes->fwd_temp_numel[o], bp(ou));
     bwd_temp_bytes_[o] = temp_bytes(sizes->bwd_temp_numel[o], bp(ou));
+  }
+  // The math SDPA fallback: its own saved tensors and temporaries; no
+  // log-sum-exp (the attention op's fp32 output).
+  kernel_saved_bytes_.assign(g_.ops.size(), 0);
+  kernel_saved_buf_.assign(g_.ops.size(), -1);
+  in_checkpointed_block_.assign(g_.ops.size(), false);
+  for (size_t u = 0; u < up_.units.size(); ++u)
+    for (int o = up_.units[u].first_op; checkpointed_[u] && o >= 0 && o <= up_.units[u].last_op;
+         ++o)
+      in_checkpointed_block_[static_cast<size_t>(o)] = true;
+  for (const auto& [o, saved] : sdpa_saved_) {
+    const Op& op = g_.ops[static_cast<size_t>(o)];
+    const int ou = up_.op_unit[static_cast<size_t>(o)];
+    const MathSdpaBytes m =
+        math_sdpa_bytes(sdpa_call(op, pdt(ou), s_.workload.seq), s_.workload.batch, bp(ou));
+    kernel_saved_bytes_[static_cast<size_t>(o)] = m.saved;
+    fwd_temp_bytes_[static_cast<size_t>(o)] += m.forward_temps;
+    bwd_temp_bytes_[static_cast<size_t>(o)] += m.backward_temps;
+    for (int t : op.outputs)
+      if (g_.tensors[static_cast<size_t>(t)].precision == Precision::fp32)
+        act_bytes_[static_cast<size_t>(t)] = 0;  // the log-sum-exp
   }
   reserve_capacity();
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "plan/error.h"
 #include "plan/overrides.h"
 #include "plan/schedule.h"
+#include "plan/sdpa.h"
 
 namespace shardscope::plan::detail {
 
@@ -71,6 +73,7 @@ class Builder {
       case BufferRole::grad_shard:
       case BufferRole::optimizer_state:
       case BufferRole::h2d_shard:
+      case BufferRole::kernel_saved:
         return DType::f32;
       case BufferRole::rs_in:
       case BufferRole::rs_out:
@@ -333,6 +336,15 @@ class Builder {
   std::vector<int64_t> act_bytes_;        // tensor -> bytes at the workload (compute dtype)
   std::vector<int64_t> workspace_bytes_;  // graph op -> fp32 workspace bytes at the workload
   std::vector<int64_t> fwd_temp_bytes_, bwd_temp_bytes_;  // graph op -> temporaries, bytes
+  // SDPA kernels (plan/sdpa.h), per graph op: the math fallback keeps
+  // kernel_saved_bytes_[o] (> 0) in a kernel_saved buffer from its forward
+  // (or recompute) to its backward; in a checkpointed block's first forward
+  // it drops them right after the op.
+  std::vector<SdpaChoice> sdpa_;
+  std::map<int, std::vector<int>> sdpa_saved_;  // math ops -> graph tensors they keep
+  std::vector<int64_t> kernel_saved_bytes_;     // graph op -> bytes (0: none)
+  std::vector<int> kernel_saved_buf_;           // graph op -> live buffer (-1 when none)
+  std::vector<bool> in_checkpointed_block_;     // graph op
 };
 
 }  // namespace shardscope::plan::detail

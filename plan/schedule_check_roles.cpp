@@ -57,7 +57,8 @@ void check_roles(const Graph& g, const Schedule& s, const std::function<void(std
       err(name + (b.persistent ? " is persistent" : " is transient") + " against its role");
     if ((b.tensor >= 0) != is_tensor_role(b.role))
       err(name + (b.tensor >= 0 ? " names a tensor" : " names no tensor") + " against its role");
-    if ((b.graph_op >= 0) != (b.role == BufferRole::workspace))
+    if ((b.graph_op >= 0) !=
+        (b.role == BufferRole::workspace || b.role == BufferRole::kernel_saved))
       err(name + (b.graph_op >= 0 ? " names a graph op" : " names no graph op") +
           " against its role");
     if (b.bytes % dtype_bytes(b.dtype) != 0)
@@ -71,7 +72,8 @@ void check_roles(const Graph& g, const Schedule& s, const std::function<void(std
     }
     const bool fp32_tensor = b.tensor >= 0 && b.tensor < static_cast<int>(g.tensors.size()) &&
                              g.tensors[static_cast<size_t>(b.tensor)].precision == Precision::fp32;
-    if (is_persistent_role(b.role) || b.role == BufferRole::h2d_shard || fp32_tensor) {
+    if (is_persistent_role(b.role) || b.role == BufferRole::h2d_shard ||
+        b.role == BufferRole::kernel_saved || fp32_tensor) {
       if (b.dtype != DType::f32) err(name + " is " + dtype_name(b.dtype) + ", not f32");
       continue;
     }

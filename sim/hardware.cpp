@@ -150,6 +150,7 @@ HardwareModel h200() {
 HardwareModel a100() {
   HardwareModel h = h100();
   h.name = "a100-sxm";
+  h.device = plan::DeviceFamily{true, 80};
   h.peak_flops_fp32 = 19.5 * kTFLOPS;
   h.peak_flops_bf16 = 312 * kTFLOPS;
   h.peak_flops_fp16 = 312 * kTFLOPS;
@@ -173,6 +174,7 @@ HardwareModel a100() {
 HardwareModel cpu_local() {
   HardwareModel h;
   h.name = "cpu-local";
+  h.device = plan::DeviceFamily{};
   h.peak_flops_fp32 = 1 * kTFLOPS;
   h.peak_flops_bf16 = 0.5 * kTFLOPS;
   h.peak_flops_fp16 = 0.5 * kTFLOPS;
@@ -543,9 +545,23 @@ HardwareModel hardware_preset(const std::string& name) {
               "' (h100-sxm, h200-sxm, a100-sxm, cpu-local, or a hardware JSON file)");
 }
 
+namespace {
+// "device": "cpu" | "sm_<major><minor>" (plan::parse_device_family).
+plan::DeviceFamily read_device(const nlohmann::json& v, const std::string& source) {
+  std::string text;
+  read_field(v, "device", source, &text);
+  try {
+    return plan::parse_device_family(text, "hardware key 'device'");
+  } catch (const plan::Error& e) {
+    throw Error(source + ": " + e.what());
+  }
+}
+}  // namespace
+
 nlohmann::json hardware_to_json(const HardwareModel& hw) {
   nlohmann::json j;
   j["name"] = hw.name;
+  j["device"] = plan::device_family_name(hw.device);
   j["peak_flops_fp32"] = hw.peak_flops_fp32;
   j["peak_flops_bf16"] = hw.peak_flops_bf16;
   j["peak_flops_fp16"] = hw.peak_flops_fp16;
@@ -681,6 +697,8 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
     if (key == "base") continue;
     if (key == "name")
       read_field(v, key, source, &h.name);
+    else if (key == "device")
+      h.device = read_device(v, source);
     else if (key == "peak_flops_fp32")
       read_field(v, key, source, &h.peak_flops_fp32);
     else if (key == "peak_flops_bf16")

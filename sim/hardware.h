@@ -15,6 +15,7 @@
 
 #include "plan/graph.h"
 #include "plan/schedule.h"
+#include "plan/sdpa.h"
 
 namespace shardscope::sim {
 
@@ -70,6 +71,10 @@ inline constexpr int64_t kMaxLatencyNs = 1'000'000'000'000;
 
 struct HardwareModel {
   std::string name;  ///< preset name or file it came from
+  /// The device family (JSON "device": "cpu" or "sm_<major><minor>"): decides
+  /// the attention kernel PyTorch runs (plan/sdpa.h). Presets: h100-sxm and
+  /// h200-sxm sm_90, a100-sxm sm_80, cpu-local cpu.
+  plan::DeviceFamily device{true, 90};
   /// Dense peak FLOP/s per compute dtype (no structured sparsity).
   double peak_flops_fp32 = 0;
   double peak_flops_bf16 = 0;

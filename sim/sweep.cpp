@@ -89,6 +89,7 @@ SweepPoint evaluate(const plan::Graph& graph, const HardwareModel& hw, const Swe
   plan::Schedule persistent;
   try {
     policy = plan::policy_from_json(pt.policy);
+    policy.device = hw.device;  // the SDPA kernel PyTorch picks there (plan/sdpa.h)
     const plan::World w = plan::validate_policy(policy, graph, world);
     units_key = plan::units_key(policy, w);
     up = units.get(units_key, [&] { return plan::build_units(graph, policy, w); });

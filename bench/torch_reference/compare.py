@@ -20,7 +20,9 @@ caching allocator's, also 512 B-rounded), and a second table sets the measured
 caching allocator peaks (torch.cuda.max_memory_allocated / max_memory_reserved of
 the measured step: peak.cuda_allocated_bytes, peak.cuda_reserved_bytes) against
 simulate's `peak_allocated_bytes` and `peak_reserved_bytes`. simulate runs with
---hw h200-sxm or h100-sxm when the recorded GPU is one.
+--hw h200-sxm or h100-sxm when the recorded GPU is one. CPU references run with
+--hw cpu-local: PyTorch ran its CPU flash attention kernel there, where on a GPU
+preset shardscope would plan the kernel PyTorch picks on that GPU.
 
 Communication: shardscope reports bytes per rank per step with the nccl-tests
 bus factors ((n-1)/n x S for all-gather and reduce-scatter, 2(n-1)/n x S for
@@ -134,8 +136,9 @@ def compare_one(binary, path, tmpdir):
     with open(cfg, "w") as f:
         json.dump(ref["config"], f)
     args = list(ref["shardscope_args"])
-    hw_args = []
+    hw_args = ["--hw", "cpu-local"]
     if device == "cuda":
+        hw_args = []
         cu = ref.get("cuda", {})
         row.update({"gpu": cu.get("device_name"), "alloc_conf": cu.get("alloc_conf"),
                     "ref_cuda_allocated": ref["peak"].get("cuda_allocated_bytes"),

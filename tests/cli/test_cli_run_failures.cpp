@@ -169,3 +169,17 @@ TEST_CASE("runtime failures exit 1, input errors 2", "[cli][run]") {
                            Catch::Contains("128+N a rank killed by signal N") &&
                            Catch::Contains("130 SIGINT"));
 }
+
+TEST_CASE("run refuses attention forced to the math SDPA kernel, which no engine runs",
+          "[cli][run][sdpa]") {
+  // The engines' attention is fused (output and log-sum-exp saved); the math
+  // kernel's saved probabilities are simulate's only (docs/models.md).
+  auto r = run_cli(
+      bounded("run --model llama-tiny --nproc 1 --steps 1 --set attention.sdpa_backend=math"));
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("attention op model.layers.0.self_attn.attention runs "
+                                       "PyTorch's math SDPA fallback on cpu "
+                                       "(attention.sdpa_backend): the engines run fused "
+                                       "attention only"));
+}

@@ -23,8 +23,8 @@ TEST_CASE("policy_to_json writes exactly the rows that are written at their defa
   CHECK(plan::find_policy_key("bogus") == nullptr);
   const json written = plan::policy_to_json(plan::default_policy(plan::Flavor::fsdp2));
   for (const auto& [key, value] : written.items()) CHECK(rows.count(key) == 1);
-  // The three written only when set: every other row is in the default's JSON.
-  std::set<std::string> only_when_set{"overrides", "token_balance", "moe_routing"};
+  // The four written only when set: every other row is in the default's JSON.
+  std::set<std::string> only_when_set{"overrides", "token_balance", "moe_routing", "attention"};
   for (const std::string& r : rows) CHECK(written.contains(r) == (only_when_set.count(r) == 0));
   CHECK(rows.size() == written.size() + only_when_set.size());
 }
@@ -50,7 +50,8 @@ TEST_CASE("every row reads back what it writes, set or not", "[policy][keys]") {
               {"seed", 7},
               {"overrides", {{{"units", {"layers.0"}}, {"reshard_after_forward", true}}}},
               {"token_balance", {{"weights", {0.25, 0.75}}}},
-              {"moe_routing", "topk"}};
+              {"moe_routing", "topk"},
+              {"attention", {{"sdpa_backend", "math"}}}};
   const json once = plan::policy_to_json(plan::policy_from_json(doc));
   for (const plan::PolicyKey& k : plan::policy_keys()) {
     INFO(k.name);
@@ -60,6 +61,7 @@ TEST_CASE("every row reads back what it writes, set or not", "[policy][keys]") {
   CHECK(once.at("backward_prefetch") == "post");
   CHECK(once.at("activation_checkpointing") == json{{"every", 3}, {"offset", 1}});
   CHECK(once.at("token_balance") == json{{"weights", {0.25, 0.75}}});
+  CHECK(once.at("attention") == json{{"sdpa_backend", "math"}});
   CHECK(plan::policy_to_json(plan::policy_from_json(once)) == once);
 }
 

@@ -183,3 +183,65 @@ TEST_CASE("the demo plans, simulates and sweeps", "[sim][cli]") {
   CHECK_THAT(r.output, Catch::Contains("32 policies") && Catch::Contains("32 fit") &&
                            Catch::Contains("highest throughput that fits"));
 }
+
+// llama-tiny: 4 query heads over 2 KV heads, fp32 by default. On an H200
+// (sm_90) PyTorch 2.11 refuses cuDNN and flash (fp32) and memory-efficient
+// (grouped KV heads) and runs math; on the CPU its flash kernel
+// (plan/sdpa.h, docs/models.md "The attention kernel PyTorch picks").
+TEST_CASE("simulate names the SDPA kernel PyTorch picks on the hardware", "[sim][cli][sdpa]") {
+  const std::string base = "simulate --model llama-tiny --world 2 --set batch_size=2 --json";
+  auto gpu = run_cli(base + " --hw h200-sxm");
+  REQUIRE(gpu.status == 0);
+  const nlohmann::json g = nlohmann::json::parse(gpu.output);
+  CHECK(g["device"] == "sm_90");
+  REQUIRE(g["attention_kernels"].size() == 1);
+  CHECK(g["attention_kernels"][0]["kernel"] == "math");
+  CHECK(g["attention_kernels"][0]["ops"].size() == 2);
+  CHECK_THAT(g["attention_kernels"][0]["refused"].get<std::string>(),
+             Catch::Contains("efficient: grouped KV heads (4 query heads over 2"));
+  auto cpu = run_cli(base + " --hw cpu-local");
+  REQUIRE(cpu.status == 0);
+  const nlohmann::json c = nlohmann::json::parse(cpu.output);
+  CHECK(c["device"] == "cpu");
+  CHECK(c["attention_kernels"][0]["kernel"] == "flash_cpu");
+  CHECK(c["attention_kernels"][0]["refused"].is_null());
+  // The math kernel keeps the T x T probabilities: more memory on the GPU.
+  CHECK(g["peak_requested_bytes"].get<int64_t>() > c["peak_requested_bytes"].get<int64_t>());
+  auto bf16 = run_cli(base + " --hw h200-sxm --set mixed_precision.param_dtype=bf16");
+  REQUIRE(bf16.status == 0);
+  CHECK(nlohmann::json::parse(bf16.output)["attention_kernels"][0]["kernel"] == "cudnn");
+  auto a100 = run_cli(base + " --hw a100-sxm --set mixed_precision.param_dtype=bf16");
+  REQUIRE(a100.status == 0);
+  CHECK(nlohmann::json::parse(a100.output)["attention_kernels"][0]["kernel"] == "flash");
+  auto text = run_cli("simulate --model llama-tiny --world 2 --hw h200-sxm");
+  REQUIRE(text.status == 0);
+  CHECK_THAT(text.output, Catch::Contains("attention kernels (scaled_dot_product_attention on "
+                                          "sm_90):\n  math       2 op(s), e.g. "
+                                          "model.layers.0.self_attn.attention"));
+}
+
+TEST_CASE("simulate: attention.sdpa_backend forces a kernel or refuses with the reason",
+          "[sim][cli][sdpa]") {
+  const std::string base = "simulate --model llama-tiny --world 2 --hw h200-sxm";
+  auto math = run_cli(base +
+                      " --set attention.sdpa_backend=math --set "
+                      "mixed_precision.param_dtype=bf16 --json");
+  REQUIRE(math.status == 0);
+  CHECK(nlohmann::json::parse(math.output)["attention_kernels"][0]["kernel"] == "math");
+  auto efficient = run_cli(base + " --set attention.sdpa_backend=efficient");
+  CHECK(efficient.status == 2);
+  CHECK_THAT(efficient.output,
+             Catch::Contains("policy: attention.sdpa_backend: \"efficient\" cannot run on sm_90: "
+                             "grouped KV heads (4 query heads over 2; no enable_gqa support) "
+                             "(attention op model.layers.0.self_attn.attention, f32)"));
+  auto unknown = run_cli(base + " --set attention.sdpa_backend=fast");
+  CHECK(unknown.status == 2);
+  CHECK_THAT(unknown.output,
+             Catch::Contains("policy: attention.sdpa_backend: unknown value \"fast\" (use auto, "
+                             "flash, efficient, cudnn or math)"));
+  auto cpu = run_cli(
+      "simulate --model llama-tiny --world 2 --hw cpu-local "
+      "--set attention.sdpa_backend=cudnn");
+  CHECK(cpu.status == 2);
+  CHECK_THAT(cpu.output, Catch::Contains("\"cudnn\" cannot run on cpu: no such CPU kernel"));
+}

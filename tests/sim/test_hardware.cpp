@@ -633,3 +633,21 @@ TEST_CASE("collective latency over many ranks is bounded like the transfer, nami
                         Catch::EndsWith("check collective_latency_ns and ib_latency_ns"));
   // Under 1e6 s the closed form is unchanged (exact: the ring test above).
 }
+
+TEST_CASE("hardware device family: presets, JSON key and a bad value named", "[sim][hw][sdpa]") {
+  CHECK(sim::hardware_preset("h100-sxm").device == plan::DeviceFamily{true, 90});
+  CHECK(sim::hardware_preset("h200-sxm").device == plan::DeviceFamily{true, 90});
+  CHECK(sim::hardware_preset("a100-sxm").device == plan::DeviceFamily{true, 80});
+  CHECK(sim::hardware_preset("cpu-local").device == plan::DeviceFamily{});
+  CHECK(sim::hardware_to_json(sim::hardware_preset("a100-sxm"))["device"] == "sm_80");
+  // Over its base (h100-sxm unless named): the key replaces the base's.
+  CHECK(sim::hardware_from_json(json{{"device", "sm_120"}}, "hw.json").device ==
+        plan::DeviceFamily{true, 120});
+  CHECK(sim::hardware_from_json(json{{"base", "cpu-local"}}, "hw.json").device ==
+        plan::DeviceFamily{});
+  CHECK_THROWS_WITH(sim::hardware_from_json(json{{"device", "mi300"}}, "hw.json"),
+                    Catch::Contains("hw.json: hardware key 'device': expected \"cpu\" or a CUDA "
+                                    "arch \"sm_<major><minor>\" (sm_80, sm_90), got \"mi300\""));
+  CHECK_THROWS_WITH(sim::hardware_from_json(json{{"device", 90}}, "hw.json"),
+                    Catch::Contains("hardware key 'device' has the wrong type"));
+}

@@ -45,7 +45,8 @@ TEST_CASE("sweep grids vary token_balance and moe_routing, points equal full sim
       CHECK_THAT(p.reason, Catch::Contains("token_balance.weights: 2 weights"));
       continue;
     }
-    const plan::Policy policy = plan::policy_from_json(p.policy);
+    plan::Policy policy = plan::policy_from_json(p.policy);
+    policy.device = hw.device;  // as the sweep plans (its SDPA kernel: plan/sdpa.h)
     const plan::World w = plan::validate_policy(policy, g, 2);
     const plan::UnitPlan units = plan::build_units(g, policy, w);
     const plan::Schedule s = plan::build_schedule(g, policy, units, 0);
