@@ -30,7 +30,6 @@ struct AllocatorHistory {
 // what holds each block. Streams are the schedule's stream indices
 // (Schedule::streams).
 traces::MemorySnapshot memory_snapshot(const AllocatorHistory& history, const plan::Graph& graph,
-                                       const plan::UnitPlan& units,
-                                       const plan::Schedule& schedule);
+                                       const plan::UnitPlan& units, const plan::Schedule& schedule);
 
 }  // namespace shardscope::sim

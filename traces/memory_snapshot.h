@@ -39,7 +39,7 @@ struct SnapshotSegment {
   uint64_t address = 0;
   uint64_t total_size = 0;
   int64_t stream = 0;
-  std::string segment_type;  // "small" (2 MiB segments, blocks <= 1 MiB) or "large"
+  std::string segment_type;     // "small" (2 MiB segments, blocks <= 1 MiB) or "large"
   uint64_t allocated_size = 0;  // active_allocated blocks
   uint64_t active_size = 0;     // active_allocated + active_pending_free blocks
   uint64_t requested_size = 0;  // requested bytes of the active blocks
@@ -92,16 +92,16 @@ MemorySnapshot load_memory_snapshot(const std::string& path, const SnapshotLimit
 
 // What an import did, for people (`shardscope import` prints it).
 struct SnapshotImportSummary {
-  int32_t device = 0;                 // the device imported
+  int32_t device = 0;                  // the device imported
   std::vector<int32_t> other_devices;  // devices with entries that were not imported
   int64_t segments = 0;
   int64_t trace_entries = 0;  // of the device imported
   int64_t allocations = 0;
-  int64_t frees = 0;          // free_requested
-  int64_t segment_events = 0;  // segment_alloc/free/map/unmap
-  int64_t skipped = 0;         // free_completed, oom, snapshot and other actions: no record
-  int64_t final_allocated = 0;   // bytes of active_allocated blocks at the snapshot
-  int64_t final_reserved = 0;    // bytes of the segments at the snapshot
+  int64_t frees = 0;              // free_requested
+  int64_t segment_events = 0;     // segment_alloc/free/map/unmap
+  int64_t skipped = 0;            // free_completed, oom, snapshot and other actions: no record
+  int64_t final_allocated = 0;    // bytes of active_allocated blocks at the snapshot
+  int64_t final_reserved = 0;     // bytes of the segments at the snapshot
   int64_t initial_allocated = 0;  // before the first trace entry (worked back)
   int64_t initial_reserved = 0;
 };

@@ -44,7 +44,8 @@ void set_memory_from_snapshot(Trace& t, RankTrace& r, const MemorySnapshot& s,
   // The device: most trace entries, then most segments, then the lowest id.
   std::map<int64_t, std::pair<size_t, size_t>> devices;  // id -> (entries, segments)
   for (size_t d = 0; d < s.device_traces.size(); ++d)
-    if (!s.device_traces[d].empty()) devices[static_cast<int64_t>(d)].first = s.device_traces[d].size();
+    if (!s.device_traces[d].empty())
+      devices[static_cast<int64_t>(d)].first = s.device_traces[d].size();
   for (const SnapshotSegment& seg : s.segments) ++devices[seg.device].second;
   if (devices.empty())
     throw TraceError(ErrorKind::schema, file, "/",
@@ -76,9 +77,9 @@ void set_memory_from_snapshot(Trace& t, RankTrace& r, const MemorySnapshot& s,
   }
 
   static const std::vector<SnapshotEvent> kNone;
-  const std::vector<SnapshotEvent>& trace =
-      static_cast<size_t>(device) < s.device_traces.size() ? s.device_traces[static_cast<size_t>(device)]
-                                                           : kNone;
+  const std::vector<SnapshotEvent>& trace = static_cast<size_t>(device) < s.device_traces.size()
+                                                ? s.device_traces[static_cast<size_t>(device)]
+                                                : kNone;
   const std::string tp = "/device_traces/" + std::to_string(device);
   // Block bytes of each alloc and free_requested: the block the segments
   // show for an allocation still live at the end, else the rounded request;
@@ -103,7 +104,8 @@ void set_memory_from_snapshot(Trace& t, RankTrace& r, const MemorySnapshot& s,
       const std::string p = tp + "/" + std::to_string(i) + "/size";
       if (e.action == "alloc") {
         const auto end = end_block.find(e.addr);
-        const uint64_t b = !freed_later[i] && end != end_block.end() ? end->second : block_bytes(e.size);
+        const uint64_t b =
+            !freed_later[i] && end != end_block.end() ? end->second : block_bytes(e.size);
         bytes[i] = checked(b, file, p);
         live[e.addr] = bytes[i];
       } else if (e.action == "free_requested") {
@@ -142,7 +144,8 @@ void set_memory_from_snapshot(Trace& t, RankTrace& r, const MemorySnapshot& s,
   auto lane_of = [&](int64_t stream) {
     const auto it = lanes.find(stream);
     if (it != lanes.end()) return it->second;
-    const int32_t id = stream >= INT32_MIN && stream <= INT32_MAX ? static_cast<int32_t>(stream) : -1;
+    const int32_t id =
+        stream >= INT32_MIN && stream <= INT32_MAX ? static_cast<int32_t>(stream) : -1;
     const uint32_t lane = t.add_lane(r, "allocator stream " + std::to_string(stream),
                                      stream == 0 ? LaneKind::compute : LaneKind::other, id);
     lanes[stream] = lane;

@@ -37,8 +37,8 @@ class SnapshotReader {
       fail(path, std::string("expected a list, found a ") + pickle::kind_name(n.kind));
     return n.items;
   }
-  const Document::Node* field(const Document::Node& dict, const char* key,
-                              const std::string& path, bool required) const {
+  const Document::Node* field(const Document::Node& dict, const char* key, const std::string& path,
+                              bool required) const {
     const Document::Node* v = doc_.find(dict, key);
     if (!v && required) fail(path, std::string("missing key \"") + key + "\"");
     return v;
@@ -104,7 +104,8 @@ MemorySnapshot SnapshotReader::read() {
   MemorySnapshot s;
   const Document::Node& root = doc_.node(doc_.root());
   expect(root, Kind::dict, "/");
-  const std::vector<uint32_t>& segments = sequence(*field(root, "segments", "/", true), "/segments");
+  const std::vector<uint32_t>& segments =
+      sequence(*field(root, "segments", "/", true), "/segments");
   for (size_t i = 0; i < segments.size(); ++i) {
     const std::string p = "/segments/" + std::to_string(i);
     count(p);
@@ -132,8 +133,8 @@ MemorySnapshot SnapshotReader::read() {
       SnapshotBlock block;
       block.size = size(bn, "size", bp, true);
       block.state = text(bn, "state", bp, true);
-      block.requested_size = doc_.find(bn, "requested_size") ? size(bn, "requested_size", bp, false)
-                                                             : block.size;
+      block.requested_size =
+          doc_.find(bn, "requested_size") ? size(bn, "requested_size", bp, false) : block.size;
       // Blocks tile the segment in address order (MemoryViz places them so).
       block.address = doc_.find(bn, "address") ? size(bn, "address", bp, false) : at;
       if (block.size > std::numeric_limits<uint64_t>::max() - at)

@@ -20,29 +20,74 @@ struct OpcodeInfo {
 
 // Every opcode of protocols 0-5 (pickletools.opcodes).
 constexpr OpcodeInfo kOpcodes[] = {
-    {'(', "MARK"},         {'.', "STOP"},         {'0', "POP"},
-    {'1', "POP_MARK"},     {'2', "DUP"},          {'F', "FLOAT"},
-    {'I', "INT"},          {'J', "BININT"},       {'K', "BININT1"},
-    {'L', "LONG"},         {'M', "BININT2"},      {'N', "NONE"},
-    {'P', "PERSID"},       {'Q', "BINPERSID"},    {'R', "REDUCE"},
-    {'S', "STRING"},       {'T', "BINSTRING"},    {'U', "SHORT_BINSTRING"},
-    {'V', "UNICODE"},      {'X', "BINUNICODE"},   {'a', "APPEND"},
-    {'b', "BUILD"},        {'c', "GLOBAL"},       {'d', "DICT"},
-    {'}', "EMPTY_DICT"},   {'e', "APPENDS"},      {'g', "GET"},
-    {'h', "BINGET"},       {'i', "INST"},         {'j', "LONG_BINGET"},
-    {'l', "LIST"},         {']', "EMPTY_LIST"},   {'o', "OBJ"},
-    {'p', "PUT"},          {'q', "BINPUT"},       {'r', "LONG_BINPUT"},
-    {'s', "SETITEM"},      {'t', "TUPLE"},        {')', "EMPTY_TUPLE"},
-    {'u', "SETITEMS"},     {'G', "BINFLOAT"},     {0x80, "PROTO"},
-    {0x81, "NEWOBJ"},      {0x82, "EXT1"},        {0x83, "EXT2"},
-    {0x84, "EXT4"},        {0x85, "TUPLE1"},      {0x86, "TUPLE2"},
-    {0x87, "TUPLE3"},      {0x88, "NEWTRUE"},     {0x89, "NEWFALSE"},
-    {0x8a, "LONG1"},       {0x8b, "LONG4"},       {'B', "BINBYTES"},
-    {'C', "SHORT_BINBYTES"}, {0x8c, "SHORT_BINUNICODE"}, {0x8d, "BINUNICODE8"},
-    {0x8e, "BINBYTES8"},   {0x8f, "EMPTY_SET"},   {0x90, "ADDITEMS"},
-    {0x91, "FROZENSET"},   {0x92, "NEWOBJ_EX"},   {0x93, "STACK_GLOBAL"},
-    {0x94, "MEMOIZE"},     {0x95, "FRAME"},       {0x96, "BYTEARRAY8"},
-    {0x97, "NEXT_BUFFER"}, {0x98, "READONLY_BUFFER"},
+    {'(', "MARK"},
+    {'.', "STOP"},
+    {'0', "POP"},
+    {'1', "POP_MARK"},
+    {'2', "DUP"},
+    {'F', "FLOAT"},
+    {'I', "INT"},
+    {'J', "BININT"},
+    {'K', "BININT1"},
+    {'L', "LONG"},
+    {'M', "BININT2"},
+    {'N', "NONE"},
+    {'P', "PERSID"},
+    {'Q', "BINPERSID"},
+    {'R', "REDUCE"},
+    {'S', "STRING"},
+    {'T', "BINSTRING"},
+    {'U', "SHORT_BINSTRING"},
+    {'V', "UNICODE"},
+    {'X', "BINUNICODE"},
+    {'a', "APPEND"},
+    {'b', "BUILD"},
+    {'c', "GLOBAL"},
+    {'d', "DICT"},
+    {'}', "EMPTY_DICT"},
+    {'e', "APPENDS"},
+    {'g', "GET"},
+    {'h', "BINGET"},
+    {'i', "INST"},
+    {'j', "LONG_BINGET"},
+    {'l', "LIST"},
+    {']', "EMPTY_LIST"},
+    {'o', "OBJ"},
+    {'p', "PUT"},
+    {'q', "BINPUT"},
+    {'r', "LONG_BINPUT"},
+    {'s', "SETITEM"},
+    {'t', "TUPLE"},
+    {')', "EMPTY_TUPLE"},
+    {'u', "SETITEMS"},
+    {'G', "BINFLOAT"},
+    {0x80, "PROTO"},
+    {0x81, "NEWOBJ"},
+    {0x82, "EXT1"},
+    {0x83, "EXT2"},
+    {0x84, "EXT4"},
+    {0x85, "TUPLE1"},
+    {0x86, "TUPLE2"},
+    {0x87, "TUPLE3"},
+    {0x88, "NEWTRUE"},
+    {0x89, "NEWFALSE"},
+    {0x8a, "LONG1"},
+    {0x8b, "LONG4"},
+    {'B', "BINBYTES"},
+    {'C', "SHORT_BINBYTES"},
+    {0x8c, "SHORT_BINUNICODE"},
+    {0x8d, "BINUNICODE8"},
+    {0x8e, "BINBYTES8"},
+    {0x8f, "EMPTY_SET"},
+    {0x90, "ADDITEMS"},
+    {0x91, "FROZENSET"},
+    {0x92, "NEWOBJ_EX"},
+    {0x93, "STACK_GLOBAL"},
+    {0x94, "MEMOIZE"},
+    {0x95, "FRAME"},
+    {0x96, "BYTEARRAY8"},
+    {0x97, "NEXT_BUFFER"},
+    {0x98, "READONLY_BUFFER"},
 };
 
 std::string hex_byte(uint8_t b) {
@@ -188,8 +233,8 @@ class Reader {
                                      " values (the limit; memo references count as copies)");
     Document::Node n;
     n.kind = kind;
-    n.open = kind == Kind::list || kind == Kind::tuple || kind == Kind::dict;
     doc_.nodes_.push_back(std::move(n));
+    referenced_.push_back(false);
     return static_cast<uint32_t>(doc_.nodes_.size() - 1);
   }
   void count_text(uint64_t n) {
@@ -220,11 +265,13 @@ class Reader {
     stack_.resize(from);
     return items;
   }
-  // Puts `child` into container `parent` (closing it).
+  // Puts `child` into container `parent`.
   void adopt(uint32_t parent, uint32_t child) {
-    Document::Node& c = doc_.nodes_[child];
-    c.open = false;
-    const uint32_t depth = static_cast<uint32_t>(c.depth) + 1;
+    if (referenced_[parent])
+      fail_here(
+          "adds to a container after a memo reference to it: a structure that contains "
+          "itself is not plain data");
+    const uint32_t depth = static_cast<uint32_t>(doc_.nodes_[child].depth) + 1;
     Document::Node& p = doc_.nodes_[parent];
     if (depth > limits_.max_depth)
       fail_here("nesting deeper than " + std::to_string(limits_.max_depth) + " levels (the limit)");
@@ -253,10 +300,7 @@ class Reader {
   void memo_get(uint64_t key) {
     const auto it = memo_.find(key);
     if (it == memo_.end()) fail_here("memo entry " + std::to_string(key) + " was never stored");
-    if (doc_.nodes_[it->second].open)
-      fail_here("memo entry " + std::to_string(key) +
-                " is a container still being built: a structure that contains itself is not "
-                "plain data");
+    referenced_[it->second] = true;
     push(copy(it->second));
   }
   void read_text(Kind kind, uint64_t n) {
@@ -294,6 +338,7 @@ class Reader {
   Document doc_;
   std::vector<uint32_t> stack_;
   std::vector<size_t> marks_;
+  std::vector<bool> referenced_;  // per node: a memo reference copied it
   std::unordered_map<uint64_t, uint32_t> memo_;
   uint64_t text_bytes_ = 0;
   size_t pos_ = 0;
@@ -317,7 +362,6 @@ uint32_t Reader::copy(uint32_t id) {
   const size_t n = doc_.nodes_[id].items.size();
   for (size_t i = 0; i < n; ++i) {
     const uint32_t item = copy(doc_.nodes_[id].items[i]);  // depth-capped recursion
-    doc_.nodes_[item].open = false;
     doc_.nodes_[out].items.push_back(item);
   }
   return out;
@@ -338,7 +382,8 @@ void Reader::read_long(uint64_t n) {
 Document Reader::run() {
   if (in_.size() > limits_.max_file_bytes)
     throw TraceError(ErrorKind::malformed, file_, "",
-                     "a pickle of " + std::to_string(in_.size()) + " bytes: more than the limit of " +
+                     "a pickle of " + std::to_string(in_.size()) +
+                         " bytes: more than the limit of " +
                          std::to_string(limits_.max_file_bytes));
   if (in_.empty()) throw TraceError(ErrorKind::truncated, file_, "byte 0", "an empty file");
   for (;;) {

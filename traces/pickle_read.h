@@ -10,7 +10,10 @@
 // Bounded: the file size, the number of values (a memo reference is copied,
 // so it counts its whole value again: a pickle cannot make a value larger
 // than the budget by sharing), the bytes of text and the nesting depth are
-// capped (PickleLimits), and a structure that contains itself is refused.
+// capped (PickleLimits), and a structure that contains itself is refused:
+// CPython's pickler writes a container whole before any memo reference to
+// it, so a container changed after one (APPEND into a list a BINGET copied)
+// is recursive, and refused.
 #pragma once
 
 #include <cstdint>
@@ -38,11 +41,10 @@ class Document {
  public:
   struct Node {
     Kind kind = Kind::none;
-    uint8_t depth = 0;  // 0 for scalars, 1 + the deepest item for containers
-    bool open = false;  // a container still on the stack (being built)
+    uint8_t depth = 0;    // 0 for scalars, 1 + the deepest item for containers
     int64_t integer = 0;  // int, and bool (0 or 1)
     double real = 0;
-    std::string text;            // str (UTF-8 as written) or bytes
+    std::string text;             // str (UTF-8 as written) or bytes
     std::vector<uint32_t> items;  // list, tuple: elements; dict: key, value pairs
   };
 
