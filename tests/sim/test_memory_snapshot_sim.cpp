@@ -32,7 +32,7 @@ TEST_CASE("simulate's memory snapshot: memory_viz's keys, the allocator's end st
   const plan::Graph graph = plan::load_model("gpt2-tiny");
   const nlohmann::json doc = {{"wrap", {{"type", "class"}, {"classes", {"GPT2Block"}}}},
                               {"batch_size", 2},
-                              {"seq_len", 256}};
+                              {"seq_len", 128}};
   const plan::Policy policy = plan::policy_from_json(doc);
   const plan::World world = plan::validate_policy(policy, graph, 2);
   const plan::UnitPlan units = plan::build_units(graph, policy, world);
