@@ -275,7 +275,7 @@ TEST_CASE("memory snapshot: fields of the wrong type or missing are errors namin
 }
 
 TEST_CASE(
-    "memory snapshot: import --memory-snapshot writes a trace report reads; a hostile "
+    "memory snapshot: import --memory-snapshot writes a trace report reads, a hostile "
     "pickle exits 2 naming the opcode and writes nothing") {
   shardscope::test::TempDir dir("shardscope_snapshot_cli");
   const std::string out = (dir.path / "snap.json").string();

@@ -170,7 +170,7 @@ TEST_CASE("pickle: truncated and malformed pickles are typed errors at every cut
              Catch::Contains("an integer of 9 bytes"));
 }
 
-TEST_CASE("pickle: a list that contains itself is refused; one referenced twice is not") {
+TEST_CASE("pickle: a list that contains itself is refused, one referenced twice is not") {
   // L = []; L.append(L); pickle.dumps(L, 4) without the frame:
   // EMPTY_LIST MEMOIZE BINGET 0 APPEND STOP.
   CHECK_THAT(refusal(raw("\x80\x04]\x94h\x00\x61.")),
