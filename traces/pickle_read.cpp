@@ -229,8 +229,8 @@ class Reader {
 
   uint32_t make(Kind kind) {
     if (doc_.nodes_.size() >= limits_.max_values)
-      fail(ErrorKind::malformed, "more than " + std::to_string(limits_.max_values) +
-                                     " values (the limit; memo references count as copies)");
+      fail(ErrorKind::malformed,
+           "more than " + std::to_string(limits_.max_values) + " values (the limit)");
     Document::Node n;
     n.kind = kind;
     doc_.nodes_.push_back(std::move(n));
@@ -290,7 +290,6 @@ class Reader {
                 kind_name(doc_.nodes_[id].kind));
     return id;
   }
-  uint32_t copy(uint32_t id);
   void memo_put(uint64_t key) {
     const uint32_t id = top();
     if (memo_.size() >= limits_.max_values && memo_.count(key) == 0)
@@ -300,8 +299,10 @@ class Reader {
   void memo_get(uint64_t key) {
     const auto it = memo_.find(key);
     if (it == memo_.end()) fail_here("memo entry " + std::to_string(key) + " was never stored");
+    // Shared, not copied: the value cannot change any more (adopt() refuses
+    // a referenced container), so sharing is what Python's memo gives.
     referenced_[it->second] = true;
-    push(copy(it->second));
+    push(it->second);
   }
   void read_text(Kind kind, uint64_t n) {
     if (n > in_.size() - pos_) take(n);  // throws truncated
@@ -345,27 +346,6 @@ class Reader {
   size_t op_at_ = 0;
   uint8_t code_ = 0;
 };
-
-uint32_t Reader::copy(uint32_t id) {
-  const Document::Node& from = doc_.nodes_[id];
-  if (from.kind == Kind::str || from.kind == Kind::bytes) count_text(from.text.size());
-  const uint32_t out = make(from.kind);
-  {
-    const Document::Node& src = doc_.nodes_[id];  // make() may have moved the nodes
-    Document::Node& dst = doc_.nodes_[out];
-    dst.integer = src.integer;
-    dst.real = src.real;
-    dst.text = src.text;
-    dst.depth = src.depth;
-    dst.items.reserve(src.items.size());
-  }
-  const size_t n = doc_.nodes_[id].items.size();
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t item = copy(doc_.nodes_[id].items[i]);  // depth-capped recursion
-    doc_.nodes_[out].items.push_back(item);
-  }
-  return out;
-}
 
 void Reader::read_long(uint64_t n) {
   if (n > 8)

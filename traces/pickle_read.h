@@ -7,13 +7,14 @@
 // is refused, naming the opcode and its byte offset. docs/traces.md,
 // "Memory snapshots".
 //
-// Bounded: the file size, the number of values (a memo reference is copied,
-// so it counts its whole value again: a pickle cannot make a value larger
-// than the budget by sharing), the bytes of text and the nesting depth are
-// capped (PickleLimits), and a structure that contains itself is refused:
-// CPython's pickler writes a container whole before any memo reference to
-// it, so a container changed after one (APPEND into a list a BINGET copied)
-// is recursive, and refused.
+// Bounded: the file size, the number of values, the bytes of text and the
+// nesting depth are capped (PickleLimits). A memo reference (BINGET) shares
+// the value memoized, as Python does, so a value may be reached many times:
+// readers of a Document bound what they walk (SnapshotLimits::max_entries).
+// A structure that contains itself is refused: CPython's pickler writes a
+// container whole before any memo reference to it, so a container changed
+// after one (APPEND into a list a BINGET referenced) is recursive. Hence
+// the nodes form a DAG without cycles, and a node's depth is final.
 #pragma once
 
 #include <cstdint>
@@ -28,15 +29,15 @@ const char* kind_name(Kind kind);  // "None", "bool", "int", "float", "str", "by
 
 struct PickleLimits {
   uint64_t max_file_bytes = uint64_t{1} << 30;  // the whole pickle
-  uint64_t max_values = uint64_t{32} << 20;     // values made, memo copies included
-  uint64_t max_text_bytes = uint64_t{1} << 30;  // str and bytes, memo copies included
+  uint64_t max_values = uint64_t{32} << 20;     // values made (80 bytes each, + text)
+  uint64_t max_text_bytes = uint64_t{1} << 30;  // str and bytes
   uint32_t max_depth = 64;                      // nesting of containers
   uint32_t max_marks = 1024;                    // open MARKs at once
 };
 
 // The values of one pickle, each a node; containers hold the ids of their
-// items (a dict: key, value, key, value...). Every node has one parent: a
-// memo reference is a copy, so the nodes form a tree.
+// items (a dict: key, value, key, value...). A node referenced through the
+// memo is an item of several containers (a DAG, never a cycle).
 class Document {
  public:
   struct Node {

@@ -91,7 +91,7 @@ TEST_CASE("pickle: every plain type CPython writes at protocol 4 reads back exac
   CHECK(d.find(root, "absent") == nullptr);
 }
 
-TEST_CASE("pickle: a memo reference (BINGET) reads as a copy of the value memoized") {
+TEST_CASE("pickle: a memo reference (BINGET) shares the value memoized") {
   // s = 'shared'; l = [s, 5]; pickle.dumps([l, l, s], 4)
   const Document d =
       read_pickle(unhex("80049518000000000000005d94285d94288c06736861726564944b056568016802652e"));
@@ -104,7 +104,8 @@ TEST_CASE("pickle: a memo reference (BINGET) reads as a copy of the value memoiz
     CHECK(at(d, l, 1).integer == 5);
   }
   CHECK(at(d, root, 2).text == "shared");
-  CHECK(root.items[0] != root.items[1]);  // a copy: every node has one parent
+  CHECK(root.items[0] == root.items[1]);  // one node, as Python has one object
+  CHECK(d.size() == 4);                   // the outer list, l, "shared" and 5
 }
 
 TEST_CASE(
@@ -187,6 +188,7 @@ TEST_CASE("pickle: a list that contains itself is refused, one referenced twice 
   REQUIRE(root.kind == Kind::tuple);
   CHECK(at(d, at(d, root, 0), 0).integer == 1);
   CHECK(at(d, at(d, at(d, root, 1), 0), 0).integer == 1);
+  CHECK(at(d, root, 1).items[0] == root.items[0]);  // the inner list holds l itself
 }
 
 TEST_CASE("pickle: depth, value, text, mark and file-size limits are enforced") {
@@ -201,19 +203,28 @@ TEST_CASE("pickle: depth, value, text, mark and file-size limits are enforced") 
   loose.max_marks = 100;
   CHECK(read_pickle(deep, "deep", loose).node(0).depth == 69);  // the innermost list is empty
 
-  // A memo bomb: each level is a list of 8 copies of the one before (8^8
-  // values if copies were free); the value budget stops it.
-  std::string bomb = "\x80\x02K\x01\x94";  // memo 0 = 1
+  // A memo bomb: each level is a list of 8 references to the one before
+  // (8^8 values if they were copies), all in one tuple. Shared, it stays
+  // 1 int + 8 lists + the tuple.
+  std::string bomb = "\x80\x02(K\x01\x94";  // memo 0 = 1
   for (int level = 0; level < 8; ++level) {
     bomb += "](";
     for (int k = 0; k < 8; ++k) bomb += std::string("h") + static_cast<char>(level);
     bomb += "e\x94";  // memo level+1
   }
-  bomb += ".";
+  bomb += "t.";
+  const Document shared = read_pickle(bomb);
+  CHECK(shared.size() == 10);
+  CHECK(shared.node(shared.root()).depth == 9);
+  // The value budget: a list of 20 ints is 21 values.
+  std::string ints = "\x80\x02](";
+  for (int i = 0; i < 20; ++i) ints += "K\x07";
+  ints += "e.";
   PickleLimits small;
-  small.max_values = 100000;
-  CHECK_THAT(refusal(bomb, small), Catch::Contains("more than 100000 values"));
-
+  small.max_values = 20;
+  CHECK_THAT(refusal(ints, small), Catch::Contains("more than 20 values (the limit)"));
+  small.max_values = 21;
+  CHECK(read_pickle(ints, "ints", small).size() == 21);
   PickleLimits text;
   text.max_text_bytes = 3;
   CHECK_THAT(refusal(raw("\x80\x02X\x04\x00\x00\x00"
