@@ -79,8 +79,8 @@ void save_memory_snapshot(const MemorySnapshot& s, const std::string& path);
 // devices, frames kept per entry).
 struct SnapshotLimits {
   pickle::PickleLimits pickle;
-  uint64_t max_entries = uint64_t{16} << 20;  // segments + blocks + trace entries
-  size_t frames_kept = 1;                     // innermost frames kept per entry
+  uint64_t max_entries = uint64_t{8} << 20;  // segments + blocks + trace entries (~200 B each)
+  size_t frames_kept = 1;                    // innermost frames kept per entry
 };
 
 // Reads a parsed snapshot. Throws TraceError(schema) naming the path of the
