@@ -199,7 +199,9 @@ const Document::Node* Document::find(const Node& dict, std::string_view key) con
 class Reader {
  public:
   Reader(std::string_view bytes, const std::string& file, const PickleLimits& limits)
-      : in_(bytes), file_(file), limits_(limits) {}
+      : in_(bytes), file_(file), limits_(limits) {
+    if (limits_.max_depth > 255) limits_.max_depth = 255;  // Node::depth is 8 bits
+  }
 
   Document run();
 

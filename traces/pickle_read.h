@@ -31,7 +31,7 @@ struct PickleLimits {
   uint64_t max_file_bytes = uint64_t{1} << 30;  // the whole pickle
   uint64_t max_values = uint64_t{32} << 20;     // values made (80 bytes each, + text)
   uint64_t max_text_bytes = uint64_t{1} << 30;  // str and bytes
-  uint32_t max_depth = 64;                      // nesting of containers
+  uint32_t max_depth = 64;                      // nesting of containers (at most 255)
   uint32_t max_marks = 1024;                    // open MARKs at once
 };
 
