@@ -16,6 +16,7 @@
 #include "plan/sdpa.h"
 #include "plan/units.h"
 #include "sim/hardware.h"
+#include "sim/memory_history.h"
 #include "sim/simulator.h"
 #include "traces/metrics.h"
 #include "traces/trace_io.h"
@@ -26,13 +27,18 @@ namespace {
 
 const char* kUsage =
     "shardscope simulate --model M [--policy P] [--set K=V]... [--world N] [--hw H]\n"
-    "                    [--mem-limit BYTES] [--trace OUT] [--json]\n\n"
+    "                    [--mem-limit BYTES] [--trace OUT] [--memory-snapshot OUT.pickle]\n"
+    "                    [--json]\n\n"
     "  --model M          preset (gpt2-tiny ... llama3-70b, mlp), HF config.json or graph JSON\n"
     "  --policy P         policy JSON (ARCHITECTURE.md keys); --set KEY=VALUE overrides a key\n"
     "  --world N          data-parallel world size (default 8)\n"
     "  --hw H             h100-sxm (default), h200-sxm, a100-sxm, cpu-local or a hardware JSON\n"
     "  --mem-limit BYTES  device memory for the allocator (default: the hardware's; 80GiB ...)\n"
     "  --trace OUT        write the simulated trace (native format)\n"
+    "  --memory-snapshot OUT.pickle\n"
+    "                     write the predicted allocator trace of rank 0 in PyTorch's memory\n"
+    "                     snapshot format (torch.cuda.memory._dump_snapshot), for\n"
+    "                     python -m torch.cuda._memory_viz or pytorch.org/memory_viz\n"
     "  --json             metrics JSON (ARCHITECTURE.md \"Output contracts\")";
 
 // "0-7,16-23": ascending rank ids as runs.
@@ -117,14 +123,17 @@ void print_attention_kernels(const std::vector<AttentionKernelGroup>& groups,
 }  // namespace
 
 int cmd_simulate(int argc, char** argv) {
-  Args args(argc, argv,
-            plan_input_flags({{"world"}, {"hw"}, {"mem-limit"}, {"trace"}, {"json", false}}),
-            false);
+  Args args(
+      argc, argv,
+      plan_input_flags(
+          {{"world"}, {"hw"}, {"mem-limit"}, {"trace"}, {"memory-snapshot"}, {"json", false}}),
+      false);
   if (args.help()) {
     std::printf("usage: %s\n", kUsage);
     return 0;
   }
   check_output_flag(args, "trace");
+  check_output_flag(args, "memory-snapshot");
   const int64_t world = args.get_int("world", 8, 1, 1 << 20);
   const std::string hw_spec = args.get("hw", "h100-sxm");
   const sim::HardwareModel hw = hardware_flag(args);
@@ -142,6 +151,8 @@ int cmd_simulate(int argc, char** argv) {
   options.model_name = args.require("model");
   options.policy_json = in.policy_doc.dump();
   options.hardware_name = hw_spec;
+  sim::AllocatorHistory history;
+  if (args.has("memory-snapshot")) options.allocator_history = &history;
   const sim::SimResult r = sim::simulate(in.graph, units, sched, hw, options);
   const int64_t capacity = mem_limit > 0 ? mem_limit : hw.memory_bytes;
 
@@ -154,6 +165,10 @@ int cmd_simulate(int argc, char** argv) {
                    "nothing\n",
                    args.get("trace").c_str());
   }
+
+  if (args.has("memory-snapshot"))
+    traces::save_memory_snapshot(sim::memory_snapshot(history, in.graph, units, sched),
+                                 args.get("memory-snapshot"));
 
   // A step that runs out of memory stops at the failed allocation: its times
   // predict nothing, so none is printed or written (the peaks are real, up to

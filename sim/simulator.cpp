@@ -9,6 +9,7 @@
 #include "alloc/backing.h"
 #include "alloc/caching_allocator.h"
 #include "plan/trace_vocabulary.h"
+#include "sim/memory_history.h"
 #include "sim/version.h"
 
 namespace shardscope::sim {
@@ -54,6 +55,13 @@ class Executor final : public alloc::EventSource {
   }
 
   SimResult run();
+  // Every allocator event from here on goes to `history`, with the buffer
+  // whose allocation or free caused it.
+  void record_allocator(AllocatorHistory* history) {
+    history_observer_.history = history;
+    history->capacity_bytes = backing_.capacity_bytes();
+    allocator_.set_observer(&history_observer_);
+  }
 
   // alloc::EventSource. The simulator passes events to free() itself and never
   // calls record_stream(), so record_event is never called.
@@ -98,6 +106,18 @@ class Executor final : public alloc::EventSource {
                ? units_.units[static_cast<size_t>(unit)].name
                : std::string("<none>");
   }
+
+  struct HistoryObserver final : alloc::Observer {
+    explicit HistoryObserver(const int* buffer) : current_buffer(buffer) {}
+    void on_event(const alloc::AllocatorEvent& event) override {
+      history->events.push_back(event);
+      history->buffers.push_back(*current_buffer);
+    }
+    AllocatorHistory* history = nullptr;
+    const int* current_buffer = nullptr;
+  };
+  int current_buffer_ = -1;  // the buffer being allocated or freed; -1 otherwise
+  HistoryObserver history_observer_{&current_buffer_};
 
   const plan::Graph& graph_;
   const plan::UnitPlan& units_;
@@ -206,11 +226,14 @@ bool Executor::allocate(int buffer) {
   if (live_[static_cast<size_t>(buffer)])
     throw Error("schedule allocates buffer '" + plan::buffer_name(graph_, b) + "' twice");
   allocator_.set_time(host_now_.ns);
+  current_buffer_ = buffer;
   try {
     live_[static_cast<size_t>(buffer)] =
         allocator_.allocate(static_cast<uint64_t>(b.bytes), static_cast<alloc::StreamId>(b.stream),
                             static_cast<uint32_t>(b.category));
+    current_buffer_ = -1;
   } catch (const alloc::OutOfMemory& e) {
+    current_buffer_ = -1;
     result_.fits = false;
     result_.oom_buffer = plan::buffer_name(graph_, b);
     result_.oom_bytes = b.bytes;
@@ -256,7 +279,9 @@ void Executor::release(int buffer, const plan::SmallVector<int, 4>& pending) {
   for (int op : pending)
     if (!done_.at(static_cast<size_t>(op))) events.push_back(static_cast<alloc::EventId>(op) + 1);
   allocator_.set_time(now.ns);
+  current_buffer_ = buffer;
   allocator_.free(slot->handle, events);
+  current_buffer_ = -1;
   const auto bytes = static_cast<int64_t>(slot->bytes);
   allocated_ -= bytes;
   requested_ -= b.bytes;
@@ -623,6 +648,7 @@ SimResult simulate(const plan::Graph& graph, const plan::UnitPlan& units,
     std::sort(represents.begin(), represents.end());
     Executor ex(graph, units, schedule, hw, options, std::move(rc.spans), rank, represents, t,
                 t ? nullptr : &acc);
+    if (c == 0 && options.allocator_history) ex.record_allocator(options.allocator_history);
     SimResult r = ex.run();
     RankClassResult summary;
     summary.rank = rank;

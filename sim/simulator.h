@@ -30,6 +30,8 @@
 
 namespace shardscope::sim {
 
+struct AllocatorHistory;  // sim/memory_history.h
+
 struct SimOptions {
   int64_t memory_limit_bytes = 0;  ///< device capacity for the allocator; 0 = hw.memory_bytes
   std::string model_name;          ///< stamped into the trace metadata
@@ -41,6 +43,9 @@ struct SimOptions {
   /// The graph's sizes at the schedule's workload when the caller shares them
   /// across simulations (sweeps); null = evaluated per simulation.
   const plan::WorkloadSizes* sizes = nullptr;
+  /// When set, receives every allocator event of the simulated rank standing
+  /// for schedule.rank (simulate --memory-snapshot).
+  AllocatorHistory* allocator_history = nullptr;
 };
 
 /// One class of ranks that run identically.

@@ -24,8 +24,8 @@ const char* const kCategoryNames[kCategoryCount] = {"compute",
                                                     "marker",
                                                     "host"};
 const char* const kLaneKindNames[kLaneKindCount] = {"host", "compute", "comm", "copy", "other"};
-const char* const kSourceNames[kSourceCount] = {"unknown", "simulator", "engine-cpu", "engine-cuda",
-                                                "kineto"};
+const char* const kSourceNames[kSourceCount] = {"unknown",     "simulator", "engine-cpu",
+                                                "engine-cuda", "kineto",    "memory-snapshot"};
 const char* const kMemoryCategoryNames[kMemoryCategoryCount] = {
     "unknown",     "parameters",   "gradients",   "optimizer_state",
     "activations", "comm_buffers", "temporaries", "other"};

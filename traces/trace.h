@@ -74,9 +74,18 @@ constexpr int kLaneKindCount = 5;
 const char* lane_kind_name(LaneKind k);  // "host", "compute", "comm", "copy", "other"
 bool parse_lane_kind(std::string_view name, LaneKind* out);
 
-enum class Source : uint8_t { unknown = 0, simulator, engine_cpu, engine_cuda, kineto };
-constexpr int kSourceCount = 5;
-const char* source_name(Source s);  // "unknown", "simulator", "engine-cpu", "engine-cuda", "kineto"
+// memory_snapshot: imported from torch.cuda.memory._dump_snapshot (memory records only).
+enum class Source : uint8_t {
+  unknown = 0,
+  simulator,
+  engine_cpu,
+  engine_cuda,
+  kineto,
+  memory_snapshot
+};
+constexpr int kSourceCount = 6;
+// "unknown", "simulator", "engine-cpu", "engine-cuda", "kineto", "memory-snapshot"
+const char* source_name(Source s);
 bool parse_source(std::string_view name, Source* out);
 
 // What an allocation holds.

@@ -1,0 +1,35 @@
+// The simulated allocator's history (SimOptions::allocator_history) and its
+// conversion to PyTorch's memory snapshot (traces/memory_snapshot.h), which
+// `simulate --memory-snapshot` writes for torch.cuda._memory_viz.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "alloc/observer.h"
+#include "plan/graph.h"
+#include "plan/schedule.h"
+#include "plan/units.h"
+#include "traces/memory_snapshot.h"
+
+namespace shardscope::sim {
+
+struct AllocatorHistory {
+  std::vector<alloc::AllocatorEvent> events;  // in the order the allocator made them
+  // Per event: the schedule buffer whose allocation or free caused it; -1
+  // when none (a freed block becoming reusable as the op it waited on ends).
+  std::vector<int32_t> buffers;
+  uint64_t capacity_bytes = 0;  // the allocator's device capacity; 0 = unlimited
+};
+
+// Device 0's trace (alloc, free_requested, free_completed, segment_alloc,
+// segment_free, oom; time_us = simulated ns / 1000, rounded down) and the
+// segments as the history leaves them. Every entry and block carries a
+// one-frame stack: filename "shardscope <category>", line 0, name
+// "<buffer name> [unit <unit>]" (plan::buffer_name), so memory_viz names
+// what holds each block. Streams are the schedule's stream indices
+// (Schedule::streams).
+traces::MemorySnapshot memory_snapshot(const AllocatorHistory& history, const plan::Graph& graph,
+                                       const plan::UnitPlan& units, const plan::Schedule& schedule);
+
+}  // namespace shardscope::sim
