@@ -21,6 +21,7 @@ struct Values {
   double idle_ns = 0;
   double device_span_ns = 0;
   double non_compute_ns = 0;
+  double lag_ns = 0;
 };
 
 template <typename Get>
@@ -46,6 +47,7 @@ Values median(const std::vector<Values>& v) {
   m.idle_ns = median_of(v, [](const Values& e) { return e.idle_ns; });
   m.device_span_ns = median_of(v, [](const Values& e) { return e.device_span_ns; });
   m.non_compute_ns = median_of(v, [](const Values& e) { return e.non_compute_ns; });
+  m.lag_ns = median_of(v, [](const Values& e) { return e.lag_ns; });
   return m;
 }
 
@@ -65,6 +67,7 @@ Values aggregate(const std::vector<std::pair<Values, double>>& per_rank) {
     a.idle_ns += w * v.idle_ns;
     a.device_span_ns += w * v.device_span_ns;
     a.non_compute_ns += w * v.non_compute_ns;
+    a.lag_ns += w * v.lag_ns;
     weight += w;
   }
   if (weight > 0) {
@@ -75,6 +78,7 @@ Values aggregate(const std::vector<std::pair<Values, double>>& per_rank) {
     a.idle_ns /= weight;
     a.device_span_ns /= weight;
     a.non_compute_ns /= weight;
+    a.lag_ns /= weight;
   }
   return a;
 }
@@ -96,6 +100,7 @@ void to_metric_values(const Values& v, MetricValues* out) {
   out->idle_ms = v.idle_ns / 1e6;
   out->device_span_ms = v.device_span_ns / 1e6;
   out->non_compute_ms = v.non_compute_ns / 1e6;
+  out->host_device_lag_ms = v.lag_ns / 1e6;
 }
 
 // Unsigned: sums of extreme durations wrap instead of overflowing.
@@ -367,7 +372,26 @@ Metrics MetricsAccumulator::finish() const {
       const Window& w = window_at(k);
       Values v;
       const bool any = w.last_end >= w.first_start;
-      v.step_ns = any ? static_cast<double>(Interval{w.first_start, w.last_end}.length()) : 0;
+      // The iteration period (docs/traces.md, "step time"): the step's own
+      // range, else the distance to the next step's start, else (the last
+      // step, an empty range) its events' extent from its start. Without
+      // steps: the events' extent.
+      int64_t period_start = w.first_start;
+      int64_t period_end = any ? w.last_end : w.first_start;
+      if (!r.steps.empty()) {
+        const Step& st = r.steps[k];
+        period_start = st.start_ns;
+        if (st.end_ns > st.start_ns) {
+          period_end = st.end_ns;
+        } else if (k + 1 < r.steps.size()) {
+          period_end = r.steps[k + 1].start_ns;
+        } else {
+          period_end = any ? std::max(w.last_end, st.start_ns) : st.start_ns;
+        }
+      }
+      v.step_ns = any || !r.steps.empty()
+                      ? static_cast<double>(Interval{period_start, period_end}.length())
+                      : 0;
       const auto& comp = w.comp.intervals();
       const auto& comm = w.comm.intervals();
       const uint64_t comp_ns = w.comp.length();
@@ -384,6 +408,9 @@ Metrics MetricsAccumulator::finish() const {
               ? 0
               : static_cast<double>(Interval{device.front().start, device.back().end}.length());
       v.idle_ns = v.device_span_ns - static_cast<double>(device_ns);
+      if (!device.empty() && !r.steps.empty())
+        v.lag_ns = static_cast<double>(static_cast<int64_t>(
+            static_cast<uint64_t>(device.back().end) - static_cast<uint64_t>(period_end)));
       v.non_compute_ns = static_cast<double>(device_ns - intersection_length(device, comp));
       int64_t peak_allocated = carry ? carry_allocated : 0;
       int64_t peak_reserved = carry ? carry_reserved : 0;

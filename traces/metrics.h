@@ -5,7 +5,12 @@
 //
 // Per rank and per step (window of the rank's steps; a rank without steps is
 // one window):
-//   step time        last event end - first event start (all lanes)
+//   step time        the iteration period: the step's own range (end - start),
+//                    or the distance to the next step's start when the range
+//                    is empty; never the union of host and lagging device work
+//                    (a rank without steps: last event end - first event start)
+//   host-device lag  end of the step's last busy device event - end of its
+//                    period (negative: the device finished before the host)
 //   compute          |union(COMP)|, COMP = category compute
 //   comm             |union(COMM)|, COMM = the collectives (comm.*)
 //   exposed comm     |union(COMM) \ union(COMP)|
@@ -49,6 +54,11 @@ struct MetricValues {
   // (every profiler trace), compute + non-compute + idle = span.
   double device_span_ms = 0;
   double non_compute_ms = 0;
+  // How far the device runs behind the host loop: the end of the step's last
+  // busy device event minus the end of its period (step start + step time),
+  // in ms; negative when the device finished first (a synchronizing loop).
+  // 0 in a window without device events or without steps.
+  double host_device_lag_ms = 0;
 };
 
 // Which step an event belongs to.

@@ -32,6 +32,7 @@ void put_values(const MetricValues& v, TimeFields times, bool device, json& j) {
   j["idle_ms"] = time_value(v.idle_ms, device_times);
   j["device_span_ms"] = time_value(v.device_span_ms, device_times);
   j["non_compute_ms"] = time_value(v.non_compute_ms, device_times);
+  j["host_device_lag_ms"] = time_value(v.host_device_lag_ms, device_times);
 }
 
 // One step's values: {"step", the values, "reported"}.
@@ -68,10 +69,11 @@ std::string ms_cell(double v, bool measured, int width) {
 
 void append_row(std::string& out, const std::string& label, const MetricValues& v, bool device) {
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%-10s %10.3f %11s %9.3f %11.3f %8.3f %9s %11s %15s %15s\n",
+  std::snprintf(buf, sizeof buf, "%-10s %10.3f %11s %9.3f %11.3f %8.3f %9s %11s %10s %15s %15s\n",
                 label.c_str(), v.step_time_ms, ms_cell(v.compute_ms, device, 11).c_str(), v.comm_ms,
                 v.exposed_comm_ms, v.overlap, ms_cell(v.idle_ms, device, 9).c_str(),
                 ms_cell(v.device_span_ms, device, 11).c_str(),
+                ms_cell(v.host_device_lag_ms, device, 10).c_str(),
                 human_bytes(static_cast<double>(v.peak_allocated_bytes), ByteUnit::tib).c_str(),
                 human_bytes(static_cast<double>(v.peak_reserved_bytes), ByteUnit::tib).c_str());
   out += buf;
@@ -163,9 +165,9 @@ std::string format_metrics(const Metrics& m, int breakdown_rows) {
   out += "\n";
   for (const std::string& note : m.notes) out += "note: " + note + "\n";
   out += "\n";
-  std::snprintf(buf, sizeof buf, "%-10s %10s %11s %9s %11s %8s %9s %11s %15s %15s\n", "", "step ms",
-                "compute ms", "comm ms", "exposed ms", "overlap", "idle ms", "device ms",
-                "peak allocated", "peak reserved");
+  std::snprintf(buf, sizeof buf, "%-10s %10s %11s %9s %11s %8s %9s %11s %10s %15s %15s\n", "",
+                "step ms", "compute ms", "comm ms", "exposed ms", "overlap", "idle ms", "device ms",
+                "lag ms", "peak allocated", "peak reserved");
   out += buf;
   append_row(out, "all", m.total, m.device_measured);
   for (const RankMetrics& r : m.ranks)

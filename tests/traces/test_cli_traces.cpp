@@ -72,7 +72,7 @@ TEST_CASE("cli report: text and contract JSON, from binary and JSON traces", "[c
   const nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j["source"] == "simulator");
   CHECK(j["world_size"] == 2);
-  CHECK(j["step_time_ms"].get<double>() == Approx(7020e-6));
+  CHECK(j["step_time_ms"].get<double>() == Approx(9000e-6));  // the steps' range
   CHECK(j["ranks"].size() == 2);
   CHECK(j.contains("breakdown"));
   // Kineto files are reported directly.
@@ -148,20 +148,20 @@ TEST_CASE("cli import: Kineto files to a trace that report and diff read", "[cli
   CHECK(load_trace(dir / "k.json") == t);
   // The fixtures link one kernel to its launch (correlation 101): the launch
   // rule applies, and step 3 holds aten::mm [1010.5, 1030.75) us, its
-  // cudaLaunchKernel and the GEMM [1020, 1120) -> 109.5 us; step 4, the last,
-  // is dropped.
+  // cudaLaunchKernel and the GEMM [1020, 1120); its time is its range, 500 us
+  // (109.5 us of events); step 4, the last, is dropped.
   r = run("report " + (dir / "k.sstrace") + " --json");
   REQUIRE(r.status == 0);
   nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j["step_rule"] == "launch");
   CHECK(j["reported_steps"] == nlohmann::json::array({3}));
-  CHECK(j["step_time_ms"].get<double>() == Approx(0.1095));
+  CHECK(j["step_time_ms"].get<double>() == Approx(0.5));  // ProfilerStep#3's range
   // Their own step markers: step 4 of rank 0, [1510, 1860) us.
   r = run("report " + (dir / "k.sstrace") + " --json --step-rule markers");
   REQUIRE(r.status == 0);
   j = nlohmann::json::parse(r.out);
   CHECK(j["step_rule"] == "markers");
-  CHECK(j["step_time_ms"].get<double>() == Approx(0.35));
+  CHECK(j["step_time_ms"].get<double>() == Approx(0.5));
   r = run("report " + (dir / "k.sstrace") + " --step-rule sideways");
   CHECK(r.status == 2);
   CHECK(r.err.find("--step-rule") != std::string::npos);
