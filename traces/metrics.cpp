@@ -108,9 +108,13 @@ struct RowAcc {
   uint64_t count = 0;
   uint64_t total_ns = 0;
   uint64_t self_ns = 0;
+  // The same, each event weighted by the ranks its rank represents.
+  double weighted_count = 0;
+  double weighted_ns = 0;
+  double weighted_self_ns = 0;
 };
 
-std::vector<BreakdownRow> to_rows(const std::map<std::string, RowAcc>& acc) {
+std::vector<BreakdownRow> to_rows(const std::map<std::string, RowAcc>& acc, double rank_steps) {
   std::vector<BreakdownRow> rows;
   rows.reserve(acc.size());
   for (const auto& [key, a] : acc) {
@@ -120,6 +124,11 @@ std::vector<BreakdownRow> to_rows(const std::map<std::string, RowAcc>& acc) {
     r.total_ms = static_cast<double>(a.total_ns) / 1e6;
     r.self_ms = static_cast<double>(a.self_ns) / 1e6;
     r.mean_ms = a.count ? r.total_ms / static_cast<double>(a.count) : 0;
+    if (rank_steps > 0) {
+      r.count_per_step = a.weighted_count / rank_steps;
+      r.per_step_ms = a.weighted_ns / rank_steps / 1e6;
+      r.self_per_step_ms = a.weighted_self_ns / rank_steps / 1e6;
+    }
     rows.push_back(std::move(r));
   }
   std::stable_sort(rows.begin(), rows.end(), [](const BreakdownRow& a, const BreakdownRow& b) {
@@ -437,6 +446,7 @@ Metrics MetricsAccumulator::finish() const {
       per_step.push_back(sm);
       device_events += w.device_events;
     }
+    out.rank_steps += weight * static_cast<double>(in_median.size());
     const Values rv = median(in_median);
     RankMetrics rm;
     to_metric_values(rv, &rm);
@@ -479,6 +489,9 @@ Metrics MetricsAccumulator::finish() const {
           ++a->count;
           a->total_ns += dur;
           a->self_ns += self[i];
+          a->weighted_count += weight;
+          a->weighted_ns += weight * static_cast<double>(dur);
+          a->weighted_self_ns += weight * static_cast<double>(self[i]);
         }
       }
     }
@@ -499,12 +512,12 @@ Metrics MetricsAccumulator::finish() const {
     for (const auto& [id, a] : by_unit_id)
       by_unit[id == kNoString ? std::string("(none)") : std::string(strings_.get(id))] = a;
     for (const auto& [id, a] : by_op_id) by_op[std::string(strings_.get(id))] = a;
-    out.by_unit = to_rows(by_unit);
-    out.by_op = to_rows(by_op);
+    out.by_unit = to_rows(by_unit, out.rank_steps);
+    out.by_op = to_rows(by_op, out.rank_steps);
     std::map<std::string, RowAcc> cats;
     for (int c = 0; c < kCategoryCount; ++c)
       if (by_category[c].count) cats[category_name(static_cast<Category>(c))] = by_category[c];
-    out.by_category = to_rows(cats);
+    out.by_category = to_rows(cats, out.rank_steps);
   }
   return out;
 }

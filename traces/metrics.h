@@ -97,10 +97,17 @@ struct RankMetrics : MetricValues {
 
 struct BreakdownRow {
   std::string key;  // unit, op type (or name when the event has none) or category
+  // Sums over the reported steps of every rank in the trace.
   int64_t count = 0;
   double total_ms = 0;
   double mean_ms = 0;
   double self_ms = 0;  // total minus events directly nested in these, on the same lane
+  // Per step and rank: the sums above over Metrics::rank_steps, each rank
+  // weighted by the ranks it represents. Comparable between traces with
+  // different step and rank counts (what diff compares).
+  double count_per_step = 0;
+  double per_step_ms = 0;
+  double self_per_step_ms = 0;
 };
 
 struct Metrics {
@@ -109,7 +116,14 @@ struct Metrics {
   MetricValues total;
   std::vector<RankMetrics> ranks;  // by rank id
   std::vector<StepMetrics> steps;  // by step number
-  // Over the reported steps of every rank (sums, not medians), largest total first.
+  // Reported (rank, step) pairs, each rank weighted by the ranks it
+  // represents: the divisor of the breakdowns' per-step values (2 ranks x 9
+  // reported steps = 18; one simulated step of a rank standing for 8 ranks
+  // = 8, its sums also weighted by 8).
+  double rank_steps = 0;
+  // Over the reported steps of every rank, largest total first: sums
+  // (count, total_ms, self_ms) and per step and rank (count_per_step,
+  // per_step_ms, self_per_step_ms).
   std::vector<BreakdownRow> by_unit;
   std::vector<BreakdownRow> by_op;
   std::vector<BreakdownRow> by_category;

@@ -52,7 +52,10 @@ json rows_json(const std::vector<BreakdownRow>& rows, int limit, TimeFields time
                  {"count", r.count},
                  {"total_ms", time_value(r.total_ms, times)},
                  {"mean_ms", time_value(r.mean_ms, times)},
-                 {"self_ms", time_value(r.self_ms, times)}});
+                 {"self_ms", time_value(r.self_ms, times)},
+                 {"count_per_step", r.count_per_step},
+                 {"per_step_ms", time_value(r.per_step_ms, times)},
+                 {"self_per_step_ms", time_value(r.self_per_step_ms, times)}});
   }
   return a;
 }
@@ -83,8 +86,8 @@ void append_breakdown(std::string& out, const char* title, const std::vector<Bre
                       int limit) {
   if (rows.empty()) return;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "\n%-40s %8s %12s %10s %12s\n", title, "count", "total ms",
-                "mean ms", "self ms");
+  std::snprintf(buf, sizeof buf, "\n%-40s %8s %12s %10s %12s %10s %10s\n", title, "count",
+                "total ms", "mean ms", "self ms", "n/step", "ms/step");
   out += buf;
   int shown = 0;
   for (const BreakdownRow& r : rows) {
@@ -94,8 +97,9 @@ void append_breakdown(std::string& out, const char* title, const std::vector<Bre
       break;
     }
     std::string key = r.key.size() > 40 ? r.key.substr(0, 37) + "..." : r.key;
-    std::snprintf(buf, sizeof buf, "%-40s %8" PRId64 " %12.3f %10.4f %12.3f\n", key.c_str(),
-                  r.count, r.total_ms, r.mean_ms, r.self_ms);
+    std::snprintf(buf, sizeof buf, "%-40s %8" PRId64 " %12.3f %10.4f %12.3f %10.2f %10.4f\n",
+                  key.c_str(), r.count, r.total_ms, r.mean_ms, r.self_ms, r.count_per_step,
+                  r.per_step_ms);
     out += buf;
   }
 }
@@ -117,6 +121,7 @@ json metrics_to_json(const Metrics& m, int breakdown_rows, TimeFields times) {
   for (const StepMetrics& s : m.steps)
     if (s.reported) reported.push_back(s.step);
   j["reported_steps"] = std::move(reported);
+  j["rank_steps"] = m.rank_steps;
   j["notes"] = m.notes;
   json ranks = json::array();
   for (const RankMetrics& r : m.ranks) {
@@ -172,6 +177,13 @@ std::string format_metrics(const Metrics& m, int breakdown_rows) {
   append_row(out, "all", m.total, m.device_measured);
   for (const RankMetrics& r : m.ranks)
     append_row(out, "rank " + std::to_string(r.rank), r, m.device_measured);
+  if (!m.by_unit.empty() || !m.by_op.empty() || !m.by_category.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  "\nbreakdowns over the reported steps of every rank: count, total and self are "
+                  "sums; n/step and ms/step are per step and rank (over %g rank-steps)\n",
+                  m.rank_steps);
+    out += buf;
+  }
   append_breakdown(out, "by unit", m.by_unit, breakdown_rows);
   append_breakdown(out, "by op type", m.by_op, breakdown_rows);
   append_breakdown(out, "by category", m.by_category, breakdown_rows);
