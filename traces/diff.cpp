@@ -19,6 +19,8 @@ std::vector<std::pair<const char*, double>> fields(const MetricValues& v) {
           {"peak_reserved_bytes", static_cast<double>(v.peak_reserved_bytes)},
           {"compute_ms", v.compute_ms},
           {"comm_ms", v.comm_ms},
+          {"comm_wait_ms", v.comm_wait_ms},
+          {"comm_transfer_ms", v.comm_transfer_ms},
           {"exposed_comm_ms", v.exposed_comm_ms},
           {"overlap", v.overlap},
           {"idle_ms", v.idle_ms}};
@@ -60,7 +62,8 @@ std::vector<RowDelta> row_deltas(const std::vector<BreakdownRow>& a,
     d.count_a = r.count;
     d.total_a_ms = r.total_ms;
     d.count_per_step_a = r.count_per_step;
-    d.per_step_a_ms = r.per_step_ms;
+    d.per_step_a_ms = r.per_step_ms - r.wait_per_step_ms;
+    d.wait_per_step_a_ms = r.wait_per_step_ms;
   }
   for (const BreakdownRow& r : b) {
     RowDelta& d = rows[r.key];
@@ -68,7 +71,8 @@ std::vector<RowDelta> row_deltas(const std::vector<BreakdownRow>& a,
     d.count_b = r.count;
     d.total_b_ms = r.total_ms;
     d.count_per_step_b = r.count_per_step;
-    d.per_step_b_ms = r.per_step_ms;
+    d.per_step_b_ms = r.per_step_ms - r.wait_per_step_ms;
+    d.wait_per_step_b_ms = r.wait_per_step_ms;
   }
   std::vector<RowDelta> out;
   for (auto& [key, d] : rows) {
@@ -96,6 +100,8 @@ json rows_json(const std::vector<RowDelta>& rows, int limit) {
                  {"count_per_step_b", r.count_per_step_b},
                  {"per_step_a_ms", r.per_step_a_ms},
                  {"per_step_b_ms", r.per_step_b_ms},
+                 {"wait_per_step_a_ms", r.wait_per_step_a_ms},
+                 {"wait_per_step_b_ms", r.wait_per_step_b_ms},
                  {"delta_ms", r.delta_ms},
                  {"relative", r.has_relative ? json(r.relative) : json(nullptr)}});
   }
@@ -183,16 +189,18 @@ std::string format_diff(const MetricsDiff& d, int rows) {
   }
   auto table = [&](const char* title, const std::vector<RowDelta>& list) {
     if (list.empty()) return;
-    std::snprintf(buf, sizeof buf, "\n%-40s %8s %8s %12s %12s %12s %9s\n", title, "n/step A",
-                  "n/step B", "A ms/step", "B ms/step", "B - A ms", "change");
+    std::snprintf(buf, sizeof buf, "\n%-40s %8s %8s %12s %10s %12s %10s %12s %9s\n", title,
+                  "n/step A", "n/step B", "A ms/step", "A wait", "B ms/step", "B wait", "B - A ms",
+                  "change");
     out += buf;
     int shown = 0;
     for (const RowDelta& r : list) {
       if (rows >= 0 && shown++ >= rows) break;
       const std::string key = r.key.size() > 40 ? r.key.substr(0, 37) + "..." : r.key;
       std::snprintf(
-          buf, sizeof buf, "%-40s %8.2f %8.2f %12.4f %12.4f %+12.4f %9s\n", key.c_str(),
-          r.count_per_step_a, r.count_per_step_b, r.per_step_a_ms, r.per_step_b_ms, r.delta_ms,
+          buf, sizeof buf, "%-40s %8.2f %8.2f %12.4f %10.4f %12.4f %10.4f %+12.4f %9s\n",
+          key.c_str(), r.count_per_step_a, r.count_per_step_b, r.per_step_a_ms,
+          r.wait_per_step_a_ms, r.per_step_b_ms, r.wait_per_step_b_ms, r.delta_ms,
           relative_text(r.per_step_a_ms, r.per_step_b_ms, r.has_relative, r.relative).c_str());
       out += buf;
     }
@@ -200,7 +208,8 @@ std::string format_diff(const MetricsDiff& d, int rows) {
   if (!d.by_unit.empty() || !d.by_op.empty() || !d.by_category.empty()) {
     std::snprintf(buf, sizeof buf,
                   "\nbreakdowns per step and rank (A: %g rank-steps, B: %g; a simulated rank "
-                  "counts for the ranks it represents)\n",
+                  "counts for the ranks it represents); ms/step leaves out the time collectives "
+                  "waited for their last rank, shown as wait\n",
                   d.rank_steps_a, d.rank_steps_b);
     out += buf;
   }

@@ -32,8 +32,12 @@ struct RowDelta {
   double total_b_ms = 0;
   double count_per_step_a = 0;  // per step and rank
   double count_per_step_b = 0;
+  // Per step and rank, less the time collectives waited for their last rank
+  // (traces/metrics_collectives.h): what the simulator predicts.
   double per_step_a_ms = 0;
   double per_step_b_ms = 0;
+  double wait_per_step_a_ms = 0;  // the waiting left out, shown beside
+  double wait_per_step_b_ms = 0;
   double delta_ms = 0;  // per_step_b_ms - per_step_a_ms
   bool has_relative = false;
   double relative = 0;  // delta_ms / per_step_a_ms
@@ -58,6 +62,7 @@ MetricsDiff diff_metrics(const Metrics& a, const Metrics& b);
 //  "rank_steps_a", "rank_steps_b",
 //  "by_unit"/"by_op"/"by_category": [{"key","count_a","count_b","total_a_ms","total_b_ms",
 //  "count_per_step_a","count_per_step_b","per_step_a_ms","per_step_b_ms",
+//  "wait_per_step_a_ms","wait_per_step_b_ms",
 //  "delta_ms","relative"}]}; relative is null when a is 0.
 nlohmann::json diff_to_json(const MetricsDiff& d, int rows = 50);
 std::string format_diff(const MetricsDiff& d, int rows = 15);

@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "traces/metrics_collectives.h"
+
 namespace shardscope::traces {
 
 namespace {
@@ -22,6 +24,8 @@ struct Values {
   double device_span_ns = 0;
   double non_compute_ns = 0;
   double lag_ns = 0;
+  double wait_ns = 0;
+  double transfer_ns = 0;
 };
 
 template <typename Get>
@@ -48,6 +52,8 @@ Values median(const std::vector<Values>& v) {
   m.device_span_ns = median_of(v, [](const Values& e) { return e.device_span_ns; });
   m.non_compute_ns = median_of(v, [](const Values& e) { return e.non_compute_ns; });
   m.lag_ns = median_of(v, [](const Values& e) { return e.lag_ns; });
+  m.wait_ns = median_of(v, [](const Values& e) { return e.wait_ns; });
+  m.transfer_ns = median_of(v, [](const Values& e) { return e.transfer_ns; });
   return m;
 }
 
@@ -68,6 +74,8 @@ Values aggregate(const std::vector<std::pair<Values, double>>& per_rank) {
     a.device_span_ns += w * v.device_span_ns;
     a.non_compute_ns += w * v.non_compute_ns;
     a.lag_ns += w * v.lag_ns;
+    a.wait_ns += w * v.wait_ns;
+    a.transfer_ns += w * v.transfer_ns;
     weight += w;
   }
   if (weight > 0) {
@@ -79,6 +87,8 @@ Values aggregate(const std::vector<std::pair<Values, double>>& per_rank) {
     a.device_span_ns /= weight;
     a.non_compute_ns /= weight;
     a.lag_ns /= weight;
+    a.wait_ns /= weight;
+    a.transfer_ns /= weight;
   }
   return a;
 }
@@ -101,6 +111,8 @@ void to_metric_values(const Values& v, MetricValues* out) {
   out->device_span_ms = v.device_span_ns / 1e6;
   out->non_compute_ms = v.non_compute_ns / 1e6;
   out->host_device_lag_ms = v.lag_ns / 1e6;
+  out->comm_wait_ms = v.wait_ns / 1e6;
+  out->comm_transfer_ms = v.transfer_ns / 1e6;
 }
 
 // Unsigned: sums of extreme durations wrap instead of overflowing.
@@ -112,6 +124,7 @@ struct RowAcc {
   double weighted_count = 0;
   double weighted_ns = 0;
   double weighted_self_ns = 0;
+  double weighted_wait_ns = 0;
 };
 
 std::vector<BreakdownRow> to_rows(const std::map<std::string, RowAcc>& acc, double rank_steps) {
@@ -128,6 +141,7 @@ std::vector<BreakdownRow> to_rows(const std::map<std::string, RowAcc>& acc, doub
       r.count_per_step = a.weighted_count / rank_steps;
       r.per_step_ms = a.weighted_ns / rank_steps / 1e6;
       r.self_per_step_ms = a.weighted_self_ns / rank_steps / 1e6;
+      r.wait_per_step_ms = a.weighted_wait_ns / rank_steps / 1e6;
     }
     rows.push_back(std::move(r));
   }
@@ -230,6 +244,13 @@ MetricsAccumulator::RankState& MetricsAccumulator::rank_state(int32_t rank) {
   return ranks_[rank];
 }
 
+void MetricsAccumulator::set_comm_split(bool split, const std::string& not_split_reason,
+                                        int64_t unmatched) {
+  comm_split_ = split;
+  not_split_reason_ = not_split_reason;
+  unmatched_collectives_ = unmatched;
+}
+
 void MetricsAccumulator::add_rank(int32_t rank, const std::vector<int32_t>& represents) {
   rank_state(rank).represents = represents;
 }
@@ -290,6 +311,11 @@ void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event
 
 void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event& e,
                                    int64_t step_time_ns) {
+  add_event(rank, lane_kind, e, step_time_ns, e.start_ns);
+}
+
+void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event& e,
+                                   int64_t step_time_ns, int64_t transfer_start_ns) {
   if (e.dur_ns < 0 || e.start_ns > std::numeric_limits<int64_t>::max() - e.dur_ns)
     throw std::invalid_argument("rank " + std::to_string(rank) +
                                 ": event with a negative or overflowing duration");
@@ -301,15 +327,22 @@ void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event
   w.first_start = std::min(w.first_start, e.start_ns);
   w.last_end = std::max(w.last_end, end);
   if (is_compute(e.category)) w.comp.add(e.start_ns, end);
-  if (is_comm(e.category)) w.comm.add(e.start_ns, end);
+  // Waiting for the last rank of a collective: [start, min(transfer start, end)).
+  int64_t wait = 0;
+  if (is_comm(e.category)) {
+    w.comm.add(e.start_ns, end);
+    const int64_t transfer_start = std::min(std::max(transfer_start_ns, e.start_ns), end);
+    w.transfer.add(transfer_start, end);
+    wait = transfer_start - e.start_ns;
+  }
   if (lane_kind != LaneKind::host && e.category != Category::sync &&
       e.category != Category::marker && e.category != Category::host) {
     w.device.add(e.start_ns, end);
     ++w.device_events;
   }
   if (options_.breakdown) {
-    r.lanes[e.lane].push_back(
-        SelfRecord{e.start_ns, end, e.unit, e.op != kNoString ? e.op : e.name, index, e.category});
+    r.lanes[e.lane].push_back(SelfRecord{e.start_ns, end, wait, e.unit,
+                                         e.op != kNoString ? e.op : e.name, index, e.category});
   }
 }
 
@@ -410,6 +443,8 @@ Metrics MetricsAccumulator::finish() const {
       v.comm_ns = static_cast<double>(comm_ns);
       v.exposed_ns = static_cast<double>(comm_ns - both_ns);
       v.overlap = comm_ns > 0 ? static_cast<double>(both_ns) / static_cast<double>(comm_ns) : 0;
+      v.transfer_ns = static_cast<double>(w.transfer.length());
+      v.wait_ns = static_cast<double>(comm_ns - w.transfer.length());
       const auto& device = w.device.intervals();
       const uint64_t device_ns = w.device.length();
       v.device_span_ns =
@@ -492,6 +527,7 @@ Metrics MetricsAccumulator::finish() const {
           a->weighted_count += weight;
           a->weighted_ns += weight * static_cast<double>(dur);
           a->weighted_self_ns += weight * static_cast<double>(self[i]);
+          a->weighted_wait_ns += weight * static_cast<double>(e.wait);
         }
       }
     }
@@ -506,6 +542,15 @@ Metrics MetricsAccumulator::finish() const {
     out.steps.push_back(s);
   }
   out.world_size = world_size_ > 0 ? world_size_ : static_cast<int32_t>(world);
+  out.comm_split = comm_split_;
+  // The simulator prices transfers (its comm is all transfer): no note there.
+  if (!comm_split_ && !not_split_reason_.empty() && source_ != Source::simulator)
+    out.notes.push_back("communication is not split into waiting for the last rank and transfer: " +
+                        not_split_reason_);
+  if (comm_split_ && unmatched_collectives_ > 0)
+    out.notes.push_back(std::to_string(unmatched_collectives_) +
+                        " collective events are not split into wait and transfer: their count "
+                        "differs between ranks, so they could not be matched");
   add_notes(out);
   if (options_.breakdown) {
     std::map<std::string, RowAcc> by_unit, by_op;
@@ -546,6 +591,8 @@ Metrics compute_metrics(const Trace& t, MetricsOptions options) {
         "correlation ids, as in PyTorch profiler traces); this trace has none, so its steps are "
         "its own step markers (--step-rule markers)");
   MetricsAccumulator acc(t.strings, options);
+  const CollectiveMatch collectives = match_collectives(t);
+  acc.set_comm_split(collectives.split, collectives.reason, collectives.unmatched);
   acc.set_source(t.meta.source);
   acc.set_world_size(t.meta.world_size);
   std::vector<int64_t> launched_at;
@@ -558,11 +605,15 @@ Metrics compute_metrics(const Trace& t, MetricsOptions options) {
       for (const Flow& f : r.flows)
         if (is_launch_flow(r, f)) launched_at[f.to] = r.events[f.from].start_ns;
     }
+    const auto split = collectives.transfer_start.find(r.rank);
+    const std::vector<int64_t>* transfer_start =
+        split == collectives.transfer_start.end() ? nullptr : &split->second;
     for (size_t i = 0; i < r.events.size(); ++i) {
       const Event& e = r.events[i];
       const LaneKind kind = e.lane < r.lanes.size() ? r.lanes[e.lane].kind : LaneKind::other;
       const bool by_launch = rule == StepRule::launch && kind != LaneKind::host;
-      acc.add_event(r.rank, kind, e, by_launch ? launched_at[i] : e.start_ns);
+      acc.add_event(r.rank, kind, e, by_launch ? launched_at[i] : e.start_ns,
+                    transfer_start ? (*transfer_start)[i] : e.start_ns);
     }
     for (const MemoryEvent& m : r.memory) acc.add_memory(r.rank, m);
   }

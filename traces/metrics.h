@@ -59,6 +59,13 @@ struct MetricValues {
   // in ms; negative when the device finished first (a synchronizing loop).
   // 0 in a window without device events or without steps.
   double host_device_lag_ms = 0;
+  // Communication split at each collective's last arrival (traces/
+  // metrics_collectives.h), when the trace holds every rank: transfer =
+  // |union(COMM after the last rank arrived)|, wait = comm - transfer. A
+  // trace that cannot be split (one rank of many, the simulator's
+  // representatives) has transfer = comm and wait 0.
+  double comm_wait_ms = 0;
+  double comm_transfer_ms = 0;
 };
 
 // Which step an event belongs to.
@@ -108,6 +115,8 @@ struct BreakdownRow {
   double count_per_step = 0;
   double per_step_ms = 0;
   double self_per_step_ms = 0;
+  // Of per_step_ms, the time collectives spent waiting for their last rank.
+  double wait_per_step_ms = 0;
 };
 
 struct Metrics {
@@ -132,10 +141,13 @@ struct Metrics {
   // format_metrics and metrics_to_json ("notes").
   std::vector<std::string> notes;
   bool device_measured = true;  // some rank has busy device events
+  // Collectives were matched across ranks (comm_wait_ms / comm_transfer_ms
+  // measured); false also when the trace has none.
+  bool comm_split = false;
 };
 
 struct MetricsOptions {
-  // Per-unit / per-op breakdowns keep 32 bytes per event until finish() (to
+  // Per-unit / per-op breakdowns keep 40 bytes per event until finish() (to
   // find nesting for self time); sweeps that only need the totals turn them
   // off and keep memory proportional to the busy-interval unions.
   bool breakdown = true;
@@ -172,6 +184,15 @@ class MetricsAccumulator {
   // kNoStep for device work with no launcher (it belongs to no step).
   void add_event(int32_t rank, LaneKind lane_kind, const Event& e, int64_t step_time_ns);
   static constexpr int64_t kNoStep = INT64_MIN;
+  // A collective whose last rank arrived at `transfer_start_ns`: the part of
+  // it before that is waiting, the rest transfer (docs/traces.md).
+  void add_event(int32_t rank, LaneKind lane_kind, const Event& e, int64_t step_time_ns,
+                 int64_t transfer_start_ns);
+  // What matching the collectives across ranks gave (match_collectives):
+  // whether comm is split into wait and transfer, why not, how many
+  // collective events were left unmatched. Notes say so; the simulator
+  // (whose comm is all transfer) gets no note.
+  void set_comm_split(bool split, const std::string& not_split_reason = "", int64_t unmatched = 0);
   void add_memory(int32_t rank, const MemoryEvent& m);
 
   Metrics finish() const;
@@ -181,6 +202,7 @@ class MetricsAccumulator {
     int64_t first_start = INT64_MAX;
     int64_t last_end = INT64_MIN;
     IntervalUnion comp, comm, device;
+    IntervalUnion transfer;  // COMM after each collective's last arrival
     bool has_memory = false;
     int64_t peak_allocated = 0;
     int64_t peak_reserved = 0;
@@ -192,6 +214,7 @@ class MetricsAccumulator {
   struct SelfRecord {
     int64_t start;
     int64_t end;
+    int64_t wait;  // collectives: waiting for the last rank, ns
     uint32_t unit;
     uint32_t op;
     int32_t window;  // -1 = before the first step
@@ -220,6 +243,9 @@ class MetricsAccumulator {
   StringTable strings_;
   Source source_ = Source::unknown;
   int32_t world_size_ = 0;
+  bool comm_split_ = false;
+  std::string not_split_reason_;
+  int64_t unmatched_collectives_ = 0;
   std::map<int32_t, RankState> ranks_;
 };
 

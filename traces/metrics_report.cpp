@@ -33,6 +33,8 @@ void put_values(const MetricValues& v, TimeFields times, bool device, json& j) {
   j["device_span_ms"] = time_value(v.device_span_ms, device_times);
   j["non_compute_ms"] = time_value(v.non_compute_ms, device_times);
   j["host_device_lag_ms"] = time_value(v.host_device_lag_ms, device_times);
+  j["comm_wait_ms"] = time_value(v.comm_wait_ms, times);
+  j["comm_transfer_ms"] = time_value(v.comm_transfer_ms, times);
 }
 
 // One step's values: {"step", the values, "reported"}.
@@ -55,7 +57,8 @@ json rows_json(const std::vector<BreakdownRow>& rows, int limit, TimeFields time
                  {"self_ms", time_value(r.self_ms, times)},
                  {"count_per_step", r.count_per_step},
                  {"per_step_ms", time_value(r.per_step_ms, times)},
-                 {"self_per_step_ms", time_value(r.self_per_step_ms, times)}});
+                 {"self_per_step_ms", time_value(r.self_per_step_ms, times)},
+                 {"wait_per_step_ms", time_value(r.wait_per_step_ms, times)}});
   }
   return a;
 }
@@ -70,15 +73,18 @@ std::string ms_cell(double v, bool measured, int width) {
   return buf;
 }
 
-void append_row(std::string& out, const std::string& label, const MetricValues& v, bool device) {
+// `split`: the collectives were matched across ranks, so their wait is measured.
+void append_row(std::string& out, const std::string& label, const MetricValues& v, bool device,
+                bool split) {
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%-10s %10.3f %11s %9.3f %11.3f %8.3f %9s %11s %10s %15s %15s\n",
-                label.c_str(), v.step_time_ms, ms_cell(v.compute_ms, device, 11).c_str(), v.comm_ms,
-                v.exposed_comm_ms, v.overlap, ms_cell(v.idle_ms, device, 9).c_str(),
-                ms_cell(v.device_span_ms, device, 11).c_str(),
-                ms_cell(v.host_device_lag_ms, device, 10).c_str(),
-                human_bytes(static_cast<double>(v.peak_allocated_bytes), ByteUnit::tib).c_str(),
-                human_bytes(static_cast<double>(v.peak_reserved_bytes), ByteUnit::tib).c_str());
+  std::snprintf(
+      buf, sizeof buf, "%-10s %10.3f %11s %9.3f %9s %11.3f %8.3f %9s %11s %10s %15s %15s\n",
+      label.c_str(), v.step_time_ms, ms_cell(v.compute_ms, device, 11).c_str(), v.comm_ms,
+      ms_cell(v.comm_wait_ms, split, 9).c_str(), v.exposed_comm_ms, v.overlap,
+      ms_cell(v.idle_ms, device, 9).c_str(), ms_cell(v.device_span_ms, device, 11).c_str(),
+      ms_cell(v.host_device_lag_ms, device, 10).c_str(),
+      human_bytes(static_cast<double>(v.peak_allocated_bytes), ByteUnit::tib).c_str(),
+      human_bytes(static_cast<double>(v.peak_reserved_bytes), ByteUnit::tib).c_str());
   out += buf;
 }
 
@@ -122,6 +128,7 @@ json metrics_to_json(const Metrics& m, int breakdown_rows, TimeFields times) {
     if (s.reported) reported.push_back(s.step);
   j["reported_steps"] = std::move(reported);
   j["rank_steps"] = m.rank_steps;
+  j["comm_split"] = m.comm_split;
   j["notes"] = m.notes;
   json ranks = json::array();
   for (const RankMetrics& r : m.ranks) {
@@ -170,13 +177,13 @@ std::string format_metrics(const Metrics& m, int breakdown_rows) {
   out += "\n";
   for (const std::string& note : m.notes) out += "note: " + note + "\n";
   out += "\n";
-  std::snprintf(buf, sizeof buf, "%-10s %10s %11s %9s %11s %8s %9s %11s %10s %15s %15s\n", "",
-                "step ms", "compute ms", "comm ms", "exposed ms", "overlap", "idle ms", "device ms",
-                "lag ms", "peak allocated", "peak reserved");
+  std::snprintf(buf, sizeof buf, "%-10s %10s %11s %9s %9s %11s %8s %9s %11s %10s %15s %15s\n", "",
+                "step ms", "compute ms", "comm ms", "wait ms", "exposed ms", "overlap", "idle ms",
+                "device ms", "lag ms", "peak allocated", "peak reserved");
   out += buf;
-  append_row(out, "all", m.total, m.device_measured);
+  append_row(out, "all", m.total, m.device_measured, m.comm_split);
   for (const RankMetrics& r : m.ranks)
-    append_row(out, "rank " + std::to_string(r.rank), r, m.device_measured);
+    append_row(out, "rank " + std::to_string(r.rank), r, m.device_measured, m.comm_split);
   if (!m.by_unit.empty() || !m.by_op.empty() || !m.by_category.empty()) {
     std::snprintf(buf, sizeof buf,
                   "\nbreakdowns over the reported steps of every rank: count, total and self are "

@@ -197,7 +197,7 @@ TEST_CASE("cli diff: deltas in text and JSON, largest first", "[cli]") {
   r = run("diff " + (dir / "a.sstrace") + " " + (dir / "b.json") + " --json");
   REQUIRE(r.status == 0);
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  REQUIRE(j["metrics"].size() == 8);
+  REQUIRE(j["metrics"].size() == 10);
   // COMM per step: [100,1100) [3000,5500) [6000,6300) = 3800 ns becomes
   // [100,2100) [3000,8000) = 7000 ns.
   bool seen = false;

@@ -19,7 +19,7 @@ TEST_CASE("diff: absolute and relative deltas, largest relative change first", "
   a.total.peak_allocated_bytes = 1000;
   b.total.peak_allocated_bytes = 1000;  // unchanged: last
   const MetricsDiff d = diff_metrics(a, b);
-  REQUIRE(d.metrics.size() == 8);
+  REQUIRE(d.metrics.size() == 10);
   CHECK(d.metrics[0].name == "idle_ms");
   CHECK_FALSE(d.metrics[0].has_relative);
   CHECK(d.metrics[1].name == "comm_ms");

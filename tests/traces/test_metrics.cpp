@@ -6,6 +6,7 @@
 
 #include "tests/traces/sample_traces.h"
 #include "traces/metrics.h"
+#include "traces/metrics_collectives.h"
 
 using namespace shardscope::traces;
 using shardscope::traces::testing::ev;
@@ -245,7 +246,11 @@ TEST_CASE("the accumulator fed directly agrees with compute_metrics on the trace
     const nlohmann::json expected = metrics_to_json(compute_metrics(t), -1);
 
     // Events and memory shuffled across ranks and lanes, steps declared first.
+    // Rank 1 stands for 3: collectives are not split (a note says why).
+    const CollectiveMatch collectives = match_collectives(t);
+    CHECK_FALSE(collectives.split);
     MetricsAccumulator acc(t.strings);
+    acc.set_comm_split(collectives.split, collectives.reason);
     acc.set_source(t.meta.source);
     acc.set_world_size(t.meta.world_size);
     struct Item {
@@ -270,6 +275,7 @@ TEST_CASE("the accumulator fed directly agrees with compute_metrics on the trace
 
     // Streaming in time order, each step declared when the stream reaches it.
     MetricsAccumulator live(t.strings);
+    live.set_comm_split(collectives.split, collectives.reason);
     live.set_source(t.meta.source);
     live.set_world_size(t.meta.world_size);
     for (const RankTrace& r : t.ranks) {
