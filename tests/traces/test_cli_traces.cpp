@@ -182,6 +182,25 @@ TEST_CASE("cli import: Kineto files to a trace that report and diff read", "[cli
   CHECK_FALSE(fs::exists(dir / "x.sstrace"));
 }
 
+TEST_CASE("cli report --ranks: wait and transfer at each collective, the slowest rank", "[cli]") {
+  TempDir dir;
+  save_trace(testing::sample_trace(), dir / "t.sstrace");
+  // Rank 1 is 3 ns behind rank 0 at every collective (sample_trace's skew).
+  Run r = run("report " + (dir / "t.sstrace") + " --ranks");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("collectives: 6 matched across ranks") != std::string::npos);
+  CHECK(r.out.find("wait ms") != std::string::npos);
+  r = run("report " + (dir / "t.sstrace") + " --ranks --json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["comm_split"] == true);
+  REQUIRE(j["collectives"]["collectives"].size() == 6);
+  for (const auto& c : j["collectives"]["collectives"]) {
+    CHECK(c["skew_ms"].get<double>() == Approx(3e-6));
+    CHECK(c["slowest_rank"] == 1);
+  }
+}
+
 TEST_CASE("cli diff: deltas in text and JSON, largest first", "[cli]") {
   TempDir dir;
   Trace a = testing::sample_trace();
