@@ -290,3 +290,37 @@ TEST_CASE("Kineto import: a CPU-only gloo trace gives host ops and host collecti
     said = said || note.get<std::string>().find("no device events") != std::string::npos;
   CHECK(said);
 }
+
+TEST_CASE("Kineto import: files imported in parallel equal the sequential import", "[kineto]") {
+  const std::vector<std::string> files = {kFixtures + "kineto_rank1.json",
+                                          kFixtures + "kineto_rank0.json"};
+  KinetoImportSummary one, two;
+  const Trace sequential = import_kineto(files, &one, 1);
+  const Trace parallel = import_kineto(files, &two, 2);
+  REQUIRE(parallel.ranks.size() == 2);
+  CHECK(parallel.ranks[0].rank == 0);
+  CHECK(parallel.meta.world_size == sequential.meta.world_size);
+  CHECK(parallel.meta.hardware == sequential.meta.hardware);
+  for (size_t k = 0; k < 2; ++k) {
+    CHECK(parallel.ranks[k].events.size() == sequential.ranks[k].events.size());
+    CHECK(parallel.ranks[k].flows.size() == sequential.ranks[k].flows.size());
+    REQUIRE(parallel.ranks[k].steps.size() == sequential.ranks[k].steps.size());
+    for (size_t i = 0; i < parallel.ranks[k].steps.size(); ++i)
+      CHECK(parallel.ranks[k].steps[i].start_ns == sequential.ranks[k].steps[i].start_ns);
+  }
+  // Strings are interned in another order; every name and number is the same.
+  CHECK(metrics_to_json(compute_metrics(parallel), -1) ==
+        metrics_to_json(compute_metrics(sequential), -1));
+  CHECK(two.device_events == one.device_events);
+  CHECK(two.host_events == one.host_events);
+  CHECK(two.launch_links == one.launch_links);
+  CHECK(two.memory_records == one.memory_records);
+  CHECK(two.skipped == one.skipped);
+  // A rank in two files is refused in parallel too, naming the second file.
+  try {
+    import_kineto({kFixtures + "kineto_rank1.json", kFixtures + "kineto_rank1.json"}, nullptr, 2);
+    FAIL("no error");
+  } catch (const TraceError& e) {
+    CHECK(std::string(e.what()).find("appears in two files") != std::string::npos);
+  }
+}
