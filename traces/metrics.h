@@ -13,9 +13,11 @@
 //                    period (negative: the device finished before the host)
 //   compute          |union(COMP)|, COMP = category compute
 //   comm             |union(COMM)|, COMM = the collectives (comm.*)
+//   comm wait        comm before each collective's last rank arrived (a trace
+//                    holding every rank; else 0); transfer = comm - wait
 //   exposed comm     |union(COMM) \ union(COMP)|
 //   overlap          |union(COMP) ∩ union(COMM)| / |union(COMM)| (0 when no COMM)
-//   idle             step time - |union(busy events on device lanes)|; busy =
+//   idle             device span - |union(busy events on device lanes)|; busy =
 //                    every category but sync and marker; device lane = not host
 //   peak allocated / reserved: the highest counter value in the window,
 //                    including the value carried in from before it
