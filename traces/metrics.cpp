@@ -305,6 +305,18 @@ void MetricsAccumulator::add_step(int32_t rank, const Step& step) {
   r.windows.emplace_back();
 }
 
+void MetricsAccumulator::end_step(int32_t rank, int64_t end_ns) {
+  RankState& r = rank_state(rank);
+  const std::string who = "rank " + std::to_string(rank);
+  if (r.steps.empty()) throw std::invalid_argument(who + ": end_step without a step");
+  if (r.rule == StepRule::launch)
+    throw std::invalid_argument(who + ": end_step under the launch rule would move host events");
+  if (end_ns < r.steps.back().start_ns)
+    throw std::invalid_argument(who + ", step " + std::to_string(r.steps.back().number) +
+                                ": ends before it starts");
+  r.steps.back().end_ns = end_ns;
+}
+
 void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event& e) {
   add_event(rank, lane_kind, e, e.start_ns);
 }

@@ -180,6 +180,10 @@ class MetricsAccumulator {
   // (the default).
   void set_step_rule(int32_t rank, StepRule rule);
   void add_step(int32_t rank, const Step& step);
+  // Sets the end of the rank's latest step once it is known (a step added at
+  // its start, as the simulator does); markers rule only, since under the
+  // launch rule the end decides which host events belong to the step.
+  void end_step(int32_t rank, int64_t end_ns);
   void add_event(int32_t rank, LaneKind lane_kind, const Event& e);
   // `step_time_ns` decides the step instead of e.start_ns: under the launch
   // rule, the start of the host call that launched a device event, or

@@ -465,3 +465,26 @@ TEST_CASE("step time: an empty step range takes the distance to the next step", 
   CHECK(r.per_step[2].step_time_ms == Approx(400 * kNsToMs));
   CHECK(r.per_step[2].host_device_lag_ms == Approx(0).margin(1e-12));
 }
+
+// The simulator streams a step added at its start (end unknown) and ends it
+// when done; its trace records Step{0, 0, end}. Both give the period from 0,
+// though the first event starts at 20 ns.
+TEST_CASE("end_step: a streamed step ended late equals the trace's step", "[metrics]") {
+  OneRank o;
+  o.r->steps.push_back(Step{0, 0, 500});
+  ev(o.t, *o.r, o.compute, "k", Category::compute, 20, 400);
+  const Metrics from_trace = compute_metrics(o.t);
+  CHECK(from_trace.total.step_time_ms == Approx(500 * kNsToMs));
+  MetricsAccumulator acc(o.t.strings);
+  acc.set_source(o.t.meta.source);
+  acc.add_rank(0);
+  acc.add_step(0, Step{0, 0, 0});
+  acc.add_event(0, LaneKind::compute, o.r->events[0]);
+  acc.end_step(0, 500);
+  CHECK(metrics_to_json(acc.finish(), -1) == metrics_to_json(from_trace, -1));
+  CHECK_THROWS_AS(acc.end_step(0, -1), std::invalid_argument);
+  MetricsAccumulator launch;
+  launch.set_step_rule(0, StepRule::launch);
+  launch.add_step(0, Step{1, 0, 0});
+  CHECK_THROWS_AS(launch.end_step(0, 10), std::invalid_argument);
+}
