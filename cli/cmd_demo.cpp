@@ -83,8 +83,8 @@ void measured_vs_predicted(const std::string& dir) {
   std::printf("calibrated on '%s' (its run only): op dispatch %.1f us, linear efficiency %.4f\n\n",
               runs[0].label.c_str(), static_cast<double>(fit.hw.op_dispatch_ns) / 1e3,
               fit.hw.efficiency_of("linear", plan::DType::f32, 1e7));
-  std::printf("%-30s %10s %14s %17s %8s %14s\n", "policy", "measured", "uncalibrated",
-              "calibrated (err)", "overlap", "peak alloc");
+  std::printf("%-30s %10s %14s %17s %8s %22s %10s %14s\n", "policy", "measured", "uncalibrated",
+              "calibrated (err)", "overlap", "comm: wait + transfer", "predicted", "peak alloc");
   for (size_t i = 0; i < variants.size(); ++i) {
     const Variant& v = variants[i];
     const engine::run::AccuracyRow raw = engine::run::accuracy_row(
@@ -105,19 +105,24 @@ void measured_vs_predicted(const std::string& dir) {
       traces::save_trace(pr.trace, base + ".predicted.trace");
       traces::export_chrome(pr.trace, base + ".predicted.json");
     }
-    std::printf("%-30s %7.2f ms %11.2f ms %8.2f ms %+6.1f%% %7.1f%% %14s%s\n", v.label,
-                cal.measured.step_time_ms, raw.predicted.step_time_ms, cal.predicted.step_time_ms,
-                100 * cal.step_error, 100 * cal.measured.overlap,
-                human_bytes(static_cast<double>(cal.measured.peak_allocated_bytes)).c_str(),
-                cal.measured.peak_allocated_bytes == cal.predicted.peak_allocated_bytes
-                    ? " (= predicted)"
-                    : " (predicted differs)");
+    std::printf(
+        "%-30s %7.2f ms %11.2f ms %8.2f ms %+6.1f%% %7.1f%% %8.2f + %7.2f ms %7.2f ms %14s%s\n",
+        v.label, cal.measured.step_time_ms, raw.predicted.step_time_ms, cal.predicted.step_time_ms,
+        100 * cal.step_error, 100 * cal.measured.overlap, cal.measured.comm_wait_ms,
+        cal.measured.comm_transfer_ms, cal.predicted.comm_transfer_ms,
+        human_bytes(static_cast<double>(cal.measured.peak_allocated_bytes)).c_str(),
+        cal.measured.peak_allocated_bytes == cal.predicted.peak_allocated_bytes
+            ? " (= predicted)"
+            : " (predicted differs)");
   }
   std::printf(
       "\nmeasured: median step after the first; peak allocated per rank from the engine's\n"
       "allocator (the simulator drives the same allocator in the same order, so the two agree\n"
       "exactly). Uncalibrated: the cpu-local preset; calibrated: fitted to the first run only\n"
       "(shardscope calibrate TRACE, or calibrate --measure --model M), then predicting all three.\n"
+      "comm: per step and rank, the measured collectives split at each one's last arrival into\n"
+      "waiting for the slower rank and the transfer, which is what the simulator predicts\n"
+      "(calibrated); shardscope report TRACE --ranks names the slowest rank at each.\n"
       "traces and Chrome/Perfetto exports: %s/*.trace, %s/*.json\n\n",
       dir.c_str(), dir.c_str());
 }

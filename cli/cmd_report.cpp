@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "traces/metrics.h"
+#include "traces/metrics_collectives.h"
 #include "traces/trace_io.h"
 
 namespace shardscope::cli {
@@ -14,7 +15,7 @@ namespace shardscope::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: shardscope report TRACE [--json] [--step-rule RULE]\n\n"
+    "usage: shardscope report TRACE [--json] [--step-rule RULE] [--ranks]\n\n"
     "Metrics of a trace: step time, peak allocated/reserved memory, compute,\n"
     "communication, exposed communication, overlap, idle time and device span\n"
     "(HTA's temporal breakdown), per rank, per step and overall, with per-unit\n"
@@ -27,12 +28,18 @@ constexpr const char* kUsage =
     "                    belongs to the step of the host call that launched it;\n"
     "                    needs launch links, as profiler traces have), markers\n"
     "                    (the step it starts in), or automatic (default: launch\n"
-    "                    when the trace has launch links, else markers)\n";
+    "                    when the trace has launch links, else markers)\n"
+    "  --ranks           stragglers: collectives matched across ranks (a trace\n"
+    "                    holding every rank), per step and rank the wait for the\n"
+    "                    last arrival and the transfer, the largest arrival skews,\n"
+    "                    the slowest rank and what it was doing (--json: every\n"
+    "                    collective under \"collectives\")\n";
 
 }  // namespace
 
 int cmd_report(int argc, char** argv) {
-  Args args(argc, argv, {{"json", false, false}, {"step-rule", true, false}}, true);
+  Args args(argc, argv,
+            {{"json", false, false}, {"step-rule", true, false}, {"ranks", false, false}}, true);
   if (args.help()) {
     std::printf("%s", kUsage);
     return 0;
@@ -64,11 +71,16 @@ int cmd_report(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--step-rule: ") + e.what());
   }
+  const bool ranks = args.has("ranks");
   if (args.has("json")) {
-    std::printf("%s\n", traces::metrics_to_json(metrics).dump(2).c_str());
+    nlohmann::json j = traces::metrics_to_json(metrics);
+    if (ranks) j["collectives"] = traces::collectives_to_json(traces::match_collectives(trace));
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("trace %s: %zu events\n%s", path.c_str(), trace.event_count(),
                 traces::format_metrics(metrics).c_str());
+    if (ranks)
+      std::printf("\n%s", traces::format_collectives(traces::match_collectives(trace)).c_str());
   }
   return 0;
 }

@@ -41,31 +41,38 @@ void delta_rows(const char* id, const char* key_name, const std::vector<traces::
                 float height) {
   const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersOuter |
                                 ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp;
-  if (!ImGui::BeginTable(id, 5, flags, ImVec2(0, height))) return;
+  // Per step and rank (traces::RowDelta), so traces of different step and
+  // rank counts compare; n = events per step and rank.
+  if (!ImGui::BeginTable(id, 7, flags, ImVec2(0, height))) return;
   ImGui::TableSetupScrollFreeze(0, 1);
   ImGui::TableSetupColumn(key_name, ImGuiTableColumnFlags_WidthStretch, 3.0f);
-  for (const char* c : {"A ms", "B ms", "delta ms", "relative"})
+  for (const char* c : {"n A", "n B", "A ms/step", "B ms/step", "delta ms", "relative"})
     ImGui::TableSetupColumn(c, ImGuiTableColumnFlags_WidthStretch, 1.0f);
   ImGui::TableHeadersRow();
   const Rgb hl = kCompareHighlight;
   const ImVec4 hi(hl.r / 255.f, hl.g / 255.f, hl.b / 255.f, 1);
   for (const traces::RowDelta& r : rows) {
-    const bool big = !r.has_relative || std::fabs(r.relative) >= kCompareHighlightRelative;
+    const bool big =
+        r.has_relative ? std::fabs(r.relative) >= kCompareHighlightRelative : r.per_step_b_ms != 0;
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
     if (big) ImGui::PushStyleColor(ImGuiCol_Text, hi);
     ImGui::TextUnformatted(r.key.c_str());
     ImGui::TableNextColumn();
-    ImGui::Text("%.4f", r.total_a_ms);
+    ImGui::Text("%.2f", r.count_per_step_a);
     ImGui::TableNextColumn();
-    ImGui::Text("%.4f", r.total_b_ms);
+    ImGui::Text("%.2f", r.count_per_step_b);
+    ImGui::TableNextColumn();
+    ImGui::Text("%.4f", r.per_step_a_ms);
+    ImGui::TableNextColumn();
+    ImGui::Text("%.4f", r.per_step_b_ms);
     ImGui::TableNextColumn();
     ImGui::Text("%+.4f", r.delta_ms);
     ImGui::TableNextColumn();
     if (r.has_relative)
       ImGui::Text("%+.1f%%", 100.0 * r.relative);
     else
-      ImGui::TextUnformatted("new");
+      ImGui::TextUnformatted(r.per_step_b_ms == 0 ? "=" : "new");
     if (big) ImGui::PopStyleColor();
   }
   ImGui::EndTable();

@@ -1,7 +1,8 @@
 // Compare two traces (say measured A and predicted B): their timelines
 // stacked on one time axis whose origin is the start of a chosen step in
 // each, their metrics side by side with deltas (traces::diff_metrics), and
-// the per-unit / per-op differences with large ones highlighted.
+// the per-unit / per-op differences per step and rank (with event counts per
+// step), large ones highlighted.
 #pragma once
 
 #include <cstdint>

@@ -521,6 +521,9 @@ SimResult Executor::run() {
     lanes_.push_back(trace_->add_lane(*rank_, "host", traces::LaneKind::host));
   } else {
     acc_->add_rank(rank_id_, represents_);
+    // The step the trace records (below), so both give the same step time:
+    // its end is set when the step is done.
+    acc_->add_step(rank_id_, traces::Step{0, 0, 0});
   }
 
   // Persistent buffers exist before the step: allocated at time 0.
@@ -562,6 +565,7 @@ SimResult Executor::run() {
           peak_by_category_[c];
   for (size_t u = 0; u < peak_by_unit_.size(); ++u)
     if (peak_by_unit_[u]) result_.peak.by_unit[unit_name(static_cast<int>(u))] = peak_by_unit_[u];
+  if (acc_) acc_->end_step(rank_id_, end.ns);
   if (trace_) {
     rank_->steps.push_back(traces::Step{0, 0, end.ns});
     traces::sort_events(*rank_);

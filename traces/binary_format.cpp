@@ -153,6 +153,26 @@ void write_array(const Sink& sink, uint32_t kind, const std::vector<T>& v) {
   write_section(sink, kind, sizeof(T), v.size(), v.data(), v.size() * sizeof(T));
 }
 
+// Everything the binary form cannot hold, before a byte is written.
+void check_binary_limits(const Trace& t, const std::string& file) {
+  for (uint32_t i = 0; i < t.strings.size(); ++i)
+    check_binary_limit(file, "strings/" + std::to_string(i), "bytes of one string",
+                       t.strings.get(i).size(), kBinaryMaxStringBytes);
+  for (size_t k = 0; k < t.ranks.size(); ++k) {
+    const RankTrace& r = t.ranks[k];
+    const std::string at = "ranks/" + std::to_string(k);
+    const std::string of = " of rank " + std::to_string(r.rank);
+    check_binary_limit(file, at + "/events", "events" + of, r.events.size(), kBinaryMaxPerRank);
+    check_binary_limit(file, at + "/memory", "memory records" + of, r.memory.size(),
+                       kBinaryMaxPerRank);
+    check_binary_limit(file, at + "/flows", "flows" + of, r.flows.size(), kBinaryMaxPerRank);
+    check_binary_limit(file, at + "/steps", "steps" + of, r.steps.size(), kBinaryMaxPerRank);
+    check_binary_limit(file, at + "/lanes", "lanes" + of, r.lanes.size(), kBinaryMaxPerRank);
+    check_binary_limit(file, at + "/represents", "represented ranks" + of, r.represents.size(),
+                       kBinaryMaxPerRank);
+  }
+}
+
 // `t` has been validated.
 void write_binary(const Trace& t, const Sink& sink) {
   FileHeader fh{};
@@ -454,8 +474,18 @@ class BinaryReader {
 
 }  // namespace
 
+void check_binary_limit(const std::string& file, const std::string& position,
+                        const std::string& what, uint64_t count, uint64_t limit) {
+  if (count <= limit) return;
+  throw TraceError(ErrorKind::schema, file, position,
+                   std::to_string(count) + " " + what +
+                       ": more than the binary form holds (its limit: " + std::to_string(limit) +
+                       ")");
+}
+
 void write_trace_binary(const Trace& t, const std::string& path) {
   validate(t, path);
+  check_binary_limits(t, path);
   OutputFile file(path);
   write_binary(t, [&file](const void* data, size_t n) { file.write(data, n); });
   file.commit();
@@ -463,6 +493,7 @@ void write_trace_binary(const Trace& t, const std::string& path) {
 
 std::string trace_to_binary(const Trace& t) {
   validate(t);
+  check_binary_limits(t, "trace");
   std::string out;
   write_binary(
       t, [&out](const void* data, size_t n) { out.append(static_cast<const char*>(data), n); });

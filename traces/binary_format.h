@@ -21,6 +21,17 @@ constexpr uint32_t kOldestBinaryVersion = 1;
 // high byte and a CR LF catch text-mode transfers).
 constexpr char kBinaryMagic[8] = {'\x89', 'S', 'S', 'T', 'R', 'C', '\r', '\n'};
 
+// What the binary form can hold, per rank: events, memory records, flows,
+// steps, lanes and represented ranks at most 2^32 - 1 each (flows index a
+// rank's events, and RANK stores the represents count, with 32 bits); one
+// string at most 2^32 - 1 bytes (u32 lengths). The writers check them first.
+constexpr uint64_t kBinaryMaxPerRank = UINT32_MAX;
+constexpr uint64_t kBinaryMaxStringBytes = UINT32_MAX;
+// TraceError(schema) at `position` naming the limit when `count` of `what`
+// ("events of rank 3") exceeds `limit`; the writers' check, exposed for tests.
+void check_binary_limit(const std::string& file, const std::string& position,
+                        const std::string& what, uint64_t count, uint64_t limit);
+
 // Writes atomically (temp file + rename). TraceError(schema) on an
 // inconsistent trace, TraceError(io) on I/O failure.
 void write_trace_binary(const Trace& t, const std::string& path);

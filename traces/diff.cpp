@@ -19,6 +19,8 @@ std::vector<std::pair<const char*, double>> fields(const MetricValues& v) {
           {"peak_reserved_bytes", static_cast<double>(v.peak_reserved_bytes)},
           {"compute_ms", v.compute_ms},
           {"comm_ms", v.comm_ms},
+          {"comm_wait_ms", v.comm_wait_ms},
+          {"comm_transfer_ms", v.comm_transfer_ms},
           {"exposed_comm_ms", v.exposed_comm_ms},
           {"overlap", v.overlap},
           {"idle_ms", v.idle_ms}};
@@ -59,18 +61,24 @@ std::vector<RowDelta> row_deltas(const std::vector<BreakdownRow>& a,
     d.key = r.key;
     d.count_a = r.count;
     d.total_a_ms = r.total_ms;
+    d.count_per_step_a = r.count_per_step;
+    d.per_step_a_ms = r.per_step_ms - r.wait_per_step_ms;
+    d.wait_per_step_a_ms = r.wait_per_step_ms;
   }
   for (const BreakdownRow& r : b) {
     RowDelta& d = rows[r.key];
     d.key = r.key;
     d.count_b = r.count;
     d.total_b_ms = r.total_ms;
+    d.count_per_step_b = r.count_per_step;
+    d.per_step_b_ms = r.per_step_ms - r.wait_per_step_ms;
+    d.wait_per_step_b_ms = r.wait_per_step_ms;
   }
   std::vector<RowDelta> out;
   for (auto& [key, d] : rows) {
     (void)key;
-    d.delta_ms = d.total_b_ms - d.total_a_ms;
-    relative_of(d.total_a_ms, d.total_b_ms, &d.has_relative, &d.relative);
+    d.delta_ms = d.per_step_b_ms - d.per_step_a_ms;
+    relative_of(d.per_step_a_ms, d.per_step_b_ms, &d.has_relative, &d.relative);
     out.push_back(d);
   }
   std::stable_sort(out.begin(), out.end(), [](const RowDelta& x, const RowDelta& y) {
@@ -88,6 +96,12 @@ json rows_json(const std::vector<RowDelta>& rows, int limit) {
                  {"count_b", r.count_b},
                  {"total_a_ms", r.total_a_ms},
                  {"total_b_ms", r.total_b_ms},
+                 {"count_per_step_a", r.count_per_step_a},
+                 {"count_per_step_b", r.count_per_step_b},
+                 {"per_step_a_ms", r.per_step_a_ms},
+                 {"per_step_b_ms", r.per_step_b_ms},
+                 {"wait_per_step_a_ms", r.wait_per_step_a_ms},
+                 {"wait_per_step_b_ms", r.wait_per_step_b_ms},
                  {"delta_ms", r.delta_ms},
                  {"relative", r.has_relative ? json(r.relative) : json(nullptr)}});
   }
@@ -122,9 +136,20 @@ MetricsDiff diff_metrics(const Metrics& a, const Metrics& b) {
                      return magnitude(x.has_relative, x.relative, x.delta) >
                             magnitude(y.has_relative, y.relative, y.delta);
                    });
-  for (const RankMetrics& ra : a.ranks)
-    for (const RankMetrics& rb : b.ranks)
-      if (ra.rank == rb.rank) d.ranks.emplace_back(ra.rank, deltas(ra, rb));
+  // Rank ids of A (a simulated rank stands for the ranks it represents),
+  // each against the rank of B that is or represents it.
+  std::map<int32_t, const RankMetrics*> ids_a, ids_b;
+  for (const auto& [m, ids] : {std::pair{&a, &ids_a}, std::pair{&b, &ids_b}})
+    for (const RankMetrics& r : m->ranks) {
+      if (r.represents.empty()) (*ids)[r.rank] = &r;
+      for (const int32_t id : r.represents) (*ids)[id] = &r;
+    }
+  for (const auto& [id, ra] : ids_a) {
+    const auto rb = ids_b.find(id);
+    if (rb != ids_b.end()) d.ranks.emplace_back(id, deltas(*ra, *rb->second));
+  }
+  d.rank_steps_a = a.rank_steps;
+  d.rank_steps_b = b.rank_steps;
   d.by_unit = row_deltas(a.by_unit, b.by_unit);
   d.by_op = row_deltas(a.by_op, b.by_op);
   d.by_category = row_deltas(a.by_category, b.by_category);
@@ -143,6 +168,8 @@ json diff_to_json(const MetricsDiff& d, int rows) {
     ranks.push_back(std::move(r));
   }
   j["ranks"] = std::move(ranks);
+  j["rank_steps_a"] = d.rank_steps_a;
+  j["rank_steps_b"] = d.rank_steps_b;
   j["by_unit"] = rows_json(d.by_unit, rows);
   j["by_op"] = rows_json(d.by_op, rows);
   j["by_category"] = rows_json(d.by_category, rows);
@@ -162,20 +189,30 @@ std::string format_diff(const MetricsDiff& d, int rows) {
   }
   auto table = [&](const char* title, const std::vector<RowDelta>& list) {
     if (list.empty()) return;
-    std::snprintf(buf, sizeof buf, "\n%-40s %7s %7s %12s %12s %12s %9s\n", title, "n A", "n B",
-                  "A ms", "B ms", "B - A ms", "change");
+    std::snprintf(buf, sizeof buf, "\n%-40s %8s %8s %12s %10s %12s %10s %12s %9s\n", title,
+                  "n/step A", "n/step B", "A ms/step", "A wait", "B ms/step", "B wait", "B - A ms",
+                  "change");
     out += buf;
     int shown = 0;
     for (const RowDelta& r : list) {
       if (rows >= 0 && shown++ >= rows) break;
       const std::string key = r.key.size() > 40 ? r.key.substr(0, 37) + "..." : r.key;
-      std::snprintf(buf, sizeof buf, "%-40s %7lld %7lld %12.3f %12.3f %+12.3f %9s\n", key.c_str(),
-                    static_cast<long long>(r.count_a), static_cast<long long>(r.count_b),
-                    r.total_a_ms, r.total_b_ms, r.delta_ms,
-                    relative_text(r.total_a_ms, r.total_b_ms, r.has_relative, r.relative).c_str());
+      std::snprintf(
+          buf, sizeof buf, "%-40s %8.2f %8.2f %12.4f %10.4f %12.4f %10.4f %+12.4f %9s\n",
+          key.c_str(), r.count_per_step_a, r.count_per_step_b, r.per_step_a_ms,
+          r.wait_per_step_a_ms, r.per_step_b_ms, r.wait_per_step_b_ms, r.delta_ms,
+          relative_text(r.per_step_a_ms, r.per_step_b_ms, r.has_relative, r.relative).c_str());
       out += buf;
     }
   };
+  if (!d.by_unit.empty() || !d.by_op.empty() || !d.by_category.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  "\nbreakdowns per step and rank (A: %g rank-steps, B: %g; a simulated rank "
+                  "counts for the ranks it represents); ms/step leaves out the time collectives "
+                  "waited for their last rank, shown as wait\n",
+                  d.rank_steps_a, d.rank_steps_b);
+    out += buf;
+  }
   table("by unit", d.by_unit);
   table("by op type", d.by_op);
   table("by category", d.by_category);

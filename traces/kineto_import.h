@@ -42,7 +42,10 @@ std::string describe_skipped(const std::map<std::string, int64_t>& skipped);
 // except shardscope's combined exports, which hold one rank per process.
 // Throws TraceError naming the file and the position (byte offset or JSON
 // path such as /traceEvents/12/ts).
-Trace import_kineto(const std::vector<std::string>& paths, KinetoImportSummary* summary = nullptr);
+// Files are imported in parallel, `threads` at a time (0 = the hardware's
+// threads; at most one per file), each holding its text until it is read.
+Trace import_kineto(const std::vector<std::string>& paths, KinetoImportSummary* summary = nullptr,
+                    int threads = 0);
 
 // One Kineto document already in memory (uncompressed).
 Trace import_kineto_text(std::string_view text, const std::string& name = "kineto.json",

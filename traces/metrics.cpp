@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "traces/metrics_collectives.h"
+
 namespace shardscope::traces {
 
 namespace {
@@ -21,6 +23,9 @@ struct Values {
   double idle_ns = 0;
   double device_span_ns = 0;
   double non_compute_ns = 0;
+  double lag_ns = 0;
+  double wait_ns = 0;
+  double transfer_ns = 0;
 };
 
 template <typename Get>
@@ -46,6 +51,9 @@ Values median(const std::vector<Values>& v) {
   m.idle_ns = median_of(v, [](const Values& e) { return e.idle_ns; });
   m.device_span_ns = median_of(v, [](const Values& e) { return e.device_span_ns; });
   m.non_compute_ns = median_of(v, [](const Values& e) { return e.non_compute_ns; });
+  m.lag_ns = median_of(v, [](const Values& e) { return e.lag_ns; });
+  m.wait_ns = median_of(v, [](const Values& e) { return e.wait_ns; });
+  m.transfer_ns = median_of(v, [](const Values& e) { return e.transfer_ns; });
   return m;
 }
 
@@ -65,6 +73,9 @@ Values aggregate(const std::vector<std::pair<Values, double>>& per_rank) {
     a.idle_ns += w * v.idle_ns;
     a.device_span_ns += w * v.device_span_ns;
     a.non_compute_ns += w * v.non_compute_ns;
+    a.lag_ns += w * v.lag_ns;
+    a.wait_ns += w * v.wait_ns;
+    a.transfer_ns += w * v.transfer_ns;
     weight += w;
   }
   if (weight > 0) {
@@ -75,6 +86,9 @@ Values aggregate(const std::vector<std::pair<Values, double>>& per_rank) {
     a.idle_ns /= weight;
     a.device_span_ns /= weight;
     a.non_compute_ns /= weight;
+    a.lag_ns /= weight;
+    a.wait_ns /= weight;
+    a.transfer_ns /= weight;
   }
   return a;
 }
@@ -96,6 +110,9 @@ void to_metric_values(const Values& v, MetricValues* out) {
   out->idle_ms = v.idle_ns / 1e6;
   out->device_span_ms = v.device_span_ns / 1e6;
   out->non_compute_ms = v.non_compute_ns / 1e6;
+  out->host_device_lag_ms = v.lag_ns / 1e6;
+  out->comm_wait_ms = v.wait_ns / 1e6;
+  out->comm_transfer_ms = v.transfer_ns / 1e6;
 }
 
 // Unsigned: sums of extreme durations wrap instead of overflowing.
@@ -103,9 +120,14 @@ struct RowAcc {
   uint64_t count = 0;
   uint64_t total_ns = 0;
   uint64_t self_ns = 0;
+  // The same, each event weighted by the ranks its rank represents.
+  double weighted_count = 0;
+  double weighted_ns = 0;
+  double weighted_self_ns = 0;
+  double weighted_wait_ns = 0;
 };
 
-std::vector<BreakdownRow> to_rows(const std::map<std::string, RowAcc>& acc) {
+std::vector<BreakdownRow> to_rows(const std::map<std::string, RowAcc>& acc, double rank_steps) {
   std::vector<BreakdownRow> rows;
   rows.reserve(acc.size());
   for (const auto& [key, a] : acc) {
@@ -115,6 +137,12 @@ std::vector<BreakdownRow> to_rows(const std::map<std::string, RowAcc>& acc) {
     r.total_ms = static_cast<double>(a.total_ns) / 1e6;
     r.self_ms = static_cast<double>(a.self_ns) / 1e6;
     r.mean_ms = a.count ? r.total_ms / static_cast<double>(a.count) : 0;
+    if (rank_steps > 0) {
+      r.count_per_step = a.weighted_count / rank_steps;
+      r.per_step_ms = a.weighted_ns / rank_steps / 1e6;
+      r.self_per_step_ms = a.weighted_self_ns / rank_steps / 1e6;
+      r.wait_per_step_ms = a.weighted_wait_ns / rank_steps / 1e6;
+    }
     rows.push_back(std::move(r));
   }
   std::stable_sort(rows.begin(), rows.end(), [](const BreakdownRow& a, const BreakdownRow& b) {
@@ -216,6 +244,13 @@ MetricsAccumulator::RankState& MetricsAccumulator::rank_state(int32_t rank) {
   return ranks_[rank];
 }
 
+void MetricsAccumulator::set_comm_split(bool split, const std::string& not_split_reason,
+                                        int64_t unmatched) {
+  comm_split_ = split;
+  not_split_reason_ = not_split_reason;
+  unmatched_collectives_ = unmatched;
+}
+
 void MetricsAccumulator::add_rank(int32_t rank, const std::vector<int32_t>& represents) {
   rank_state(rank).represents = represents;
 }
@@ -270,12 +305,29 @@ void MetricsAccumulator::add_step(int32_t rank, const Step& step) {
   r.windows.emplace_back();
 }
 
+void MetricsAccumulator::end_step(int32_t rank, int64_t end_ns) {
+  RankState& r = rank_state(rank);
+  const std::string who = "rank " + std::to_string(rank);
+  if (r.steps.empty()) throw std::invalid_argument(who + ": end_step without a step");
+  if (r.rule == StepRule::launch)
+    throw std::invalid_argument(who + ": end_step under the launch rule would move host events");
+  if (end_ns < r.steps.back().start_ns)
+    throw std::invalid_argument(who + ", step " + std::to_string(r.steps.back().number) +
+                                ": ends before it starts");
+  r.steps.back().end_ns = end_ns;
+}
+
 void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event& e) {
   add_event(rank, lane_kind, e, e.start_ns);
 }
 
 void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event& e,
                                    int64_t step_time_ns) {
+  add_event(rank, lane_kind, e, step_time_ns, e.start_ns);
+}
+
+void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event& e,
+                                   int64_t step_time_ns, int64_t transfer_start_ns) {
   if (e.dur_ns < 0 || e.start_ns > std::numeric_limits<int64_t>::max() - e.dur_ns)
     throw std::invalid_argument("rank " + std::to_string(rank) +
                                 ": event with a negative or overflowing duration");
@@ -287,15 +339,22 @@ void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event
   w.first_start = std::min(w.first_start, e.start_ns);
   w.last_end = std::max(w.last_end, end);
   if (is_compute(e.category)) w.comp.add(e.start_ns, end);
-  if (is_comm(e.category)) w.comm.add(e.start_ns, end);
+  // Waiting for the last rank of a collective: [start, min(transfer start, end)).
+  int64_t wait = 0;
+  if (is_comm(e.category)) {
+    w.comm.add(e.start_ns, end);
+    const int64_t transfer_start = std::min(std::max(transfer_start_ns, e.start_ns), end);
+    w.transfer.add(transfer_start, end);
+    wait = transfer_start - e.start_ns;
+  }
   if (lane_kind != LaneKind::host && e.category != Category::sync &&
       e.category != Category::marker && e.category != Category::host) {
     w.device.add(e.start_ns, end);
     ++w.device_events;
   }
   if (options_.breakdown) {
-    r.lanes[e.lane].push_back(
-        SelfRecord{e.start_ns, end, e.unit, e.op != kNoString ? e.op : e.name, index, e.category});
+    r.lanes[e.lane].push_back(SelfRecord{e.start_ns, end, wait, e.unit,
+                                         e.op != kNoString ? e.op : e.name, index, e.category});
   }
 }
 
@@ -367,7 +426,26 @@ Metrics MetricsAccumulator::finish() const {
       const Window& w = window_at(k);
       Values v;
       const bool any = w.last_end >= w.first_start;
-      v.step_ns = any ? static_cast<double>(Interval{w.first_start, w.last_end}.length()) : 0;
+      // The iteration period (docs/traces.md, "step time"): the step's own
+      // range, else the distance to the next step's start, else (the last
+      // step, an empty range) its events' extent from its start. Without
+      // steps: the events' extent.
+      int64_t period_start = w.first_start;
+      int64_t period_end = any ? w.last_end : w.first_start;
+      if (!r.steps.empty()) {
+        const Step& st = r.steps[k];
+        period_start = st.start_ns;
+        if (st.end_ns > st.start_ns) {
+          period_end = st.end_ns;
+        } else if (k + 1 < r.steps.size()) {
+          period_end = r.steps[k + 1].start_ns;
+        } else {
+          period_end = any ? std::max(w.last_end, st.start_ns) : st.start_ns;
+        }
+      }
+      v.step_ns = any || !r.steps.empty()
+                      ? static_cast<double>(Interval{period_start, period_end}.length())
+                      : 0;
       const auto& comp = w.comp.intervals();
       const auto& comm = w.comm.intervals();
       const uint64_t comp_ns = w.comp.length();
@@ -377,6 +455,8 @@ Metrics MetricsAccumulator::finish() const {
       v.comm_ns = static_cast<double>(comm_ns);
       v.exposed_ns = static_cast<double>(comm_ns - both_ns);
       v.overlap = comm_ns > 0 ? static_cast<double>(both_ns) / static_cast<double>(comm_ns) : 0;
+      v.transfer_ns = static_cast<double>(w.transfer.length());
+      v.wait_ns = static_cast<double>(comm_ns - w.transfer.length());
       const auto& device = w.device.intervals();
       const uint64_t device_ns = w.device.length();
       v.device_span_ns =
@@ -384,6 +464,9 @@ Metrics MetricsAccumulator::finish() const {
               ? 0
               : static_cast<double>(Interval{device.front().start, device.back().end}.length());
       v.idle_ns = v.device_span_ns - static_cast<double>(device_ns);
+      if (!device.empty() && !r.steps.empty())
+        v.lag_ns = static_cast<double>(static_cast<int64_t>(
+            static_cast<uint64_t>(device.back().end) - static_cast<uint64_t>(period_end)));
       v.non_compute_ns = static_cast<double>(device_ns - intersection_length(device, comp));
       int64_t peak_allocated = carry ? carry_allocated : 0;
       int64_t peak_reserved = carry ? carry_reserved : 0;
@@ -410,6 +493,7 @@ Metrics MetricsAccumulator::finish() const {
       per_step.push_back(sm);
       device_events += w.device_events;
     }
+    out.rank_steps += weight * static_cast<double>(in_median.size());
     const Values rv = median(in_median);
     RankMetrics rm;
     to_metric_values(rv, &rm);
@@ -452,6 +536,10 @@ Metrics MetricsAccumulator::finish() const {
           ++a->count;
           a->total_ns += dur;
           a->self_ns += self[i];
+          a->weighted_count += weight;
+          a->weighted_ns += weight * static_cast<double>(dur);
+          a->weighted_self_ns += weight * static_cast<double>(self[i]);
+          a->weighted_wait_ns += weight * static_cast<double>(e.wait);
         }
       }
     }
@@ -466,18 +554,27 @@ Metrics MetricsAccumulator::finish() const {
     out.steps.push_back(s);
   }
   out.world_size = world_size_ > 0 ? world_size_ : static_cast<int32_t>(world);
+  out.comm_split = comm_split_;
+  // The simulator prices transfers (its comm is all transfer): no note there.
+  if (!comm_split_ && !not_split_reason_.empty() && source_ != Source::simulator)
+    out.notes.push_back("communication is not split into waiting for the last rank and transfer: " +
+                        not_split_reason_);
+  if (comm_split_ && unmatched_collectives_ > 0)
+    out.notes.push_back(std::to_string(unmatched_collectives_) +
+                        " collective events are not split into wait and transfer: their count "
+                        "differs between ranks, so they could not be matched");
   add_notes(out);
   if (options_.breakdown) {
     std::map<std::string, RowAcc> by_unit, by_op;
     for (const auto& [id, a] : by_unit_id)
       by_unit[id == kNoString ? std::string("(none)") : std::string(strings_.get(id))] = a;
     for (const auto& [id, a] : by_op_id) by_op[std::string(strings_.get(id))] = a;
-    out.by_unit = to_rows(by_unit);
-    out.by_op = to_rows(by_op);
+    out.by_unit = to_rows(by_unit, out.rank_steps);
+    out.by_op = to_rows(by_op, out.rank_steps);
     std::map<std::string, RowAcc> cats;
     for (int c = 0; c < kCategoryCount; ++c)
       if (by_category[c].count) cats[category_name(static_cast<Category>(c))] = by_category[c];
-    out.by_category = to_rows(cats);
+    out.by_category = to_rows(cats, out.rank_steps);
   }
   return out;
 }
@@ -506,6 +603,8 @@ Metrics compute_metrics(const Trace& t, MetricsOptions options) {
         "correlation ids, as in PyTorch profiler traces); this trace has none, so its steps are "
         "its own step markers (--step-rule markers)");
   MetricsAccumulator acc(t.strings, options);
+  const CollectiveMatch collectives = match_collectives(t);
+  acc.set_comm_split(collectives.split, collectives.reason, collectives.unmatched);
   acc.set_source(t.meta.source);
   acc.set_world_size(t.meta.world_size);
   std::vector<int64_t> launched_at;
@@ -518,11 +617,15 @@ Metrics compute_metrics(const Trace& t, MetricsOptions options) {
       for (const Flow& f : r.flows)
         if (is_launch_flow(r, f)) launched_at[f.to] = r.events[f.from].start_ns;
     }
+    const auto split = collectives.transfer_start.find(r.rank);
+    const std::vector<int64_t>* transfer_start =
+        split == collectives.transfer_start.end() ? nullptr : &split->second;
     for (size_t i = 0; i < r.events.size(); ++i) {
       const Event& e = r.events[i];
       const LaneKind kind = e.lane < r.lanes.size() ? r.lanes[e.lane].kind : LaneKind::other;
       const bool by_launch = rule == StepRule::launch && kind != LaneKind::host;
-      acc.add_event(r.rank, kind, e, by_launch ? launched_at[i] : e.start_ns);
+      acc.add_event(r.rank, kind, e, by_launch ? launched_at[i] : e.start_ns,
+                    transfer_start ? (*transfer_start)[i] : e.start_ns);
     }
     for (const MemoryEvent& m : r.memory) acc.add_memory(r.rank, m);
   }

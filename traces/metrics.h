@@ -5,12 +5,19 @@
 //
 // Per rank and per step (window of the rank's steps; a rank without steps is
 // one window):
-//   step time        last event end - first event start (all lanes)
+//   step time        the iteration period: the step's own range (end - start),
+//                    or the distance to the next step's start when the range
+//                    is empty; never the union of host and lagging device work
+//                    (a rank without steps: last event end - first event start)
+//   host-device lag  end of the step's last busy device event - end of its
+//                    period (negative: the device finished before the host)
 //   compute          |union(COMP)|, COMP = category compute
 //   comm             |union(COMM)|, COMM = the collectives (comm.*)
+//   comm wait        comm before each collective's last rank arrived (a trace
+//                    holding every rank; else 0); transfer = comm - wait
 //   exposed comm     |union(COMM) \ union(COMP)|
 //   overlap          |union(COMP) ∩ union(COMM)| / |union(COMM)| (0 when no COMM)
-//   idle             step time - |union(busy events on device lanes)|; busy =
+//   idle             device span - |union(busy events on device lanes)|; busy =
 //                    every category but sync and marker; device lane = not host
 //   peak allocated / reserved: the highest counter value in the window,
 //                    including the value carried in from before it
@@ -49,6 +56,18 @@ struct MetricValues {
   // (every profiler trace), compute + non-compute + idle = span.
   double device_span_ms = 0;
   double non_compute_ms = 0;
+  // How far the device runs behind the host loop: the end of the step's last
+  // busy device event minus the end of its period (step start + step time),
+  // in ms; negative when the device finished first (a synchronizing loop).
+  // 0 in a window without device events or without steps.
+  double host_device_lag_ms = 0;
+  // Communication split at each collective's last arrival (traces/
+  // metrics_collectives.h), when the trace holds every rank: transfer =
+  // |union(COMM after the last rank arrived)|, wait = comm - transfer. A
+  // trace that cannot be split (one rank of many, the simulator's
+  // representatives) has transfer = comm and wait 0.
+  double comm_wait_ms = 0;
+  double comm_transfer_ms = 0;
 };
 
 // Which step an event belongs to.
@@ -87,10 +106,19 @@ struct RankMetrics : MetricValues {
 
 struct BreakdownRow {
   std::string key;  // unit, op type (or name when the event has none) or category
+  // Sums over the reported steps of every rank in the trace.
   int64_t count = 0;
   double total_ms = 0;
   double mean_ms = 0;
   double self_ms = 0;  // total minus events directly nested in these, on the same lane
+  // Per step and rank: the sums above over Metrics::rank_steps, each rank
+  // weighted by the ranks it represents. Comparable between traces with
+  // different step and rank counts (what diff compares).
+  double count_per_step = 0;
+  double per_step_ms = 0;
+  double self_per_step_ms = 0;
+  // Of per_step_ms, the time collectives spent waiting for their last rank.
+  double wait_per_step_ms = 0;
 };
 
 struct Metrics {
@@ -99,7 +127,14 @@ struct Metrics {
   MetricValues total;
   std::vector<RankMetrics> ranks;  // by rank id
   std::vector<StepMetrics> steps;  // by step number
-  // Over the reported steps of every rank (sums, not medians), largest total first.
+  // Reported (rank, step) pairs, each rank weighted by the ranks it
+  // represents: the divisor of the breakdowns' per-step values (2 ranks x 9
+  // reported steps = 18; one simulated step of a rank standing for 8 ranks
+  // = 8, its sums also weighted by 8).
+  double rank_steps = 0;
+  // Over the reported steps of every rank, largest total first: sums
+  // (count, total_ms, self_ms) and per step and rank (count_per_step,
+  // per_step_ms, self_per_step_ms).
   std::vector<BreakdownRow> by_unit;
   std::vector<BreakdownRow> by_op;
   std::vector<BreakdownRow> by_category;
@@ -108,10 +143,13 @@ struct Metrics {
   // format_metrics and metrics_to_json ("notes").
   std::vector<std::string> notes;
   bool device_measured = true;  // some rank has busy device events
+  // Collectives were matched across ranks (comm_wait_ms / comm_transfer_ms
+  // measured); false also when the trace has none.
+  bool comm_split = false;
 };
 
 struct MetricsOptions {
-  // Per-unit / per-op breakdowns keep 32 bytes per event until finish() (to
+  // Per-unit / per-op breakdowns keep 40 bytes per event until finish() (to
   // find nesting for self time); sweeps that only need the totals turn them
   // off and keep memory proportional to the busy-interval unions.
   bool breakdown = true;
@@ -142,12 +180,25 @@ class MetricsAccumulator {
   // (the default).
   void set_step_rule(int32_t rank, StepRule rule);
   void add_step(int32_t rank, const Step& step);
+  // Sets the end of the rank's latest step once it is known (a step added at
+  // its start, as the simulator does); markers rule only, since under the
+  // launch rule the end decides which host events belong to the step.
+  void end_step(int32_t rank, int64_t end_ns);
   void add_event(int32_t rank, LaneKind lane_kind, const Event& e);
   // `step_time_ns` decides the step instead of e.start_ns: under the launch
   // rule, the start of the host call that launched a device event, or
   // kNoStep for device work with no launcher (it belongs to no step).
   void add_event(int32_t rank, LaneKind lane_kind, const Event& e, int64_t step_time_ns);
   static constexpr int64_t kNoStep = INT64_MIN;
+  // A collective whose last rank arrived at `transfer_start_ns`: the part of
+  // it before that is waiting, the rest transfer (docs/traces.md).
+  void add_event(int32_t rank, LaneKind lane_kind, const Event& e, int64_t step_time_ns,
+                 int64_t transfer_start_ns);
+  // What matching the collectives across ranks gave (match_collectives):
+  // whether comm is split into wait and transfer, why not, how many
+  // collective events were left unmatched. Notes say so; the simulator
+  // (whose comm is all transfer) gets no note.
+  void set_comm_split(bool split, const std::string& not_split_reason = "", int64_t unmatched = 0);
   void add_memory(int32_t rank, const MemoryEvent& m);
 
   Metrics finish() const;
@@ -157,6 +208,7 @@ class MetricsAccumulator {
     int64_t first_start = INT64_MAX;
     int64_t last_end = INT64_MIN;
     IntervalUnion comp, comm, device;
+    IntervalUnion transfer;  // COMM after each collective's last arrival
     bool has_memory = false;
     int64_t peak_allocated = 0;
     int64_t peak_reserved = 0;
@@ -168,6 +220,7 @@ class MetricsAccumulator {
   struct SelfRecord {
     int64_t start;
     int64_t end;
+    int64_t wait;  // collectives: waiting for the last rank, ns
     uint32_t unit;
     uint32_t op;
     int32_t window;  // -1 = before the first step
@@ -196,6 +249,9 @@ class MetricsAccumulator {
   StringTable strings_;
   Source source_ = Source::unknown;
   int32_t world_size_ = 0;
+  bool comm_split_ = false;
+  std::string not_split_reason_;
+  int64_t unmatched_collectives_ = 0;
   std::map<int32_t, RankState> ranks_;
 };
 

@@ -32,6 +32,9 @@ void put_values(const MetricValues& v, TimeFields times, bool device, json& j) {
   j["idle_ms"] = time_value(v.idle_ms, device_times);
   j["device_span_ms"] = time_value(v.device_span_ms, device_times);
   j["non_compute_ms"] = time_value(v.non_compute_ms, device_times);
+  j["host_device_lag_ms"] = time_value(v.host_device_lag_ms, device_times);
+  j["comm_wait_ms"] = time_value(v.comm_wait_ms, times);
+  j["comm_transfer_ms"] = time_value(v.comm_transfer_ms, times);
 }
 
 // One step's values: {"step", the values, "reported"}.
@@ -51,7 +54,11 @@ json rows_json(const std::vector<BreakdownRow>& rows, int limit, TimeFields time
                  {"count", r.count},
                  {"total_ms", time_value(r.total_ms, times)},
                  {"mean_ms", time_value(r.mean_ms, times)},
-                 {"self_ms", time_value(r.self_ms, times)}});
+                 {"self_ms", time_value(r.self_ms, times)},
+                 {"count_per_step", r.count_per_step},
+                 {"per_step_ms", time_value(r.per_step_ms, times)},
+                 {"self_per_step_ms", time_value(r.self_per_step_ms, times)},
+                 {"wait_per_step_ms", time_value(r.wait_per_step_ms, times)}});
   }
   return a;
 }
@@ -66,14 +73,18 @@ std::string ms_cell(double v, bool measured, int width) {
   return buf;
 }
 
-void append_row(std::string& out, const std::string& label, const MetricValues& v, bool device) {
+// `split`: the collectives were matched across ranks, so their wait is measured.
+void append_row(std::string& out, const std::string& label, const MetricValues& v, bool device,
+                bool split) {
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%-10s %10.3f %11s %9.3f %11.3f %8.3f %9s %11s %15s %15s\n",
-                label.c_str(), v.step_time_ms, ms_cell(v.compute_ms, device, 11).c_str(), v.comm_ms,
-                v.exposed_comm_ms, v.overlap, ms_cell(v.idle_ms, device, 9).c_str(),
-                ms_cell(v.device_span_ms, device, 11).c_str(),
-                human_bytes(static_cast<double>(v.peak_allocated_bytes), ByteUnit::tib).c_str(),
-                human_bytes(static_cast<double>(v.peak_reserved_bytes), ByteUnit::tib).c_str());
+  std::snprintf(
+      buf, sizeof buf, "%-10s %10.3f %11s %9.3f %9s %11.3f %8.3f %9s %11s %10s %15s %15s\n",
+      label.c_str(), v.step_time_ms, ms_cell(v.compute_ms, device, 11).c_str(), v.comm_ms,
+      ms_cell(v.comm_wait_ms, split, 9).c_str(), v.exposed_comm_ms, v.overlap,
+      ms_cell(v.idle_ms, device, 9).c_str(), ms_cell(v.device_span_ms, device, 11).c_str(),
+      ms_cell(v.host_device_lag_ms, device, 10).c_str(),
+      human_bytes(static_cast<double>(v.peak_allocated_bytes), ByteUnit::tib).c_str(),
+      human_bytes(static_cast<double>(v.peak_reserved_bytes), ByteUnit::tib).c_str());
   out += buf;
 }
 
@@ -81,8 +92,8 @@ void append_breakdown(std::string& out, const char* title, const std::vector<Bre
                       int limit) {
   if (rows.empty()) return;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "\n%-40s %8s %12s %10s %12s\n", title, "count", "total ms",
-                "mean ms", "self ms");
+  std::snprintf(buf, sizeof buf, "\n%-40s %8s %12s %10s %12s %10s %10s\n", title, "count",
+                "total ms", "mean ms", "self ms", "n/step", "ms/step");
   out += buf;
   int shown = 0;
   for (const BreakdownRow& r : rows) {
@@ -92,8 +103,9 @@ void append_breakdown(std::string& out, const char* title, const std::vector<Bre
       break;
     }
     std::string key = r.key.size() > 40 ? r.key.substr(0, 37) + "..." : r.key;
-    std::snprintf(buf, sizeof buf, "%-40s %8" PRId64 " %12.3f %10.4f %12.3f\n", key.c_str(),
-                  r.count, r.total_ms, r.mean_ms, r.self_ms);
+    std::snprintf(buf, sizeof buf, "%-40s %8" PRId64 " %12.3f %10.4f %12.3f %10.2f %10.4f\n",
+                  key.c_str(), r.count, r.total_ms, r.mean_ms, r.self_ms, r.count_per_step,
+                  r.per_step_ms);
     out += buf;
   }
 }
@@ -115,6 +127,8 @@ json metrics_to_json(const Metrics& m, int breakdown_rows, TimeFields times) {
   for (const StepMetrics& s : m.steps)
     if (s.reported) reported.push_back(s.step);
   j["reported_steps"] = std::move(reported);
+  j["rank_steps"] = m.rank_steps;
+  j["comm_split"] = m.comm_split;
   j["notes"] = m.notes;
   json ranks = json::array();
   for (const RankMetrics& r : m.ranks) {
@@ -163,13 +177,20 @@ std::string format_metrics(const Metrics& m, int breakdown_rows) {
   out += "\n";
   for (const std::string& note : m.notes) out += "note: " + note + "\n";
   out += "\n";
-  std::snprintf(buf, sizeof buf, "%-10s %10s %11s %9s %11s %8s %9s %11s %15s %15s\n", "", "step ms",
-                "compute ms", "comm ms", "exposed ms", "overlap", "idle ms", "device ms",
-                "peak allocated", "peak reserved");
+  std::snprintf(buf, sizeof buf, "%-10s %10s %11s %9s %9s %11s %8s %9s %11s %10s %15s %15s\n", "",
+                "step ms", "compute ms", "comm ms", "wait ms", "exposed ms", "overlap", "idle ms",
+                "device ms", "lag ms", "peak allocated", "peak reserved");
   out += buf;
-  append_row(out, "all", m.total, m.device_measured);
+  append_row(out, "all", m.total, m.device_measured, m.comm_split);
   for (const RankMetrics& r : m.ranks)
-    append_row(out, "rank " + std::to_string(r.rank), r, m.device_measured);
+    append_row(out, "rank " + std::to_string(r.rank), r, m.device_measured, m.comm_split);
+  if (!m.by_unit.empty() || !m.by_op.empty() || !m.by_category.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  "\nbreakdowns over the reported steps of every rank: count, total and self are "
+                  "sums; n/step and ms/step are per step and rank (over %g rank-steps)\n",
+                  m.rank_steps);
+    out += buf;
+  }
   append_breakdown(out, "by unit", m.by_unit, breakdown_rows);
   append_breakdown(out, "by op type", m.by_op, breakdown_rows);
   append_breakdown(out, "by category", m.by_category, breakdown_rows);

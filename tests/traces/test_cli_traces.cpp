@@ -72,7 +72,7 @@ TEST_CASE("cli report: text and contract JSON, from binary and JSON traces", "[c
   const nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j["source"] == "simulator");
   CHECK(j["world_size"] == 2);
-  CHECK(j["step_time_ms"].get<double>() == Approx(7020e-6));
+  CHECK(j["step_time_ms"].get<double>() == Approx(9000e-6));  // the steps' range
   CHECK(j["ranks"].size() == 2);
   CHECK(j.contains("breakdown"));
   // Kineto files are reported directly.
@@ -148,20 +148,20 @@ TEST_CASE("cli import: Kineto files to a trace that report and diff read", "[cli
   CHECK(load_trace(dir / "k.json") == t);
   // The fixtures link one kernel to its launch (correlation 101): the launch
   // rule applies, and step 3 holds aten::mm [1010.5, 1030.75) us, its
-  // cudaLaunchKernel and the GEMM [1020, 1120) -> 109.5 us; step 4, the last,
-  // is dropped.
+  // cudaLaunchKernel and the GEMM [1020, 1120); its time is its range, 500 us
+  // (109.5 us of events); step 4, the last, is dropped.
   r = run("report " + (dir / "k.sstrace") + " --json");
   REQUIRE(r.status == 0);
   nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j["step_rule"] == "launch");
   CHECK(j["reported_steps"] == nlohmann::json::array({3}));
-  CHECK(j["step_time_ms"].get<double>() == Approx(0.1095));
+  CHECK(j["step_time_ms"].get<double>() == Approx(0.5));  // ProfilerStep#3's range
   // Their own step markers: step 4 of rank 0, [1510, 1860) us.
   r = run("report " + (dir / "k.sstrace") + " --json --step-rule markers");
   REQUIRE(r.status == 0);
   j = nlohmann::json::parse(r.out);
   CHECK(j["step_rule"] == "markers");
-  CHECK(j["step_time_ms"].get<double>() == Approx(0.35));
+  CHECK(j["step_time_ms"].get<double>() == Approx(0.5));
   r = run("report " + (dir / "k.sstrace") + " --step-rule sideways");
   CHECK(r.status == 2);
   CHECK(r.err.find("--step-rule") != std::string::npos);
@@ -182,6 +182,25 @@ TEST_CASE("cli import: Kineto files to a trace that report and diff read", "[cli
   CHECK_FALSE(fs::exists(dir / "x.sstrace"));
 }
 
+TEST_CASE("cli report --ranks: wait and transfer at each collective, the slowest rank", "[cli]") {
+  TempDir dir;
+  save_trace(testing::sample_trace(), dir / "t.sstrace");
+  // Rank 1 is 3 ns behind rank 0 at every collective (sample_trace's skew).
+  Run r = run("report " + (dir / "t.sstrace") + " --ranks");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("collectives: 6 matched across ranks") != std::string::npos);
+  CHECK(r.out.find("wait ms") != std::string::npos);
+  r = run("report " + (dir / "t.sstrace") + " --ranks --json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["comm_split"] == true);
+  REQUIRE(j["collectives"]["collectives"].size() == 6);
+  for (const auto& c : j["collectives"]["collectives"]) {
+    CHECK(c["skew_ms"].get<double>() == Approx(3e-6));
+    CHECK(c["slowest_rank"] == 1);
+  }
+}
+
 TEST_CASE("cli diff: deltas in text and JSON, largest first", "[cli]") {
   TempDir dir;
   Trace a = testing::sample_trace();
@@ -197,7 +216,7 @@ TEST_CASE("cli diff: deltas in text and JSON, largest first", "[cli]") {
   r = run("diff " + (dir / "a.sstrace") + " " + (dir / "b.json") + " --json");
   REQUIRE(r.status == 0);
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  REQUIRE(j["metrics"].size() == 8);
+  REQUIRE(j["metrics"].size() == 10);
   // COMM per step: [100,1100) [3000,5500) [6000,6300) = 3800 ns becomes
   // [100,2100) [3000,8000) = 7000 ns.
   bool seen = false;

@@ -393,3 +393,23 @@ TEST_CASE("hostile JSON: numbers beyond a double, deep nesting, in every reader"
   CHECK(error_kind_of([&] { read_trace_binary(deep.data(), deep.size()); }) ==
         ErrorKind::malformed);
 }
+
+TEST_CASE("binary form: what it cannot hold is an error naming the limit", "[binary]") {
+  // 2^32 events of one rank (230 GiB in memory) cannot be built here: the
+  // writers' check is fed the counts.
+  CHECK_NOTHROW(check_binary_limit("t.bin", "ranks/0/events", "events of rank 0", kBinaryMaxPerRank,
+                                   kBinaryMaxPerRank));
+  try {
+    check_binary_limit("t.bin", "ranks/3/events", "events of rank 7", 4294967296ULL,
+                       kBinaryMaxPerRank);
+    FAIL("no error");
+  } catch (const TraceError& e) {
+    CHECK(e.kind() == ErrorKind::schema);
+    CHECK(e.position() == "ranks/3/events");
+    CHECK(std::string(e.what()) ==
+          "t.bin: ranks/3/events: 4294967296 events of rank 7: more than the binary form holds "
+          "(its limit: 4294967295)");
+  }
+  CHECK(kBinaryMaxPerRank == 4294967295ULL);
+  CHECK(kBinaryMaxStringBytes == 4294967295ULL);
+}

@@ -167,3 +167,45 @@ TEST_CASE("shared traces: MTIA device events on their own lanes, ROCm kernels as
   const Metrics am = compute_metrics(amd);
   CHECK(am.total.compute_ms > 0);  // was 0.000 next to 16 visible kernels
 }
+
+// Step time is the ProfilerStep range on every shared trace (never host start
+// to the end of lagging device work), and the lag says how far the device
+// ran past it: step 1009 of eight-rank-job-rank3 launches kernels that end
+// 183 us after its range [.., +75,473 us) ends (the union of its host and
+// device work would read 75,656 us).
+TEST_CASE("shared traces: step time is the ProfilerStep range, the lag beside it", "[kineto]") {
+  const std::string dir = traces_dir();
+  if (dir.empty())
+    FAIL(
+        "the shared Kineto traces (../shared/traces/kineto-hta) are not next to the "
+        "checkout; set SHARDSCOPE_KINETO_TRACES");
+  int steps = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".json") == std::string::npos) continue;
+    INFO(name);
+    const Trace t = import_kineto({entry.path().string()});
+    const Metrics m = compute_metrics(t);
+    for (const RankTrace& rt : t.ranks) {
+      const RankMetrics* r = nullptr;
+      for (const RankMetrics& x : m.ranks)
+        if (x.rank == rt.rank) r = &x;
+      REQUIRE(r != nullptr);
+      REQUIRE(r->per_step.size() == rt.steps.size());
+      for (size_t k = 0; k < rt.steps.size(); ++k) {
+        INFO("step " << rt.steps[k].number);
+        const double range_ms =
+            static_cast<double>(rt.steps[k].end_ns - rt.steps[k].start_ns) / 1e6;
+        CHECK(r->per_step[k].step_time_ms == Approx(range_ms).epsilon(1e-12));
+        ++steps;
+      }
+      if (name.rfind("eight-rank-job", 0) == 0) {
+        REQUIRE(r->per_step.at(0).step == 1009);
+        CHECK(r->per_step[0].step_time_ms == Approx(75.473).epsilon(1e-12));
+        CHECK(r->per_step[0].device_span_ms == Approx(75.103).epsilon(1e-12));
+        CHECK(r->per_step[0].host_device_lag_ms == Approx(0.183).epsilon(1e-9));
+      }
+    }
+  }
+  CHECK(steps >= 14);
+}

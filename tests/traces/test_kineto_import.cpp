@@ -125,13 +125,15 @@ TEST_CASE("Kineto import: metrics of the fixtures, worked out by hand", "[kineto
   const Metrics m = compute_metrics(t, markers);
   REQUIRE(m.ranks.size() == 2);
   // Two steps (3, 4): the reported value is step 4 (steps 2..S).
-  // Rank 0, step 4: events [1510, 1860) -> 350 us; COMP [1510,1610) [1650,1750) = 200;
-  // COMM [1520,1600) [1700,1720) [1760,1860) = 200; COMM ∩ COMP = 80 + 20 = 100;
+  // Step time: the ProfilerStep range, 500 us on both ranks.
+  // Rank 0, step 4: device events [1510, 1860) in [1500, 2000): lag -140 us; COMP [1510,1610)
+  // [1650,1750) = 200; COMM [1520,1600) [1700,1720) [1760,1860) = 200; COMM ∩ COMP = 80 + 20 = 100;
   // device busy 300 over the device span [1510, 1860) -> idle 50, non-compute 100.
   // Memory: 4 MiB carried in, 12 MiB at 1600; reserved 32 MiB.
   const RankMetrics& r0 = m.ranks[0];
   CHECK(r0.rank == 0);
-  CHECK(r0.step_time_ms == Approx(350 * kUsToMs));
+  CHECK(r0.step_time_ms == Approx(500 * kUsToMs));
+  CHECK(r0.host_device_lag_ms == Approx(-140 * kUsToMs));
   CHECK(r0.compute_ms == Approx(200 * kUsToMs));
   CHECK(r0.comm_ms == Approx(200 * kUsToMs));
   CHECK(r0.exposed_comm_ms == Approx(100 * kUsToMs));
@@ -141,25 +143,25 @@ TEST_CASE("Kineto import: metrics of the fixtures, worked out by hand", "[kineto
   CHECK(r0.non_compute_ms == Approx(100 * kUsToMs));
   CHECK(r0.peak_allocated_bytes == 12 * kMiB);
   CHECK(r0.peak_reserved_bytes == 32 * kMiB);
-  // Rank 1, step 4: [1500, 1800) -> 300; COMP 200, COMM 200, ∩ 100; busy 300 -> idle 0.
+  // Rank 1, step 4: [1500, 1800) in a 500 us step; COMP 200, COMM 200, ∩ 100; busy 300 -> idle 0.
   const RankMetrics& r1 = m.ranks[1];
-  CHECK(r1.step_time_ms == Approx(300 * kUsToMs));
+  CHECK(r1.step_time_ms == Approx(500 * kUsToMs));
   CHECK(r1.exposed_comm_ms == Approx(100 * kUsToMs));
   CHECK(r1.idle_ms == Approx(0).margin(1e-12));
   CHECK(r1.peak_allocated_bytes == 8 * kMiB);
   CHECK(r1.peak_reserved_bytes == 10 * kMiB);
   // Top level: max step time and peaks, mean of the rest.
-  CHECK(m.total.step_time_ms == Approx(350 * kUsToMs));
+  CHECK(m.total.step_time_ms == Approx(500 * kUsToMs));
   CHECK(m.total.idle_ms == Approx(25 * kUsToMs));
   CHECK(m.total.overlap == Approx(0.5));
   CHECK(m.total.peak_allocated_bytes == 12 * kMiB);
   CHECK(m.total.peak_reserved_bytes == 32 * kMiB);
-  // Step 3 of rank 0, for the record: [1005, 1465) = 460 us; COMP 180, COMM 300, ∩ 150;
-  // busy 347 -> idle 113; peak allocated 5 MiB.
+  // Step 3 of rank 0, for the record: events [1005, 1465) in a 500 us step; COMP 180, COMM 300, ∩
+  // 150; busy 347 -> idle 113; peak allocated 5 MiB.
   REQUIRE(m.steps.size() == 2);
   CHECK(m.steps[0].step == 3);
   CHECK_FALSE(m.steps[0].reported);
-  CHECK(m.steps[0].step_time_ms == Approx(460 * kUsToMs));  // max(460, 290)
+  CHECK(m.steps[0].step_time_ms == Approx(500 * kUsToMs));  // max(500, 500)
   CHECK(m.steps[0].peak_allocated_bytes == 5 * kMiB);
   // Rank 0: exposed 150 in step 3; rank 1: COMM 150 ∩ COMP 50 -> 100. Mean 125.
   CHECK(m.steps[0].exposed_comm_ms == Approx(125 * kUsToMs));
@@ -287,4 +289,38 @@ TEST_CASE("Kineto import: a CPU-only gloo trace gives host ops and host collecti
   for (const auto& note : j["notes"])
     said = said || note.get<std::string>().find("no device events") != std::string::npos;
   CHECK(said);
+}
+
+TEST_CASE("Kineto import: files imported in parallel equal the sequential import", "[kineto]") {
+  const std::vector<std::string> files = {kFixtures + "kineto_rank1.json",
+                                          kFixtures + "kineto_rank0.json"};
+  KinetoImportSummary one, two;
+  const Trace sequential = import_kineto(files, &one, 1);
+  const Trace parallel = import_kineto(files, &two, 2);
+  REQUIRE(parallel.ranks.size() == 2);
+  CHECK(parallel.ranks[0].rank == 0);
+  CHECK(parallel.meta.world_size == sequential.meta.world_size);
+  CHECK(parallel.meta.hardware == sequential.meta.hardware);
+  for (size_t k = 0; k < 2; ++k) {
+    CHECK(parallel.ranks[k].events.size() == sequential.ranks[k].events.size());
+    CHECK(parallel.ranks[k].flows.size() == sequential.ranks[k].flows.size());
+    REQUIRE(parallel.ranks[k].steps.size() == sequential.ranks[k].steps.size());
+    for (size_t i = 0; i < parallel.ranks[k].steps.size(); ++i)
+      CHECK(parallel.ranks[k].steps[i].start_ns == sequential.ranks[k].steps[i].start_ns);
+  }
+  // Strings are interned in another order; every name and number is the same.
+  CHECK(metrics_to_json(compute_metrics(parallel), -1) ==
+        metrics_to_json(compute_metrics(sequential), -1));
+  CHECK(two.device_events == one.device_events);
+  CHECK(two.host_events == one.host_events);
+  CHECK(two.launch_links == one.launch_links);
+  CHECK(two.memory_records == one.memory_records);
+  CHECK(two.skipped == one.skipped);
+  // A rank in two files is refused in parallel too, naming the second file.
+  try {
+    import_kineto({kFixtures + "kineto_rank1.json", kFixtures + "kineto_rank1.json"}, nullptr, 2);
+    FAIL("no error");
+  } catch (const TraceError& e) {
+    CHECK(std::string(e.what()).find("appears in two files") != std::string::npos);
+  }
 }

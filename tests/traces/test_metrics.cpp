@@ -6,6 +6,7 @@
 
 #include "tests/traces/sample_traces.h"
 #include "traces/metrics.h"
+#include "traces/metrics_collectives.h"
 
 using namespace shardscope::traces;
 using shardscope::traces::testing::ev;
@@ -138,7 +139,7 @@ TEST_CASE("median over steps 2..S: the first step is warm-up", "[metrics]") {
   RankTrace& r = *o.r;
   const int64_t durations[] = {1000, 20, 40, 30};  // step 1 is slow (warm-up)
   for (int s = 0; s < 4; ++s) {
-    r.steps.push_back(Step{s + 1, s * 10'000, s * 10'000 + 5'000});
+    r.steps.push_back(Step{s + 1, s * 10'000, s * 10'000 + durations[s]});
     ev(o.t, r, o.compute, "k", Category::compute, s * 10'000, durations[s]);
   }
   Metrics m = compute_metrics(o.t);
@@ -155,9 +156,9 @@ TEST_CASE("median over steps 2..S: the first step is warm-up", "[metrics]") {
   m = compute_metrics(o.t);
   CHECK(m.total.step_time_ms == Approx(30 * kNsToMs));  // (20 + 40) / 2
 
-  // One step: that step.
+  // One step: that step (an empty range, the last: its events' extent).
   OneRank one;
-  one.r->steps.push_back(Step{7, 0, 10});
+  one.r->steps.push_back(Step{7, 0, 0});
   ev(one.t, *one.r, one.compute, "k", Category::compute, 0, 1000);
   m = compute_metrics(one.t);
   CHECK(m.total.step_time_ms == Approx(1000 * kNsToMs));
@@ -168,16 +169,18 @@ TEST_CASE("step membership: by start time, events before the first step are left
           "[metrics]") {
   OneRank o;
   RankTrace& r = *o.r;
-  r.steps = {{1, 100, 150}, {2, 200, 250}};
+  r.steps = {{1, 100, 100}, {2, 200, 200}};  // empty ranges: periods to the next start
   ev(o.t, r, o.compute, "before", Category::compute, 0, 50);  // in no step
   ev(o.t, r, o.compute, "s1", Category::compute, 100, 10);
   ev(o.t, r, o.compute, "s1 late", Category::compute, 190, 40);  // starts in 1, ends in 2
   ev(o.t, r, o.compute, "s2", Category::compute, 240, 500);      // the last step is open-ended
   const Metrics m = compute_metrics(o.t);
   REQUIRE(m.steps.size() == 2);
-  CHECK(m.steps[0].step_time_ms == Approx(130 * kNsToMs));  // [100, 230)
-  CHECK(m.steps[1].step_time_ms == Approx(500 * kNsToMs));  // [240, 740)
-  CHECK(m.total.step_time_ms == Approx(500 * kNsToMs));     // step 2 only
+  CHECK(m.steps[0].compute_ms == Approx(50 * kNsToMs));     // s1 + s1 late
+  CHECK(m.steps[1].compute_ms == Approx(500 * kNsToMs));    // s2
+  CHECK(m.steps[0].step_time_ms == Approx(100 * kNsToMs));  // [100, 200): to step 2's start
+  CHECK(m.steps[1].step_time_ms == Approx(540 * kNsToMs));  // [200, 740): the last, its events
+  CHECK(m.total.step_time_ms == Approx(540 * kNsToMs));     // step 2 only
 }
 
 TEST_CASE("top level: max over ranks for step time and peaks, weighted mean for the rest",
@@ -243,7 +246,11 @@ TEST_CASE("the accumulator fed directly agrees with compute_metrics on the trace
     const nlohmann::json expected = metrics_to_json(compute_metrics(t), -1);
 
     // Events and memory shuffled across ranks and lanes, steps declared first.
+    // Rank 1 stands for 3: collectives are not split (a note says why).
+    const CollectiveMatch collectives = match_collectives(t);
+    CHECK_FALSE(collectives.split);
     MetricsAccumulator acc(t.strings);
+    acc.set_comm_split(collectives.split, collectives.reason);
     acc.set_source(t.meta.source);
     acc.set_world_size(t.meta.world_size);
     struct Item {
@@ -268,6 +275,7 @@ TEST_CASE("the accumulator fed directly agrees with compute_metrics on the trace
 
     // Streaming in time order, each step declared when the stream reaches it.
     MetricsAccumulator live(t.strings);
+    live.set_comm_split(collectives.split, collectives.reason);
     live.set_source(t.meta.source);
     live.set_world_size(t.meta.world_size);
     for (const RankTrace& r : t.ranks) {
@@ -321,9 +329,9 @@ TEST_CASE("breakdown off: same totals, no per-event records", "[metrics]") {
 
 TEST_CASE("sample trace: metrics worked out by hand", "[metrics]") {
   const Metrics m = compute_metrics(testing::sample_trace());
-  // Per step (same for both steps and ranks): events span [0, 7020) from the
-  // step start (marker at 0, memset ends at 7020).
-  CHECK(m.total.step_time_ms == Approx(7020 * kNsToMs));
+  // Per step (same for both steps and ranks): the step's range, 9000 ns (its
+  // events span only [0, 7020): marker at 0, memset ends at 7020).
+  CHECK(m.total.step_time_ms == Approx(9000 * kNsToMs));
   // COMP = fc1 [1100,3100) + gelu [3100,3600) = 2500.
   CHECK(m.total.compute_ms == Approx(2500 * kNsToMs));
   // COMM = ag [100,1100) + rs [3000,5500) + ar [6000,6300) = 3800.
@@ -390,5 +398,93 @@ TEST_CASE("metrics_to_json with times withheld: every time field null, memory an
   }
   CHECK(rows > 0);
   // The default shows them: the sample's step is 7020 ns.
-  CHECK(shown["step_time_ms"].get<double>() == Approx(7020 * kNsToMs));
+  CHECK(shown["step_time_ms"].get<double>() == Approx(9000 * kNsToMs));
+}
+
+// A profiler-like trace whose GPU falls further behind every step: host step
+// k spans [100k, 100k + 100) us and launches one 90 us kernel at its start;
+// the kernel of step k starts 10k us late (10 us more each step). Step time
+// is the loop's period (100 us), never host start to kernel end (100 + lag).
+TEST_CASE("step time is the iteration period under a growing host-device lag", "[metrics]") {
+  for (const StepRule rule : {StepRule::launch, StepRule::markers}) {
+    INFO("rule " << step_rule_name(rule));
+    Trace t;
+    t.meta.source = Source::kineto;
+    RankTrace& r = t.add_rank(0);
+    const uint32_t host = t.add_lane(r, "host", LaneKind::host);
+    const uint32_t gpu = t.add_lane(r, "stream 7", LaneKind::compute, 7);
+    constexpr int64_t kUs = 1000;
+    constexpr int kSteps = 6;
+    for (int k = 0; k < kSteps; ++k) {
+      const int64_t start = 100 * k * kUs;
+      r.steps.push_back(Step{k + 1, start, start + 100 * kUs});
+      const uint32_t launch = ev(t, r, host, "cudaLaunchKernel", Category::host, start, 5 * kUs);
+      const uint32_t kernel =
+          ev(t, r, gpu, "gemm", Category::compute, start + 10 * k * kUs, 90 * kUs);
+      r.events[launch].correlation = r.events[kernel].correlation = static_cast<uint32_t>(k + 1);
+      r.flows.push_back(Flow{launch, kernel});
+    }
+    MetricsOptions options;
+    options.step_rule = rule;
+    const Metrics m = compute_metrics(t, options);
+    REQUIRE(m.ranks.size() == 1);
+    const RankMetrics& rank = m.ranks[0];
+    REQUIRE(rank.per_step.size() == kSteps);
+    for (int k = 0; k < kSteps; ++k) {
+      const StepMetrics& s = rank.per_step[static_cast<size_t>(k)];
+      INFO("step " << s.step);
+      CHECK(s.step_time_ms == Approx(0.100));
+      // The kernel of step k (in step k under both rules: it starts 10k us
+      // into the step) ends at 100k + 10k + 90 us: past the step's end by
+      // 10k - 10 us.
+      CHECK(s.device_span_ms == Approx(0.090));
+      CHECK(s.host_device_lag_ms == Approx(0.010 * k - 0.010).margin(1e-12));
+    }
+    // Reported: launch 2..5 (lags 0, 10, 20, 30 us), markers 2..6 (0..40 us).
+    CHECK(rank.step_time_ms == Approx(0.100));
+    CHECK(m.total.step_time_ms == Approx(0.100));
+    CHECK(m.total.host_device_lag_ms == Approx(rule == StepRule::launch ? 0.015 : 0.020));
+  }
+}
+
+TEST_CASE("step time: an empty step range takes the distance to the next step", "[metrics]") {
+  OneRank o;
+  o.r->steps.push_back(Step{1, 0, 0});
+  o.r->steps.push_back(Step{2, 1000, 1000});
+  o.r->steps.push_back(Step{3, 2500, 2500});
+  ev(o.t, *o.r, o.compute, "a", Category::compute, 0, 100);
+  ev(o.t, *o.r, o.compute, "b", Category::compute, 1000, 1200);  // runs into step 3's period
+  ev(o.t, *o.r, o.compute, "c", Category::compute, 2600, 300);
+  const Metrics m = compute_metrics(o.t);
+  const RankMetrics& r = m.ranks.at(0);
+  REQUIRE(r.per_step.size() == 3);
+  CHECK(r.per_step[0].step_time_ms == Approx(1000 * kNsToMs));
+  CHECK(r.per_step[1].step_time_ms == Approx(1500 * kNsToMs));
+  CHECK(r.per_step[1].host_device_lag_ms == Approx(-300 * kNsToMs));  // 2200 - 2500
+  // The last step has no next one: its events' extent from its start.
+  CHECK(r.per_step[2].step_time_ms == Approx(400 * kNsToMs));
+  CHECK(r.per_step[2].host_device_lag_ms == Approx(0).margin(1e-12));
+}
+
+// The simulator streams a step added at its start (end unknown) and ends it
+// when done; its trace records Step{0, 0, end}. Both give the period from 0,
+// though the first event starts at 20 ns.
+TEST_CASE("end_step: a streamed step ended late equals the trace's step", "[metrics]") {
+  OneRank o;
+  o.r->steps.push_back(Step{0, 0, 500});
+  ev(o.t, *o.r, o.compute, "k", Category::compute, 20, 400);
+  const Metrics from_trace = compute_metrics(o.t);
+  CHECK(from_trace.total.step_time_ms == Approx(500 * kNsToMs));
+  MetricsAccumulator acc(o.t.strings);
+  acc.set_source(o.t.meta.source);
+  acc.add_rank(0);
+  acc.add_step(0, Step{0, 0, 0});
+  acc.add_event(0, LaneKind::compute, o.r->events[0]);
+  acc.end_step(0, 500);
+  CHECK(metrics_to_json(acc.finish(), -1) == metrics_to_json(from_trace, -1));
+  CHECK_THROWS_AS(acc.end_step(0, -1), std::invalid_argument);
+  MetricsAccumulator launch;
+  launch.set_step_rule(0, StepRule::launch);
+  launch.add_step(0, Step{1, 0, 0});
+  CHECK_THROWS_AS(launch.end_step(0, 10), std::invalid_argument);
 }
