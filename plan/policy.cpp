@@ -458,6 +458,13 @@ Policy policy_from_json(const json& doc) {
       }
     } else if (k == "optimizer") {
       read_optimizer(v, p.optimizer);
+    } else if (k == "allocator") {
+      if (!v.is_object()) fail(k, "expected an object ({\"expandable_segments\": bool})");
+      for (auto a = v.begin(); a != v.end(); ++a) {
+        if (a.key() != "expandable_segments")
+          fail("allocator." + a.key(), "unknown key (the allocator takes expandable_segments)");
+        p.expandable_segments = get_bool(a.value(), "allocator.expandable_segments");
+      }
     } else if (k == "grad_clip_norm") {
       if (v.is_null()) {
         p.grad_clip_norm.reset();
@@ -567,6 +574,7 @@ json policy_to_json(const Policy& p) {
   j["optimizer"] = o;
   j["grad_clip_norm"] = p.grad_clip_norm ? json(*p.grad_clip_norm) : json(nullptr);
   j["zero_grad_set_to_none"] = p.zero_grad_set_to_none;
+  j["allocator"] = {{"expandable_segments", p.expandable_segments}};
   if (!p.loss_scale_mode)
     j["loss_scale"] = nullptr;
   else if (*p.loss_scale_mode == "dynamic")

@@ -396,6 +396,7 @@ Schedule Builder::build(bool persistent_only) {
   s_.world = up_.world;
   s_.workload = policy_workload(p_, g_);
   s_.grad_accum_steps = p_.grad_accum_steps;
+  s_.expandable_segments = p_.expandable_segments;
   if (rank_ < 0 || rank_ >= up_.world.world_size)
     throw Error("rank " + std::to_string(rank_) + " is outside the world of " +
                 std::to_string(up_.world.world_size));

@@ -45,7 +45,8 @@ class Executor final : public alloc::EventSource {
         cost_(hw, graph, schedule, std::move(spans), options.sizes),
         backing_(static_cast<uint64_t>(options.memory_limit_bytes > 0 ? options.memory_limit_bytes
                                                                       : hw.memory_bytes)),
-        allocator_(backing_),
+        allocator_(backing_,
+                   alloc::AllocatorConfig{alloc::Mode::caching, schedule.expandable_segments}),
         rank_id_(rank),
         represents_(std::move(represents)),
         trace_(trace),
