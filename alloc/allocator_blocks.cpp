@@ -138,7 +138,15 @@ uint32_t CachingAllocator::new_segment(uint64_t bytes, StreamId stream, bool sma
   block.stream = stream;
   block.small = small;
   block.segment = segment_index;
-  segments_[segment_index] = Segment{*base, bytes, stream, tag, index, small, true};
+  Segment& segment = segments_[segment_index];
+  segment = Segment{};
+  segment.base = *base;
+  segment.size = bytes;
+  segment.stream = stream;
+  segment.tag = tag;
+  segment.head = index;
+  segment.small = small;
+  segment.live = true;
   add_bytes(counters_.reserved, bytes);
   ++stats_.segment_allocs;
   emit(EventKind::segment_alloc, stream, tag, *base, *base, bytes, 0);
@@ -161,11 +169,12 @@ void CachingAllocator::release_segment(uint32_t segment_index) {
 
 void CachingAllocator::release_cached_segments() {
   synchronize_events();
+  if (config_.expandable_segments) unmap_free_tails();
   // Only unsplit free blocks are whole segments; PyTorch walks large then small.
   for (FreeSet* pool : {&large_pool_, &small_pool_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       const Block& block = blocks_[it->block];
-      if (block.prev == kNone && block.next == kNone) {
+      if (block.prev == kNone && block.next == kNone && !segments_[block.segment].expandable) {
         const uint32_t segment_index = block.segment;
         it = pool->erase(it);
         release_segment(segment_index);
@@ -179,12 +188,13 @@ void CachingAllocator::release_cached_segments() {
 std::vector<SegmentInfo> CachingAllocator::snapshot() const {
   std::vector<SegmentInfo> result;
   for (const Segment& segment : segments_) {
-    if (!segment.live) continue;
+    if (!segment.live || (segment.expandable && segment.size == 0)) continue;
     SegmentInfo info;
     info.base = segment.base;
     info.bytes = segment.size;
     info.stream = segment.stream;
     info.small_pool = segment.small;
+    info.expandable = segment.expandable;
     for (uint32_t index = segment.head; index != kNone; index = blocks_[index].next) {
       const Block& block = blocks_[index];
       info.blocks.push_back(BlockInfo{block.address, block.size, block.requested, block.allocated,

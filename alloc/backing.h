@@ -24,6 +24,11 @@ class Backing {
   virtual uint64_t capacity_bytes() const = 0;
   /// Sum of the bytes of the segments held now.
   virtual uint64_t reserved_bytes() const = 0;
+  /// Whether reserve() hands out memory the executor uses at those
+  /// addresses. Expandable segments need address ranges that grow in place
+  /// (PyTorch maps pages with cuMemMap into one reserved range), which only
+  /// a backing whose addresses are not used can stand for.
+  virtual bool addresses_are_real() const { return true; }
 };
 
 /// No memory: addresses come from a counter starting at kBaseAddress, each
@@ -42,6 +47,7 @@ class NullBacking final : public Backing {
   void release(Address base, uint64_t bytes) override;
   uint64_t capacity_bytes() const override { return capacity_; }
   uint64_t reserved_bytes() const override { return reserved_; }
+  bool addresses_are_real() const override { return false; }
 
  private:
   uint64_t capacity_;

@@ -14,16 +14,24 @@ using detail::sub_bytes;
 
 CachingAllocator::CachingAllocator(Backing& backing, AllocatorConfig config)
     : backing_(backing), config_(config) {
-  if (config_.expandable_segments) {
+  if (config_.expandable_segments && config_.mode == Mode::exact)
+    throw UnsupportedConfig("expandable_segments applies to the caching mode, not exact mode");
+  if (config_.expandable_segments && backing_.addresses_are_real())
     throw UnsupportedConfig(
-        "expandable_segments is not implemented by shardscope's allocator (PyTorch's "
-        "expandable_segments:True); use the default segment policy");
-  }
+        "expandable_segments needs segments that grow in place (PyTorch maps pages into one "
+        "reserved address range with cuMemMap); this backing hands out real memory that "
+        "cannot grow, so only the simulator (NullBacking) models expandable_segments:True");
 }
 
 CachingAllocator::~CachingAllocator() {
   for (const Segment& segment : segments_) {
-    if (segment.live) backing_.release(segment.base, segment.size);
+    if (!segment.live) continue;
+    if (!segment.expandable) {
+      backing_.release(segment.base, segment.size);
+      continue;
+    }
+    const uint64_t page = expandable_page_size(segment.small);
+    for (Address p : segment.pages) backing_.release(p, page);
   }
 }
 
@@ -42,9 +50,12 @@ Allocation CachingAllocator::allocate(uint64_t bytes, StreamId stream, uint32_t 
   const bool small = is_small_size(size);
   uint32_t index = take_best_fit(small ? small_pool_ : large_pool_, stream, size);
   if (index == kNone) {
-    index = obtain_segment_or_throw(bytes, size, allocation_size(size), stream, small, tag);
+    index = config_.expandable_segments
+                ? grow_expandable(bytes, size, stream, small, tag)
+                : obtain_segment_or_throw(bytes, size, allocation_size(size), stream, small, tag);
   }
-  if (should_split(small, blocks_[index].size, size)) split(index, size);
+  if (should_split(small, blocks_[index].size, size, config_.expandable_segments))
+    split(index, size);
   return hand_out(index, bytes, stream, tag);
 }
 

@@ -48,8 +48,10 @@ enum class Mode : uint8_t {
 
 struct AllocatorConfig {
   Mode mode = Mode::caching;
-  /// PyTorch's expandable_segments:True. Not implemented: true makes the
-  /// constructor throw UnsupportedConfig (never a silent fallback).
+  /// PyTorch's expandable_segments:True (caching mode; docs/allocator.md,
+  /// "Expandable segments"): one segment per stream and pool that grows by
+  /// pages. Needs a backing whose addresses are not used (NullBacking): the
+  /// constructor throws UnsupportedConfig otherwise, and in exact mode.
   bool expandable_segments = false;
 };
 
@@ -93,9 +95,10 @@ struct BlockInfo {
 
 struct SegmentInfo {
   Address base = 0;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;  // expandable: the mapped bytes
   StreamId stream = 0;
-  bool small_pool = false;        // exact mode: false
+  bool small_pool = false;  // exact mode: false
+  bool expandable = false;
   std::vector<BlockInfo> blocks;  // by address, covering the segment
 };
 
@@ -190,7 +193,16 @@ class CachingAllocator {
     uint32_t head = kNone;  // lowest-address block; stays the head (merges keep the lower block)
     bool small = false;
     bool live = false;
+    // Expandable segments: `size` is the mapped bytes from `base` (a
+    // virtual range of the allocator's own, kExpandableBase on); each page
+    // is a backing reservation, in mapping order.
+    bool expandable = false;
+    std::vector<Address> pages;
   };
+  /// Virtual ranges of expandable segments: 2^52 + i x 2^46 (64 TiB each,
+  /// beyond any device), clear of NullBacking's addresses from 2^40.
+  static constexpr Address kExpandableBase = Address{1} << 52;
+  static constexpr int kExpandableRangeShift = 46;
   // Free-pool key: (stream, size, address) as PyTorch's BlockComparatorSize.
   struct FreeKey {
     StreamId stream;
@@ -228,6 +240,14 @@ class CachingAllocator {
   void release_segment(uint32_t segment);
   void release_cached_segments();
 
+  // expandable_segments.cpp: PyTorch's ExpandableSegment and
+  // try_allocate_expandable_block / release of free pages.
+  uint32_t expandable_segment(StreamId stream, bool small, uint32_t tag);
+  uint32_t grow_expandable(uint64_t bytes, uint64_t rounded, StreamId stream, bool small,
+                           uint32_t tag);
+  bool map_pages(uint32_t segment, uint64_t count);
+  void unmap_free_tails();
+
   // allocator_events.cpp: pending events.
   void add_waiter(EventId event, uint32_t block);
   void synchronize_events();
@@ -251,6 +271,7 @@ class CachingAllocator {
   std::vector<uint32_t> free_block_slots_;
   std::vector<Segment> segments_;
   std::vector<uint32_t> free_segment_slots_;
+  std::vector<uint32_t> expandable_;  // expandable segments, in creation order
   FreeSet small_pool_;
   FreeSet large_pool_;
   FreeSet::node_type spare_node_;  // reused by pool_insert: no node churn on split/merge

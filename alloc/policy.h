@@ -1,7 +1,7 @@
 // PyTorch CUDACachingAllocator's size policy (c10/cuda/CUDACachingAllocator.cpp:
 // round_size, get_pool, get_allocation_size, should_split) with its default
-// configuration: no roundup_power2_divisions, max_split_size unlimited, no
-// expandable segments. Pure functions, so the planner can use them too.
+// configuration (no roundup_power2_divisions, max_split_size unlimited) and
+// with expandable_segments. Pure functions, so the planner can use them too.
 #pragma once
 
 #include <cstdint>
@@ -45,9 +45,17 @@ constexpr uint64_t allocation_size(uint64_t rounded) {
 /// Whether a free block of `block_bytes` serving `rounded` bytes is split,
 /// the remainder going back to the pool: remainder >= 512 B in the small
 /// pool, > 1 MiB in the large pool.
-constexpr bool should_split(bool small_pool, uint64_t block_bytes, uint64_t rounded) {
+/// With expandable segments both pools split at >= 512 B.
+constexpr bool should_split(bool small_pool, uint64_t block_bytes, uint64_t rounded,
+                            bool expandable = false) {
   const uint64_t remaining = block_bytes - rounded;
-  return small_pool ? remaining >= kMinBlockSize : remaining > kSmallSize;
+  return small_pool || expandable ? remaining >= kMinBlockSize : remaining > kSmallSize;
+}
+
+/// Expandable segments grow by pages of this size (ExpandableSegment's
+/// segment_size: kSmallBuffer in the small pool, kLargeBuffer in the large).
+constexpr uint64_t expandable_page_size(bool small_pool) {
+  return small_pool ? kSmallBuffer : kLargeBuffer;
 }
 
 }  // namespace shardscope::alloc

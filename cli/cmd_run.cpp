@@ -150,6 +150,16 @@ int run_and_print(const engine::run::RunRequest& req, bool json) {
   }
 }
 
+// The engines' allocators cannot grow a segment in place (CUDA's cuMemMap is
+// not implemented, host memory cannot): allocator.expandable_segments is the
+// simulator's only (docs/allocator.md), refused here before any rank starts.
+void refuse_expandable_segments(const PlanInputs& in) {
+  if (in.policy.expandable_segments)
+    throw UsageError(
+        "policy key allocator.expandable_segments = true: the engines' caching allocators "
+        "cannot grow a segment in place (no cuMemMap backing); simulate and sweep model it");
+}
+
 int run_cpu(const Args& args, int argc, char** argv) {
   for (const char* flag : {"emulate-world", "rank", "profile", "cuda-graph", "attention-kernel"})
     if (args.has(flag)) throw UsageError(std::string("--") + flag + " needs --backend cuda");
@@ -159,6 +169,7 @@ int run_cpu(const Args& args, int argc, char** argv) {
   const std::optional<engine::launch::RankEnv> env = engine::launch::detect_rank_env();
   const int world = env ? env->world_size : static_cast<int>(args.get_int("nproc", 2, 1, 64));
   PlanInputs in = load_plan_inputs(args, world);
+  refuse_expandable_segments(in);
   engine::run::RunRequest req = make_request(args, in, world);
   req.backend = engine::run::Backend::cpu;
   req.timeout = peer_timeout(args, 60);
@@ -179,6 +190,7 @@ int run_cuda(const Args& args, int argc, char** argv) {
   std::optional<PlanInputs> in;
   if (const std::optional<int> world = cuda_world_without_device(args, options, env)) {
     in = load_plan_inputs(args, *world);
+    refuse_expandable_segments(*in);
     require_attention_kernel_fits(*in, options);
   }
   const engine::CudaAvailability cuda = engine::query_cuda();
@@ -193,6 +205,7 @@ int run_cuda(const Args& args, int argc, char** argv) {
                        std::to_string(cuda.device_count) + " are visible (" + cuda.message +
                        "); on one GPU, --emulate-world N --rank R models larger worlds");
     if (!in) in = load_plan_inputs(args, world);
+    refuse_expandable_segments(*in);
     require_attention_kernel_fits(*in, options);
   }
   engine::run::RunRequest req = make_request(args, *in, static_cast<int>(in->world.world_size));

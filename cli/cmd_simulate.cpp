@@ -17,6 +17,7 @@
 #include "plan/units.h"
 #include "sim/hardware.h"
 #include "sim/memory_history.h"
+#include "sim/nccl_buffers.h"
 #include "sim/simulator.h"
 #include "traces/metrics.h"
 #include "traces/trace_io.h"
@@ -155,6 +156,7 @@ int cmd_simulate(int argc, char** argv) {
   if (args.has("memory-snapshot")) options.allocator_history = &history;
   const sim::SimResult r = sim::simulate(in.graph, units, sched, hw, options);
   const int64_t capacity = mem_limit > 0 ? mem_limit : hw.memory_bytes;
+  const sim::NcclBufferEstimate nccl = sim::nccl_buffer_estimate(sched, hw);
 
   if (args.has("trace")) {
     traces::save_trace(r.trace, args.get("trace"));
@@ -191,6 +193,14 @@ int cmd_simulate(int argc, char** argv) {
     }
     j["persistent_bytes"] = r.persistent_bytes;
     j["peak_requested_bytes"] = r.peak_requested_bytes;
+    // Memory outside the tensors (docs/allocator.md): the cuBLAS workspaces
+    // the caching allocator holds (in peak_reserved_bytes), PyTorch's
+    // max_memory_allocated (tensors + workspaces), and NCCL's buffers outside
+    // the allocator (an estimate).
+    j["blas_workspace_bytes"] = r.blas_workspace_bytes;
+    j["peak_allocated_with_workspaces_bytes"] = r.peak_allocated_bytes + r.blas_workspace_bytes;
+    j["nccl_buffer_bytes"] = nccl.bytes;
+    j["nccl_communicators"] = nccl.communicators;
     j["peak_breakdown"] = {{"by_category", r.peak.by_category}, {"by_unit", r.peak.by_unit}};
     nlohmann::json classes = nlohmann::json::array();
     for (const sim::RankClassResult& c : r.rank_classes)
@@ -250,6 +260,18 @@ int cmd_simulate(int argc, char** argv) {
               human_bytes(static_cast<double>(r.peak_reserved_bytes)).c_str(),
               human_bytes(static_cast<double>(r.persistent_bytes)).c_str(),
               r.fits ? "" : "   (up to the failure)");
+  std::printf(
+      "outside tensors  cuBLAS workspaces %s (in peak reserved; allocated with them %s)\n",
+      human_bytes(static_cast<double>(r.blas_workspace_bytes)).c_str(),
+      human_bytes(static_cast<double>(r.peak_allocated_bytes + r.blas_workspace_bytes)).c_str());
+  std::printf(
+      "                 NCCL buffers %s, an estimate outside the caching allocator (%lld "
+      "communicator(s) x %lld channels x %s)\n",
+      human_bytes(static_cast<double>(nccl.bytes)).c_str(),
+      static_cast<long long>(nccl.communicators), static_cast<long long>(hw.nccl_channels),
+      human_bytes(static_cast<double>(hw.nccl_buffsize_bytes + sim::kNcclLlBufferBytes +
+                                      sim::kNcclLl128BufferBytes))
+          .c_str());
   if (r.fits) {
     std::printf("memory           fits in %s (peak reserved %.1f%%)\n",
                 human_bytes(static_cast<double>(capacity)).c_str(),

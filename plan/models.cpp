@@ -660,12 +660,13 @@ int GraphBuilder::cross_entropy(int module, int logits, int labels, int64_t clas
   op.saved = {op.outputs[1], labels};
   const Poly n = g_.tensors[logits].numel();
   // ForCausalLMLoss: logits.float() lives until log_softmax has run; in
-  // backward nll_loss's gradient and log_softmax's (fp32) are live at once
-  // with the saved log-probabilities; the latter is then cast into the
-  // logits' gradient (outputs: the compute-dtype gradient; the fp32 rest on
-  // top).
+  // backward nll_loss's gradient (fp32) then log_softmax's (fp32 below fp32;
+  // in fp32 it is the logits' gradient itself) are live at once with the
+  // saved log-probabilities; the nll gradient is dropped, then the second is
+  // cast into the logits' gradient (the op's result) and dropped. Temps are
+  // allocated in this order, each freed once the next exists (compute_op).
   op.fwd_temps = {Temp{n, Precision::fp32_if_lowp}};
-  op.bwd_temps = {Temp{n, Precision::fp32}, Temp{n, Precision::upcast_extra}};
+  op.bwd_temps = {Temp{n, Precision::fp32}, Temp{n, Precision::fp32_if_lowp}};
   op.fwd_flops = n * 5;
   op.bwd_flops = n * 3;
   op.attrs.classes = classes;

@@ -129,6 +129,10 @@ struct Policy {
   // true): true frees the sharded gradients, which the next backward's
   // reductions allocate again; false keeps them allocated (and zeroed).
   bool zero_grad_set_to_none = true;
+  // "allocator": {"expandable_segments": bool}: PyTorch's
+  // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (false by default). The
+  // simulator models it (docs/allocator.md); the engines refuse it.
+  bool expandable_segments = false;
   // null | "dynamic" | a fixed scale (fp16 only)
   std::optional<std::string> loss_scale_mode;  // "dynamic" or "static"
   double loss_scale_value = 0.0;

@@ -346,6 +346,20 @@ std::vector<PolicyKey> make_policy_keys() {
   add("moe_routing", read_moe_routing, [](const Policy& p, json& d) {
     if (p.moe_routing == MoeRouting::topk) d["moe_routing"] = "topk";
   });
+  // PyTorch's PYTORCH_CUDA_ALLOC_CONF (alloc/, docs/allocator.md).
+  add(
+      "allocator",
+      [](const json& v, const std::string& k, Policy& p) {
+        if (!v.is_object()) fail(k, "expected an object ({\"expandable_segments\": bool})");
+        for (auto a = v.begin(); a != v.end(); ++a) {
+          if (a.key() != "expandable_segments")
+            fail(k + "." + a.key(), "unknown key (the allocator takes expandable_segments)");
+          p.expandable_segments = get_bool(a.value(), k + ".expandable_segments");
+        }
+      },
+      [](const Policy& p, json& d) {
+        d["allocator"] = {{"expandable_segments", p.expandable_segments}};
+      });
   // Written only when a backend is forced (torch.nn.attention.sdpa_kernel).
   add("attention", read_attention, [](const Policy& p, json& d) {
     if (p.sdpa_backend != SdpaBackend::automatic)

@@ -213,6 +213,7 @@ struct Schedule {
   World world;
   Workload workload;  // B = batch_size, T = seq_len
   int64_t grad_accum_steps = 1;
+  bool expandable_segments = false;  // the policy's allocator.expandable_segments
   std::vector<std::string> streams;  // stream names; index 0 is "host"
   std::vector<StreamRole> stream_roles;
   std::vector<ProcessGroup> groups;  // identical on every rank

@@ -162,19 +162,40 @@ void Builder::sum_shared_grads(const std::vector<std::pair<int, int>>& shared) {
   }
 }
 
+// The op's temporaries (Op::fwd_temps / bwd_temps), each its own block in
+// list order, as autograd allocates them one by one: each is freed once the
+// next one exists, the last once the op's results exist (`last` is returned
+// for that; -1 if none). The loss, bf16 (an fp32 nll gradient A, log_softmax's
+// fp32 gradient B, the bf16 logits gradient C): alloc A, alloc B, free A,
+// alloc C, free B; in fp32 B is the result: alloc A, alloc C, free A. This
+// order decides which cached blocks and segments PyTorch's allocator uses
+// (docs/schedule.md); the live bytes at every moment equal one block of all
+// temporaries followed by the results.
+int Builder::alloc_temps(int o, OpKind kind, int unit) {
+  const std::vector<int64_t>& temps = kind == OpKind::backward ? bwd_temps_[o] : fwd_temps_[o];
+  int last = -1;
+  for (int64_t bytes : temps) {
+    const int b = alloc_named(BufferRole::workspace, micro_, -1, o, bytes, compute_, unit);
+    if (b < 0) continue;
+    free_buf(last);
+    last = b;
+  }
+  return last;
+}
+
 // One graph op on the compute stream, with its activation memory actions.
 void Builder::compute_op(int o, OpKind kind) {
   const Op& op = g_.ops[o];
   SmallVector<int, 8> bufs;
   std::vector<int> duplicates;
   for (int p : op.params) bufs.push_back(state_[up_.param_unit[p]].unsharded_buf);
-  // Scratch and the op's temporaries (Op::fwd_temps / bwd_temps) in one block.
-  const int64_t temps = kind == OpKind::backward ? bwd_temp_bytes_[o] : fwd_temp_bytes_[o];
   // The op computes in its unit's dtype (plan/overrides.h).
   const int ou = up_.op_unit[o];
-  int ws = alloc_named(BufferRole::workspace, micro_, -1, o,
-                       workspace_bytes_[o] * bp(ou) / 4 + temps, compute_, ou);
+  // Scratch (Op::workspace_bytes) for the whole op, then the temporaries.
+  int ws = alloc_named(BufferRole::workspace, micro_, -1, o, workspace_bytes_[o] * bp(ou) / 4,
+                       compute_, ou);
   bufs.push_back(ws);
+  const int last_temp = alloc_temps(o, kind, ou);
   std::vector<std::pair<int, int>> shared;  // (parameter, this op's own gradient of it)
   if (kind == OpKind::backward) {
     for (int b : ensure_grad_buffers(o, shared)) bufs.push_back(b);
@@ -213,6 +234,7 @@ void Builder::compute_op(int o, OpKind kind) {
         kernel_saved_buf_[o] = b;
     }
   }
+  free_buf(last_temp);
   ScheduleOp sop;
   sop.kind = kind;
   sop.stream = compute_;
@@ -400,6 +422,7 @@ Schedule Builder::build(bool persistent_only) {
   s_.world = up_.world;
   s_.workload = policy_workload(p_, g_);
   s_.grad_accum_steps = p_.grad_accum_steps;
+  s_.expandable_segments = p_.expandable_segments;
   if (rank_ < 0 || rank_ >= up_.world.world_size)
     throw Error("rank " + std::to_string(rank_) + " is outside the world of " +
                 std::to_string(up_.world.world_size));
@@ -442,12 +465,16 @@ Schedule Builder::build(bool persistent_only) {
     act_bytes_[t] = acts_->bytes_of(static_cast<int>(t), sizes->tensor_numel[t],
                                     bp(acts_->tensor_unit(static_cast<int>(t))));
   workspace_bytes_ = sizes->workspace_bytes;
-  fwd_temp_bytes_.resize(g_.ops.size());
-  bwd_temp_bytes_.resize(g_.ops.size());
+  fwd_temps_.assign(g_.ops.size(), {});
+  bwd_temps_.assign(g_.ops.size(), {});
   for (size_t o = 0; o < g_.ops.size(); ++o) {
     const int ou = up_.op_unit[o];
-    fwd_temp_bytes_[o] = temp_bytes(sizes->fwd_temp_numel[o], bp(ou));
-    bwd_temp_bytes_[o] = temp_bytes(sizes->bwd_temp_numel[o], bp(ou));
+    for (auto [temps, out] : {std::pair{&g_.ops[o].fwd_temps, &fwd_temps_[o]},
+                              std::pair{&g_.ops[o].bwd_temps, &bwd_temps_[o]}})
+      for (const Temp& t : *temps) {
+        const int64_t bytes = t.numel.eval(s_.workload) * precision_bytes(t.precision, bp(ou));
+        if (bytes > 0) out->push_back(bytes);
+      }
   }
   // The math SDPA fallback: its own saved tensors and temporaries; no
   // log-sum-exp (the attention op's fp32 output).
@@ -464,8 +491,9 @@ Schedule Builder::build(bool persistent_only) {
     const MathSdpaBytes m =
         math_sdpa_bytes(sdpa_call(op, pdt(ou), s_.workload.seq), s_.workload.batch, bp(ou));
     kernel_saved_bytes_[static_cast<size_t>(o)] = m.saved;
-    fwd_temp_bytes_[static_cast<size_t>(o)] += m.forward_temps;
-    bwd_temp_bytes_[static_cast<size_t>(o)] += m.backward_temps;
+    // One block each, after the op's own temporaries (a fused attention op has none).
+    if (m.forward_temps > 0) fwd_temps_[static_cast<size_t>(o)].push_back(m.forward_temps);
+    if (m.backward_temps > 0) bwd_temps_[static_cast<size_t>(o)].push_back(m.backward_temps);
     for (int t : op.outputs)
       if (g_.tensors[static_cast<size_t>(t)].precision == Precision::fp32)
         act_bytes_[static_cast<size_t>(t)] = 0;  // the log-sum-exp

@@ -275,6 +275,8 @@ class Builder {
   void backward_pass();
   void recompute_block(int block);
   void compute_op(int o, OpKind kind);
+  // Allocates op o's temporaries; returns the last one, for the caller to free.
+  int alloc_temps(int o, OpKind kind, int unit);
   // The buffer each of op o's parameters' gradients is written into (in
   // op.params order), allocating what is missing; a parameter whose gradient
   // an earlier producer already holds gets a fresh piece, listed in `shared`.
@@ -335,7 +337,8 @@ class Builder {
   std::vector<int> grad_tensor_buf_;
   std::vector<int64_t> act_bytes_;        // tensor -> bytes at the workload (compute dtype)
   std::vector<int64_t> workspace_bytes_;  // graph op -> fp32 workspace bytes at the workload
-  std::vector<int64_t> fwd_temp_bytes_, bwd_temp_bytes_;  // graph op -> temporaries, bytes
+  // graph op -> its temporaries' bytes, in allocation order (zero-sized left out)
+  std::vector<std::vector<int64_t>> fwd_temps_, bwd_temps_;
   // SDPA kernels (plan/sdpa.h), per graph op: the math fallback keeps
   // kernel_saved_bytes_[o] (> 0) in a kernel_saved buffer from its forward
   // (or recompute) to its backward; in a checkpointed block's first forward

@@ -20,6 +20,7 @@ json schedule_to_json(const Graph& g, const UnitPlan& up, const Schedule& s) {
     j["workload"]["token_balance"] = {{"mode", mode}, {"cumulative", b->cumulative}};
   }
   j["grad_accum_steps"] = s.grad_accum_steps;
+  j["expandable_segments"] = s.expandable_segments;
   j["streams"] = s.streams;
   json groups = json::array();
   for (const ProcessGroup& pg : s.groups)

@@ -132,6 +132,10 @@ HardwareModel h100() {
   h.launch_overhead_ns = 0;
   h.contention_factor = 1.1;
   h.gpus_per_node = 8;
+  h.blas_workspace_bytes = 4096 * 8 * 1024;  // sm90 default (CublasHandlePool.cpp)
+  h.blas_workspaces = 2;
+  h.nccl_channels = 16;
+  h.nccl_buffsize_bytes = 4 << 20;  // NCCL_BUFFSIZE default (src/init.cc DEFAULT_BUFFSIZE)
   return h;
 }
 
@@ -168,6 +172,8 @@ HardwareModel a100() {
   for (plan::DType d : {plan::DType::bf16, plan::DType::f16})
     h.efficiency_curves[d]["linear"] = ampere_gemm();
   h.collectives = {all_reduce_8(39500, 123.9 * kGB, 198600, 230.7 * kGB)};
+  // Before Hopper: ":4096:2:16:8" (CublasHandlePool.cpp, parseChosenWorkspaceSize).
+  h.blas_workspace_bytes = 4096 * 1024 * 2 + 16 * 1024 * 8;
   return h;
 }
 
@@ -453,6 +459,14 @@ void HardwareModel::validate() const {
   positive(pcie_bytes_per_s, "pcie_bytes_per_s");
   positive(host_memory_bytes_per_s, "host_memory_bytes_per_s");
   positive(static_cast<double>(gpus_per_node), "gpus_per_node");
+  const auto non_negative = [&](int64_t v, const char* field) {
+    if (v < 0)
+      throw Error("hardware '" + name + "': " + field + " must be >= 0, not " + std::to_string(v));
+  };
+  non_negative(blas_workspace_bytes, "blas_workspace_bytes");
+  non_negative(blas_workspaces, "blas_workspaces");
+  non_negative(nccl_channels, "nccl_channels");
+  non_negative(nccl_buffsize_bytes, "nccl_buffsize_bytes");
   // Every latency and fixed overhead in [0, kMaxLatencyNs]: named with its
   // value and the limit (2^63-1 ns passed and overflowed the step's clock).
   const auto latency = [&](int64_t v, const std::string& field) {
@@ -616,6 +630,10 @@ nlohmann::json hardware_to_json(const HardwareModel& hw) {
   j["launch_queue_depth"] = hw.launch_queue_depth;
   j["contention_factor"] = hw.contention_factor;
   j["gpus_per_node"] = hw.gpus_per_node;
+  j["blas_workspace_bytes"] = hw.blas_workspace_bytes;
+  j["blas_workspaces"] = hw.blas_workspaces;
+  j["nccl_channels"] = hw.nccl_channels;
+  j["nccl_buffsize_bytes"] = hw.nccl_buffsize_bytes;
   return j;
 }
 
@@ -752,6 +770,14 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
       read_field(v, key, source, &h.contention_factor);
     else if (key == "gpus_per_node")
       read_field(v, key, source, &h.gpus_per_node);
+    else if (key == "blas_workspace_bytes")
+      read_field(v, key, source, &h.blas_workspace_bytes);
+    else if (key == "blas_workspaces")
+      read_field(v, key, source, &h.blas_workspaces);
+    else if (key == "nccl_channels")
+      read_field(v, key, source, &h.nccl_channels);
+    else if (key == "nccl_buffsize_bytes")
+      read_field(v, key, source, &h.nccl_buffsize_bytes);
     else if (key == "efficiency") {
       if (!v.is_object()) throw Error(source + ": hardware key 'efficiency' must be an object");
       for (const auto& [type, e] : v.items()) {

@@ -124,6 +124,24 @@ struct HardwareModel {
   /// this many times longer (SM and memory bandwidth shared with NCCL).
   double contention_factor = 1.0;
   int64_t gpus_per_node = 8;
+  /// cuBLAS / cuBLASLt workspace PyTorch allocates through its caching
+  /// allocator per (cuBLAS handle, stream), at the first GEMM, and holds
+  /// (aten/src/ATen/cuda/CublasHandlePool.cpp, getChosenWorkspaceSize and
+  /// setWorkspaceForHandle; cuBLASLt shares the cuBLAS workspace, the
+  /// "unified" default): 32 MiB on Hopper (4096 KiB x 8), 4096 KiB x 2 +
+  /// 16 KiB x 8 = 8,519,680 B before it. Bytes per block; 0 = none.
+  int64_t blas_workspace_bytes = 0;
+  /// (handle, stream) pairs that run GEMMs in a step, each holding one
+  /// workspace block: 2 under PyTorch (the forward on the main thread's
+  /// handle, the backward on the autograd device thread's; one compute
+  /// stream). >= 0.
+  int64_t blas_workspaces = 0;
+  /// NCCL's buffers, outside the caching allocator: channels per
+  /// communicator (an estimate: NCCL picks them from the topology) and the
+  /// SIMPLE protocol's buffer (NCCL_BUFFSIZE, 4 MiB by default; src/init.cc).
+  /// 0 channels = no NCCL (cpu-local).
+  int64_t nccl_channels = 0;
+  int64_t nccl_buffsize_bytes = 0;
 
   /// Throws Error for a dtype without a compute peak (integers, f64).
   double peak_flops(plan::DType dtype) const;

@@ -94,6 +94,12 @@ struct SimResult {
   /// FSDPMemTracker and requested_bytes count); the figure to compare with
   /// CPU references (tests/reference/).
   int64_t peak_requested_bytes = 0;
+  /// Block bytes the caching allocator holds for cuBLAS / cuBLASLt
+  /// workspaces all step (HardwareModel::blas_workspace_bytes x
+  /// blas_workspaces, rounded): in peak_reserved_bytes, not in
+  /// peak_allocated_bytes. PyTorch's max_memory_allocated is
+  /// peak_allocated_bytes + this.
+  int64_t blas_workspace_bytes = 0;
   PeakBreakdown peak;
   std::vector<RankClassResult> rank_classes;  ///< first: the class of schedule.rank
   uint64_t sim_events = 0;                    ///< discrete events processed, all classes

@@ -24,7 +24,10 @@ RankExecutor::RankExecutor(const plan::Graph& graph, const plan::Policy& policy,
       s_(schedule),
       comm_(comm),
       data_(data),
-      allocator_(backing_),
+      // Expandable segments need a growable range: HostBacking throws
+      // UnsupportedConfig for them (never a silent fallback).
+      allocator_(backing_,
+                 alloc::AllocatorConfig{alloc::Mode::caching, schedule.expandable_segments}),
       runner_(graph, units, schedule, allocator_, *this, traces::Source::engine_cpu,
               /*label_errors=*/false) {
   if (s_.rank != comm_.rank())

@@ -210,12 +210,15 @@ TEST_CASE("freeing an unknown or already-freed handle throws InvalidHandle", "[a
   CHECK_THROWS_WITH(allocator.free(b.handle), Catch::Contains("already freed"));
 }
 
-TEST_CASE("expandable_segments is rejected, not silently ignored", "[alloc]") {
-  NullBacking backing;
+TEST_CASE("expandable_segments is refused where segments cannot grow in place", "[alloc]") {
   AllocatorConfig config;
   config.expandable_segments = true;
-  CHECK_THROWS_AS(CachingAllocator(backing, config), UnsupportedConfig);
-  CHECK_THROWS_WITH(CachingAllocator(backing, config), Catch::Contains("expandable_segments"));
+  HostBacking host;  // real memory: a segment cannot grow in place
+  CHECK_THROWS_AS(CachingAllocator(host, config), UnsupportedConfig);
+  CHECK_THROWS_WITH(CachingAllocator(host, config), Catch::Contains("expandable_segments"));
+  NullBacking null;
+  config.mode = Mode::exact;
+  CHECK_THROWS_WITH(CachingAllocator(null, config), Catch::Contains("caching mode"));
 }
 
 TEST_CASE("peaks track the high-water mark, reset_peaks lowers them to current", "[alloc]") {

@@ -51,7 +51,8 @@ TEST_CASE("every row reads back what it writes, set or not", "[policy][keys]") {
               {"overrides", {{{"units", {"layers.0"}}, {"reshard_after_forward", true}}}},
               {"token_balance", {{"weights", {0.25, 0.75}}}},
               {"moe_routing", "topk"},
-              {"attention", {{"sdpa_backend", "math"}}}};
+              {"attention", {{"sdpa_backend", "math"}}},
+              {"allocator", {{"expandable_segments", true}}}};
   const json once = plan::policy_to_json(plan::policy_from_json(doc));
   for (const plan::PolicyKey& k : plan::policy_keys()) {
     INFO(k.name);
@@ -62,6 +63,7 @@ TEST_CASE("every row reads back what it writes, set or not", "[policy][keys]") {
   CHECK(once.at("activation_checkpointing") == json{{"every", 3}, {"offset", 1}});
   CHECK(once.at("token_balance") == json{{"weights", {0.25, 0.75}}});
   CHECK(once.at("attention") == json{{"sdpa_backend", "math"}});
+  CHECK(once.at("allocator") == json{{"expandable_segments", true}});
   CHECK(plan::policy_to_json(plan::policy_from_json(once)) == once);
 }
 

@@ -3,8 +3,11 @@
 // recorded by scripts/device-check and committed under tests/recorded/h200/
 // (README.md there: GPU, driver, command).
 //
-//   memory: simulate predicts each run's peak allocated and peak reserved
-//     bytes exactly (the caching allocator replays the same requests);
+//   memory: simulate predicted each run's peak allocated and peak reserved
+//     bytes exactly (the caching allocator replays the same requests) until
+//     the plan split op temporaries into blocks (2026-11-28): now allocated
+//     within 0.05%, reserved 6-8% below (fp32 still exact), until the runs
+//     are re-recorded;
 //   time: calibrating on the base policy's run and predicting every policy
 //     stays within 10% of the measured step time (+0.6% to -5.5%, batch4
 //     -11.5% within 20%, docs/accuracy.md); for the bf16 policies it at least
@@ -106,15 +109,43 @@ TEST_CASE("report of each recorded H200 trace gives the metrics the run printed"
   }
 }
 
-TEST_CASE("simulate predicts the H200 runs' peak allocated and reserved bytes exactly",
+TEST_CASE("simulate predicts the H200 runs' peak allocated and reserved bytes",
           "[recorded][h200]") {
   test::TempDir dir;
+  // Our CUDA engine's cuBLASLt calls take their workspace outside its caching
+  // allocator (engine/cuda/ops/gemm.cu), unlike PyTorch's: the preset without
+  // the cuBLAS workspaces (and so without their first-step warm-up) is its
+  // model.
+  const std::string engine_hw = (dir.path / "h200-engine.json").string();
+  std::ofstream(engine_hw) << R"({"base": "h200-sxm", "blas_workspaces": 0})";
   for (const std::string& policy : kPolicies) {
     INFO(policy);
     const json printed = recorded(policy);
-    const json predicted = simulate(policy_file(dir, policy), "h200-sxm");
-    CHECK(predicted["peak_allocated_bytes"] == printed["peak_allocated_bytes"]);
-    CHECK(predicted["peak_reserved_bytes"] == printed["peak_reserved_bytes"]);
+    const json predicted = simulate(policy_file(dir, policy), engine_hw);
+    // The runs were recorded (2026-11-26) under the plan that allocated an
+    // op's temporaries as one block; the plan now allocates them one by one
+    // in autograd's order (the loss backward: two fp32 gradients, then the
+    // bf16 one), which moves a few block roundings and, on the compute
+    // stream, leaves one 2n-byte segment (0.82 GB at B = 8) fewer cached.
+    // Until they are re-recorded on a GPU (the engine replays the plan's
+    // requests on the same allocator policy, so equality should return):
+    // allocated within 0.05%, reserved 6-8% below (bf16; fp32 is unchanged).
+    const double allocated = predicted["peak_allocated_bytes"].get<double>() /
+                                 printed["peak_allocated_bytes"].get<double>() -
+                             1;
+    const double reserved = predicted["peak_reserved_bytes"].get<double>() /
+                                printed["peak_reserved_bytes"].get<double>() -
+                            1;
+    CAPTURE(allocated, reserved);
+    if (policy == "fp32") {  // no cast in the loss backward: the same blocks as recorded
+      CHECK(predicted["peak_allocated_bytes"] == printed["peak_allocated_bytes"]);
+      CHECK(predicted["peak_reserved_bytes"] == printed["peak_reserved_bytes"]);
+    } else {
+      CHECK(std::fabs(allocated) <= 0.0005);
+      CHECK(reserved <= -0.06);
+      CHECK(reserved >= -0.08);
+    }
+    CHECK(predicted["blas_workspace_bytes"] == 0);
   }
   // The policies differ where they should: fp32 parameters hold more, half
   // the batch holds less, no resharding keeps gathered blocks.

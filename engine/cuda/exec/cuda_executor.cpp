@@ -60,7 +60,10 @@ CudaRankExecutor::CudaRankExecutor(const plan::Graph& graph, const plan::Policy&
     prepare_staging();
 
     backing_ = std::make_unique<CudaBacking>(opts_.device);
-    allocator_ = std::make_unique<alloc::CachingAllocator>(*backing_);
+    // Expandable segments (cuMemMap) are not implemented by CudaBacking: the
+    // allocator throws UnsupportedConfig for them.
+    allocator_ = std::make_unique<alloc::CachingAllocator>(
+        *backing_, alloc::AllocatorConfig{alloc::Mode::caching, s_.expandable_segments});
     // Allocator stream id i is schedule stream i; the host (0) never owns a
     // device buffer and stands for compute should it ever be asked.
     std::vector<cudaStream_t> pool_streams = streams_;
