@@ -29,7 +29,8 @@ const char* kUsage =
     "  --model M          preset (gpt2-tiny ... llama3-70b, mlp), HF config.json or graph JSON\n"
     "  --policy P         policy JSON (ARCHITECTURE.md keys); --set KEY=VALUE overrides a key\n"
     "  --world N          data-parallel world size (default 8)\n"
-    "  --hw H             h100-sxm (default), h200-sxm, a100-sxm, cpu-local or a hardware JSON\n"
+    "  --hw H             h100-sxm (default), h200-sxm, a100-sxm, h100-pcie, cpu-local or a "
+    "hardware JSON\n"
     "  --mem-limit BYTES  device memory for the allocator (default: the hardware's; 80GiB ...)\n"
     "  --trace OUT        write the simulated trace (native format)\n"
     "  --json             metrics JSON (ARCHITECTURE.md \"Output contracts\")";

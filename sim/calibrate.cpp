@@ -83,7 +83,8 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       dtype_from = std::string("--dtype ") + plan::dtype_name(dtype);
     }
     if (options.group_size > 0) layout.set_override(options.group_size);
-    const double peak = base.peak_flops(dtype);
+    // The cost model's compute peak: the base's sustained clock applies.
+    const double peak = base.peak_flops(dtype) * base.op_level.sustained_clock_fraction;
 
     int64_t usable = 0;
     // This trace's collectives, matched across ranks after the rank loop.
@@ -221,7 +222,9 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         ComputeSample s;
         s.flops = static_cast<double>(e.flops);
         s.a = static_cast<double>(e.flops) / peak * 1e9;
-        s.mem = static_cast<double>(e.bytes) / base.hbm_bytes_per_s * 1e9;
+        // The memory roof at the type's fraction of HBM bandwidth, as the cost model prices it.
+        s.mem = static_cast<double>(e.bytes) /
+                (base.hbm_bytes_per_s * base.op_level.memory_efficiency_of(type)) * 1e9;
         s.d = static_cast<double>(e.dur_ns);
         TypeData& td = types[{type, dtype}];
         ++usable;
@@ -318,6 +321,10 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
   HardwareModel hw = base;
   hw.name = options.name;
   bool anything = false;
+  bool gemm_terms_dropped = false;
+  const auto is_linear_key = [](const std::string& k) {
+    return k == "linear" || k == efficiency_key("linear", true);
+  };
 
   // Efficiency per op type: least squares of d = a / eff over the
   // compute-bound events (absolute residuals: long ops weigh most).
@@ -349,6 +356,13 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       er.written = is_efficiency_key(type);
       if (er.written) {
         hw.dtype_efficiency[dtype][type] = eff;
+        // Trace events carry FLOPs, not GEMM shapes: a fitted linear
+        // efficiency already holds the shapes' effect, so the base's shape
+        // terms (op_level.gemm) would count it twice.
+        if (is_linear_key(type) && !base.op_level.gemm.is_off()) {
+          hw.op_level.gemm.switch_off();
+          gemm_terms_dropped = true;
+        }
         // A base curve (a preset's published one) would take precedence
         // over the fitted scalar: the fit replaces it.
         if (!er.curve.empty())
@@ -396,6 +410,10 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       rep.notes.push_back(label + ": no fit of its own; takes " + type + "'s");
     }
   }
+  if (gemm_terms_dropped)
+    rep.notes.push_back(
+        "linear fitted: the base's GEMM shape terms (op_level.gemm: unaligned dimensions, wave "
+        "quantization) are switched off, the fit holds their effect at the traced shapes");
   if (!not_op_types.empty())
     rep.notes.push_back(std::to_string(not_op_types.size()) +
                         " fitted name(s) are not graph op types (e.g. '" + not_op_types.front() +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -136,6 +137,36 @@ double CostModel::bytes(int index) const {
   return plan::schedule_op_bytes(*sizes_, schedule_.ops.at(static_cast<size_t>(index)));
 }
 
+double CostModel::linear_compute_s(const plan::Op& g, double op_flops, double peak,
+                                   const std::string& key, plan::DType dtype, bool backward,
+                                   double curve_s) const {
+  const GemmShapeModel& gemm = hw_.op_level.gemm;
+  const int64_t in = *g.attrs.in_features, out = *g.attrs.out_features;
+  // An unaligned 16-bit GEMM runs cuBLAS's align1 kernels at a fixed fraction
+  // of peak, whatever its size: the curve (square, aligned GEMMs) does not apply.
+  if (const double e = gemm_unaligned_efficiency(gemm, dtype, in, out, backward); e > 0)
+    return op_flops / (peak * e);
+  if (gemm.sm_count <= 0 || g.inputs.empty()) return curve_s;
+  // Rows M = input elements / in_features. Forward: [M, in] x [in, out]
+  // (output M x out); backward: the input gradient (output M x in) and the
+  // weight gradient (output out x in), each half of the backward FLOPs. The
+  // curve was measured on square GEMMs, so the shape term is relative: the
+  // wave efficiency of this output over that of the square GEMM of the same
+  // FLOPs (side s = (FLOPs / 2)^(1/3)).
+  const double m = static_cast<double>(sizes_->tensor_numel.at(static_cast<size_t>(g.inputs[0]))) /
+                   static_cast<double>(in);
+  const auto relative = [&](double rows, double cols, double flops) {
+    const double side = std::cbrt(flops / 2);
+    return gemm_wave_efficiency(gemm, rows, cols) / gemm_wave_efficiency(gemm, side, side);
+  };
+  const auto at = [&](double flops, double rows, double cols) {
+    return flops / (peak * hw_.efficiency_of(key, dtype, flops) * relative(rows, cols, flops));
+  };
+  if (!backward) return at(op_flops, m, static_cast<double>(out));
+  return at(op_flops / 2, m, static_cast<double>(in)) +
+         at(op_flops / 2, static_cast<double>(out), static_cast<double>(in));
+}
+
 TimeNs CostModel::duration(int index) const {
   const plan::ScheduleOp& op = schedule_.ops.at(static_cast<size_t>(index));
   if (plan::is_collective(op.kind))
@@ -167,11 +198,14 @@ TimeNs CostModel::duration(int index) const {
   if (cached.ns >= 0 && cached.dtype == op.dtype) return TimeNs(cached.ns);
   const plan::Op& g = graph_.ops.at(static_cast<size_t>(op.graph_op));
   const double op_flops = flops(index);
-  const std::string key =
-      efficiency_key(plan::op_type_name(g.type), op.kind == plan::OpKind::backward);
-  const double compute_s =
-      op_flops / (hw_.peak_flops(op.dtype) * hw_.efficiency_of(key, op.dtype, op_flops));
-  const double memory_s = bytes(index) / hw_.hbm_bytes_per_s;
+  const bool backward = op.kind == plan::OpKind::backward;
+  const std::string key = efficiency_key(plan::op_type_name(g.type), backward);
+  const OpLevelModel& level = hw_.op_level;
+  const double peak = hw_.peak_flops(op.dtype) * level.sustained_clock_fraction;
+  double compute_s = op_flops / (peak * hw_.efficiency_of(key, op.dtype, op_flops));
+  if (g.type == plan::OpType::linear && g.attrs.in_features && g.attrs.out_features)
+    compute_s = linear_compute_s(g, op_flops, peak, key, op.dtype, backward, compute_s);
+  const double memory_s = bytes(index) / (hw_.hbm_bytes_per_s * level.memory_efficiency_of(key));
   cached.ns = bounded(compute_s > memory_s ? compute_s : memory_s, hw_, "op '" + g.name + "'",
                       std::string("peak_flops_") +
                           (op.dtype == plan::DType::bf16  ? "bf16"

@@ -69,6 +69,11 @@ class CostModel {
   double bytes(int op) const;
 
  private:
+  /// Compute seconds of a linear op under hw.op_level.gemm (unaligned
+  /// dimensions, wave quantization); `curve_s` when neither applies.
+  double linear_compute_s(const plan::Op& g, double op_flops, double peak, const std::string& key,
+                          plan::DType dtype, bool backward, double curve_s) const;
+
   const HardwareModel& hw_;
   const plan::Graph& graph_;
   const plan::Schedule& schedule_;

@@ -15,6 +15,7 @@
 
 #include "plan/graph.h"
 #include "plan/schedule.h"
+#include "sim/hardware_op_level.h"
 
 namespace shardscope::sim {
 
@@ -119,6 +120,8 @@ struct HardwareModel {
   /// this many times longer (SM and memory bandwidth shared with NCCL).
   double contention_factor = 1.0;
   int64_t gpus_per_node = 8;
+  /// Sustained clock, GEMM shape, memory-bound fractions (sim/hardware_op_level.h).
+  OpLevelModel op_level;
 
   /// Throws Error for a dtype without a compute peak (integers, f64).
   double peak_flops(plan::DType dtype) const;
@@ -155,7 +158,8 @@ std::string efficiency_key(const std::string& op_type, bool backward);
 /// A graph op type, or one with ".backward".
 bool is_efficiency_key(const std::string& name);
 
-std::vector<std::string> hardware_presets();  ///< h100-sxm, h200-sxm, a100-sxm, cpu-local
+std::vector<std::string>
+hardware_presets();  ///< h100-sxm, h200-sxm, a100-sxm, h100-pcie, cpu-local
 bool is_hardware_preset(const std::string& name);
 /// Throws Error for an unknown name.
 HardwareModel hardware_preset(const std::string& name);
