@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/cost_sources.h"
 #include "cli/output_flags.h"
 #include "cli/plan_inputs.h"
 #include "cli/sim_flags.h"
@@ -139,6 +140,9 @@ int cmd_simulate(int argc, char** argv) {
            {"peak_reserved_bytes", c.peak_reserved_bytes}});
     j["rank_classes"] = classes;
     j["sim_events"] = r.sim_events;
+    j["cost_sources"] = cost_sources_json(hw);
+    if (hw.fitted.calibrated)
+      j["cost_sources"]["from_base"] = sim::costs_from_base(hw, in.graph, sched);
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -147,6 +151,10 @@ int cmd_simulate(int argc, char** argv) {
               options.model_name.c_str(), hw.name.c_str(), static_cast<long long>(world),
               r.rank_classes.size(), static_cast<long long>(world),
               with_commas(static_cast<int64_t>(r.sim_events)).c_str());
+  std::printf("%s\n", cost_sources_text(hw).c_str());
+  if (const std::string base = from_base_text(sim::costs_from_base(hw, in.graph, sched));
+      !base.empty())
+    std::printf("%s\n", base.c_str());
   if (r.rank_classes.size() > 1) {
     std::printf("  %-6s %-24s %12s %14s %14s\n", "rank", "stands for", "step ms", "peak alloc",
                 "peak reserved");

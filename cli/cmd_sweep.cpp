@@ -15,6 +15,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/cost_sources.h"
 #include "cli/output_flags.h"
 #include "cli/plan_inputs.h"
 #include "cli/sim_flags.h"
@@ -247,6 +248,7 @@ int cmd_sweep(int argc, char** argv) {
   nlohmann::json head = {
       {"model", model},
       {"hw", hw.name},
+      {"cost_sources", cost_sources_json(hw)},
       {"worlds", worlds},
       {"memory_limit_bytes", capacity},
       {"configs", nullptr},
@@ -289,6 +291,7 @@ int cmd_sweep(int argc, char** argv) {
     return 0;
   }
   print_report(r, grid, model, hw.name, capacity, top, seconds);
+  std::printf("%s\n", cost_sources_text(hw).c_str());
   return 0;
 }
 

@@ -320,6 +320,9 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
 
   HardwareModel hw = base;
   hw.name = options.name;
+  // What this calibration fits, never what a calibrated base had fitted.
+  hw.fitted = FittedCosts{};
+  hw.fitted.calibrated = true;
   bool anything = false;
   bool gemm_terms_dropped = false;
   const auto is_linear_key = [](const std::string& k) {
@@ -350,12 +353,19 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       }
       er.efficiency = eff;
       er.fitted = true;
+      double base_ns = 0, measured_ns = 0;
+      for (const ComputeSample& c : td.compute_bound) {
+        base_ns += c.a / base.efficiency_of(type, dtype, c.flops);
+        measured_ns += c.d;
+      }
+      er.speed_vs_base = measured_ns > 0 ? base_ns / measured_ns : 0;
       er.curve = fit_efficiency_curve(td.compute_bound);
       // Only graph op types reach the model: the simulator prices graph ops
       // by type; other names (a Kineto kernel's) are reported, not written.
       er.written = is_efficiency_key(type);
       if (er.written) {
         hw.dtype_efficiency[dtype][type] = eff;
+        hw.fitted.efficiency[dtype].insert(type);
         // Trace events carry FLOPs, not GEMM shapes: a fitted linear
         // efficiency already holds the shapes' effect, so the base's shape
         // terms (op_level.gemm) would count it twice.
@@ -401,6 +411,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       const std::string missing = backward ? forward_type : efficiency_key(forward_type, true);
       if (fitted.count({missing, dtype})) continue;
       hw.dtype_efficiency[dtype][missing] = er->efficiency;
+      hw.fitted.efficiency[dtype].insert(missing);
       if (!er->curve.empty())
         hw.efficiency_curves[dtype][missing] = er->curve;
       else if (hw.efficiency_curves.count(dtype))
@@ -408,6 +419,27 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       const std::string label = missing + " (" + plan::dtype_name(dtype) + ")";
       kept.erase(std::remove(kept.begin(), kept.end(), label), kept.end());
       rep.notes.push_back(label + ": no fit of its own; takes " + type + "'s");
+    }
+  }
+  // A fit in one dtype says how fast this machine runs the type relative to
+  // the base. Another dtype without a fit of its own keeps the base's
+  // absolute rate (carrying the ratio is wrong where the machine's dtypes
+  // differ from the base's: the H200 engine's bf16 GEMMs ran at 0.3 of
+  // the preset, its fp32 ones near it); the note says so and gives the ratio.
+  {
+    std::set<std::pair<std::string, plan::DType>> fitted;
+    for (const EfficiencyReport& er : rep.efficiency)
+      if (er.written) fitted.insert({er.op_type, er.dtype});
+    for (const EfficiencyReport& er : rep.efficiency) {
+      if (!er.written || !(er.speed_vs_base > 0)) continue;
+      std::string others;
+      for (plan::DType other : {plan::DType::f32, plan::DType::bf16, plan::DType::f16})
+        if (other != er.dtype && !fitted.count({er.op_type, other}))
+          others += std::string(others.empty() ? "" : ", ") + plan::dtype_name(other);
+      if (others.empty()) continue;
+      rep.notes.push_back(er.op_type + " in " + others +
+                          ": not fitted, the base's efficiency (the " + plan::dtype_name(er.dtype) +
+                          " fit ran at " + fmt("%.3g", er.speed_vs_base) + " x the base's speed)");
     }
   }
   if (gemm_terms_dropped)

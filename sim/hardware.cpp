@@ -650,6 +650,7 @@ nlohmann::json hardware_to_json(const HardwareModel& hw) {
   j["contention_factor"] = hw.contention_factor;
   j["gpus_per_node"] = hw.gpus_per_node;
   j["op_level"] = op_level_to_json(hw.op_level);
+  if (hw.fitted.calibrated) j["fitted"] = fitted_to_json(hw.fitted);
   return j;
 }
 
@@ -835,6 +836,8 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
           });
     } else if (key == "op_level") {
       op_level_from_json(v, source, &h.op_level);
+    } else if (key == "fitted") {
+      h.fitted = fitted_from_json(v, source);
     } else if (key == "dtype_efficiency") {
       for_each_dtype_type(v, key, source,
                           [&](plan::DType dtype, const std::string& type, const nlohmann::json& e,

@@ -15,6 +15,7 @@
 
 #include "plan/graph.h"
 #include "plan/schedule.h"
+#include "sim/hardware_fitted.h"
 #include "sim/hardware_op_level.h"
 
 namespace shardscope::sim {
@@ -122,6 +123,8 @@ struct HardwareModel {
   int64_t gpus_per_node = 8;
   /// Sustained clock, GEMM shape, memory-bound fractions (sim/hardware_op_level.h).
   OpLevelModel op_level;
+  /// What calibrate fitted (sim/hardware_fitted.h); not calibrated for presets.
+  FittedCosts fitted;
 
   /// Throws Error for a dtype without a compute peak (integers, f64).
   double peak_flops(plan::DType dtype) const;
