@@ -56,6 +56,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     if (!in.trace) throw Error("calibrate: trace " + in.name + " is null");
     const traces::Trace& t = *in.trace;
     rep.traces.push_back(in.name);
+    const int64_t without_flops_before = rep.compute_without_flops;
     const int64_t world = t.world_size();
     GroupLayout layout(in.name, world);
     plan::DType dtype = plan::DType::f32;
@@ -270,9 +271,18 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         add_point(keys, pc.kind, pc.span, p);
       }
     }
-    if (usable == 0)
-      throw Error("trace " + in.name +
-                  ": no compute events with FLOPs and no collectives: nothing to calibrate from");
+    if (usable == 0) {
+      const int64_t without = rep.compute_without_flops - without_flops_before;
+      throw Error(
+          "trace " + in.name +
+          ": no compute events with FLOPs and no collectives: nothing to calibrate from" +
+          (without > 0
+               ? " (its " + std::to_string(without) +
+                     " compute events carry no FLOPs: a trace without shapes, such as a CUPTI "
+                     "profile of a PyTorch program, names kernels but not their sizes; record "
+                     "a torch.profiler trace with record_shapes=True and import it)"
+               : std::string()));
+    }
     rep.notes.push_back("trace " + in.name + ": compute dtype from " + dtype_from);
   }
 

@@ -63,3 +63,16 @@ TEST_CASE("uncalibrated h200-sxm on PyTorch one-GPU FSDP2 B=8 stays within its c
   INFO("error " << 100 * e << "%");
   CHECK(std::fabs(e) < 0.35);
 }
+
+TEST_CASE("calibrate on a profile without shapes says why it cannot fit",
+          "[recorded][h200][calibrate]") {
+  const shardscope::test::CliResult r = shardscope::test::run_cli(
+      "calibrate " + kDir + "profile-torch-eager-b48.trace.gz --base h200-sxm --out /dev/null");
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK(r.output.find("no compute events with FLOPs and no collectives: nothing to calibrate "
+                      "from (its ") != std::string::npos);
+  CHECK(r.output.find("compute events carry no FLOPs: a trace without shapes") !=
+        std::string::npos);
+  CHECK(r.output.find("record_shapes=True") != std::string::npos);
+}
