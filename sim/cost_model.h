@@ -2,7 +2,12 @@
 // contention (the simulator applies contention_factor when it starts an op).
 // Formulas (docs/simulator.md):
 //   graph ops (forward, recompute: fwd Polys; backward: bwd Polys), at the op's dtype:
-//     t = max(FLOPs / (peak[dtype] * eff[op type]), bytes * dtype_bytes/4 / HBM bw)
+//     t = max(FLOPs / (peak[dtype] * clock * eff[op type]),
+//             bytes * dtype_bytes/4 / (HBM bw * mem_eff[op type]))
+//     clock, mem_eff: hw.op_level (1 by default); linear ops with
+//     hw.op_level.gemm: an unaligned 16-bit GEMM at a fixed fraction of peak,
+//     else eff times the wave-quantization term of its output shape
+//     (backward: input- and weight-gradient GEMMs apart); docs/simulator.md
 //   other device ops (casts, copy-out, grad cast/accumulate/norm/scale, optimizer):
 //     t = bytes / HBM bw;   on the host stream: bytes / host memory bw
 //   h2d, d2h: bytes / PCIe bw
