@@ -134,7 +134,35 @@ double CostModel::flops(int index) const {
 }
 
 double CostModel::bytes(int index) const {
-  return plan::schedule_op_bytes(*sizes_, schedule_.ops.at(static_cast<size_t>(index)));
+  const plan::ScheduleOp& op = schedule_.ops.at(static_cast<size_t>(index));
+  const double graph_bytes = plan::schedule_op_bytes(*sizes_, op);
+  if (op.graph_op < 0 || !hw_.op_level.upcast_bytes) return graph_bytes;
+  return graph_bytes + upcast_bytes(op);
+}
+
+double CostModel::upcast_bytes(const plan::ScheduleOp& op) const {
+  const int compute_bytes = plan::dtype_bytes(op.dtype);
+  if (compute_bytes >= 4) return 0;  // fp32 compute: nothing is upcast
+  const auto g = static_cast<size_t>(op.graph_op);
+  const plan::Op& graph_op = graph_.ops.at(g);
+  const bool backward = op.kind == plan::OpKind::backward;
+  // Graph bytes count every floating tensor at the compute dtype. fp32
+  // tensors (statistics, log-probabilities) are written (forward) and read
+  // back (backward, saved) at 4 bytes: the difference.
+  double extra = 0;
+  for (int t : backward ? graph_op.saved : graph_op.outputs) {
+    const plan::Tensor& tensor = graph_.tensors.at(static_cast<size_t>(t));
+    if (plan::is_floating(tensor.dtype) && tensor.precision == plan::Precision::fp32)
+      extra += static_cast<double>(4 - compute_bytes) *
+               static_cast<double>(sizes_->tensor_numel.at(static_cast<size_t>(t)));
+  }
+  // Temporaries that are not in the compute dtype are the implementation's
+  // upcasts (Hugging Face's logits.float(), fp32 softmax gradients): each is
+  // written once and read once.
+  plan::WorkloadSizes::TempNumel temps =
+      backward ? sizes_->bwd_temp_numel.at(g) : sizes_->fwd_temp_numel.at(g);
+  temps[static_cast<size_t>(plan::Precision::compute)] = 0;
+  return extra + 2.0 * static_cast<double>(plan::temp_bytes(temps, compute_bytes));
 }
 
 double CostModel::linear_compute_s(const plan::Op& g, double op_flops, double peak,

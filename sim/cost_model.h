@@ -69,11 +69,16 @@ class CostModel {
   TimeNs duration(int op) const;
   const GroupSpan& span(int group) const { return spans_.at(static_cast<size_t>(group)); }
 
-  /// FLOPs and bytes of a graph op as the cost model prices them (0 for other ops).
+  /// FLOPs and bytes of a graph op as the cost model prices them (0 for other
+  /// ops; bytes include upcast_bytes when hw.op_level.upcast_bytes).
   double flops(int op) const;
   double bytes(int op) const;
 
  private:
+  /// Bytes a graph op moves beyond the graph's (hw.op_level.upcast_bytes):
+  /// its fp32 tensors' extra bytes over the compute dtype and its
+  /// non-compute-dtype temporaries written and read once.
+  double upcast_bytes(const plan::ScheduleOp& op) const;
   /// Compute seconds of a linear op under hw.op_level.gemm (unaligned
   /// dimensions, wave quantization); `curve_s` when neither applies.
   double linear_compute_s(const plan::Op& g, double op_flops, double peak, const std::string& key,

@@ -127,6 +127,10 @@ OpLevelModel hopper_op_level(int64_t sm_count) {
                          {"residual", 0.94},
                          {"cross_entropy", 0.47},
                          {"cross_entropy.backward", 0.62}};
+  // The fp32 logits of the loss (logits.float(), 4 bytes a logit) and
+  // LayerNorm's fp32 statistics cost their bytes: the kernels run in fp32
+  // (cunn_SoftMaxForward<4, float, ...>).
+  m.upcast_bytes = true;
   return m;
 }
 

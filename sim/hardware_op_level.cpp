@@ -72,7 +72,8 @@ nlohmann::json op_level_to_json(const OpLevelModel& m) {
             {"alignment_elements", m.gemm.alignment_elements},
             {"unaligned_efficiency", m.gemm.unaligned_efficiency},
             {"unaligned_efficiency_backward", m.gemm.unaligned_efficiency_backward}}},
-          {"memory_efficiency", m.memory_efficiency}};
+          {"memory_efficiency", m.memory_efficiency},
+          {"upcast_bytes", m.upcast_bytes}};
 }
 
 void op_level_from_json(const nlohmann::json& v, const std::string& source, OpLevelModel* m) {
@@ -102,6 +103,10 @@ void op_level_from_json(const nlohmann::json& v, const std::string& source, OpLe
                       "' (sm_count, tile_m, tile_n, alignment_elements, unaligned_efficiency, "
                       "unaligned_efficiency_backward)");
       }
+    } else if (key == "upcast_bytes") {
+      if (!x.is_boolean())
+        throw Error(source + ": hardware key '" + at + "' must be true or false, got " + x.dump());
+      m->upcast_bytes = x.get<bool>();
     } else if (key == "memory_efficiency") {
       if (!x.is_object()) throw Error(source + ": hardware key '" + at + "' must be an object");
       for (const auto& [type, y] : x.items()) {
@@ -115,7 +120,7 @@ void op_level_from_json(const nlohmann::json& v, const std::string& source, OpLe
       }
     } else {
       throw Error(source + ": unknown hardware key '" + at +
-                  "' (sustained_clock_fraction, gemm, memory_efficiency)");
+                  "' (sustained_clock_fraction, gemm, memory_efficiency, upcast_bytes)");
     }
   }
 }

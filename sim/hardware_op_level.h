@@ -53,9 +53,15 @@ struct OpLevelModel {
   /// which the op's bytes move, t_memory = bytes / (HBM bw x fraction).
   /// Absent: 1. Each in (0, 1].
   std::map<std::string, double> memory_efficiency;
+  /// Below fp32 compute, graph ops also move the bytes of the fp32 tensors
+  /// and upcast temporaries the graph records of the implementation
+  /// (plan::Precision): fp32 outputs and saved tensors at 4 bytes, non-compute
+  /// temporaries written and read once (CostModel::upcast_bytes).
+  bool upcast_bytes = false;
 
   bool is_default() const {
-    return sustained_clock_fraction == 1.0 && gemm.is_off() && memory_efficiency.empty();
+    return sustained_clock_fraction == 1.0 && gemm.is_off() && memory_efficiency.empty() &&
+           !upcast_bytes;
   }
   /// memory_efficiency for `key` ("TYPE" or "TYPE.backward"), else 1.
   double memory_efficiency_of(const std::string& key) const;

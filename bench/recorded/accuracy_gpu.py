@@ -46,7 +46,8 @@ OFF = {"op_level": {"sustained_clock_fraction": 1.0,
                              "unaligned_efficiency_backward": 0},
                     "memory_efficiency": {k: 1.0 for k in [
                         "gelu", "gelu.backward", "layernorm", "layernorm.backward", "residual",
-                        "cross_entropy", "cross_entropy.backward"]}},
+                        "cross_entropy", "cross_entropy.backward"]},
+                    "upcast_bytes": False},
        "contention_factor": 1.1}
 
 

@@ -166,3 +166,26 @@ TEST_CASE("Hopper presets carry the GH100 op-level figures; A100 keeps none",
   CHECK(sim::hardware_preset("a100-sxm").contention_factor == 1.1);
   CHECK(sim::hardware_preset("cpu-local").op_level.is_default());
 }
+
+TEST_CASE("below fp32, upcast bytes add the fp32 tensors' and upcast temporaries' bytes",
+          "[sim][cost][op_level]") {
+  // blocks.0.fc's output x1 ([B, T, 4] = 16 elements at T = 4) made fp32,
+  // and a forward temporary of B T = 4 elements that is fp32 below fp32
+  // (Hugging Face's logits.float()). In bf16: x1 costs 4 - 2 = 2 bytes more
+  // per element (32 B), the temporary 4 bytes written and read (32 B): 64 B,
+  // 64 ns at 1 B/ns (the 128 FLOPs take 0.128 ns at 1e12 FLOP/s).
+  ToyLinear bf16(4, plan::DType::bf16);
+  bf16.g.tensors[static_cast<size_t>(bf16.g.ops[1].outputs[0])].precision = plan::Precision::fp32;
+  bf16.g.ops[1].fwd_temps = {plan::Temp{plan::Poly::term(1, 1, 1), plan::Precision::fp32_if_lowp}};
+  sim::HardwareModel hw = test::unit_hardware();
+  hw.peak_flops_bf16 = hw.peak_flops_fp32 = 1e12;
+  CHECK(sim::CostModel(hw, bf16.g, bf16.s).bytes(0) == 0.0);
+  CHECK(fwd_ns(hw, bf16) == sim::TimeNs(0));
+  hw.op_level.upcast_bytes = true;
+  CHECK(sim::CostModel(hw, bf16.g, bf16.s).bytes(0) == 64.0);
+  CHECK(fwd_ns(hw, bf16) == sim::TimeNs(64));
+  // fp32 compute: nothing is upcast.
+  ToyLinear fp32(4);
+  fp32.g = bf16.g;
+  CHECK(sim::CostModel(hw, fp32.g, fp32.s).bytes(0) == 0.0);
+}
