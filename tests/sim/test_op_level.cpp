@@ -151,7 +151,7 @@ TEST_CASE("op_level JSON round-trips and bad entries are errors naming key and v
   CHECK(error({{"clock", 1}}).find("unknown hardware key 'op_level.clock'") != std::string::npos);
 }
 
-TEST_CASE("Hopper presets carry the GH100 op-level figures; A100 keeps none",
+TEST_CASE("Hopper presets carry the GH100 op-level figures, A100 keeps none",
           "[sim][hw][op_level]") {
   const sim::HardwareModel h200 = sim::hardware_preset("h200-sxm");
   const sim::HardwareModel h100 = sim::hardware_preset("h100-sxm");
