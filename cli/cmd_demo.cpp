@@ -10,6 +10,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/cost_sources.h"
 #include "cli/plan_inputs.h"
 #include "engine/exec/train.h"
 #include "engine/run/accuracy.h"
@@ -80,9 +81,10 @@ void measured_vs_predicted(const std::string& dir) {
   // Calibrated on the first policy's run only.
   const sim::CalibrationResult fit =
       engine::run::calibrate_runs({runs[0]}, preset, "calibrated on " + runs[0].label);
-  std::printf("calibrated on '%s' (its run only): op dispatch %.1f us, linear efficiency %.4f\n\n",
+  std::printf("calibrated on '%s' (its run only): op dispatch %.1f us, linear efficiency %.4f\n",
               runs[0].label.c_str(), static_cast<double>(fit.hw.op_dispatch_ns) / 1e3,
               fit.hw.efficiency_of("linear", plan::DType::f32, 1e7));
+  std::printf("%s\n\n", cost_sources_text(fit.hw).c_str());
   std::printf("%-30s %10s %14s %17s %8s %22s %10s %14s\n", "policy", "measured", "uncalibrated",
               "calibrated (err)", "overlap", "comm: wait + transfer", "predicted", "peak alloc");
   for (size_t i = 0; i < variants.size(); ++i) {

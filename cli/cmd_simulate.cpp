@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/cost_sources.h"
 #include "cli/output_flags.h"
 #include "cli/plan_inputs.h"
 #include "cli/sim_flags.h"
@@ -33,7 +34,8 @@ const char* kUsage =
     "  --model M          preset (gpt2-tiny ... llama3-70b, mlp), HF config.json or graph JSON\n"
     "  --policy P         policy JSON (ARCHITECTURE.md keys); --set KEY=VALUE overrides a key\n"
     "  --world N          data-parallel world size (default 8)\n"
-    "  --hw H             h100-sxm (default), h200-sxm, a100-sxm, cpu-local or a hardware JSON\n"
+    "  --hw H             h100-sxm (default), h200-sxm, a100-sxm, h100-pcie, cpu-local or a "
+    "hardware JSON\n"
     "  --mem-limit BYTES  device memory for the allocator (default: the hardware's; 80GiB ...)\n"
     "  --trace OUT        write the simulated trace (native format)\n"
     "  --memory-snapshot OUT.pickle\n"
@@ -215,6 +217,9 @@ int cmd_simulate(int argc, char** argv) {
     j["sim_events"] = r.sim_events;
     j["device"] = plan::device_family_name(hw.device);
     j["attention_kernels"] = attention_kernels_json(attention);
+    j["cost_sources"] = cost_sources_json(hw);
+    if (hw.fitted.calibrated)
+      j["cost_sources"]["from_base"] = sim::costs_from_base(hw, in.graph, sched);
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -223,6 +228,10 @@ int cmd_simulate(int argc, char** argv) {
               options.model_name.c_str(), hw.name.c_str(), static_cast<long long>(world),
               r.rank_classes.size(), static_cast<long long>(world),
               with_commas(static_cast<int64_t>(r.sim_events)).c_str());
+  std::printf("%s\n", cost_sources_text(hw).c_str());
+  if (const std::string base = from_base_text(sim::costs_from_base(hw, in.graph, sched));
+      !base.empty())
+    std::printf("%s\n", base.c_str());
   if (r.rank_classes.size() > 1) {
     std::printf("  %-6s %-24s %12s %14s %14s\n", "rank", "stands for", "step ms", "peak alloc",
                 "peak reserved");

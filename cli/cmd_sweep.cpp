@@ -15,6 +15,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/cost_sources.h"
 #include "cli/output_flags.h"
 #include "cli/plan_inputs.h"
 #include "cli/sim_flags.h"
@@ -35,7 +36,8 @@ const char* kUsage =
     "  --grid G           grid JSON: policy keys (dotted for nested) -> arrays of values\n"
     "  --world N,...      world sizes to sweep (default 8)\n"
     "  --policy/--set     the base policy the grid's values are applied to\n"
-    "  --hw H             h100-sxm (default), h200-sxm, a100-sxm, cpu-local or a hardware JSON\n"
+    "  --hw H             h100-sxm (default), h200-sxm, a100-sxm, h100-pcie, cpu-local or a "
+    "hardware JSON\n"
     "  --mem-limit BYTES  device memory a configuration must fit (default: the hardware's)\n"
     "  --threads T        worker threads (default: every core)\n"
     "  --top K            rows of the ranked table (default 10)\n"
@@ -246,6 +248,7 @@ int cmd_sweep(int argc, char** argv) {
   nlohmann::json head = {
       {"model", model},
       {"hw", hw.name},
+      {"cost_sources", cost_sources_json(hw)},
       {"worlds", worlds},
       {"memory_limit_bytes", capacity},
       {"configs", nullptr},
@@ -288,6 +291,7 @@ int cmd_sweep(int argc, char** argv) {
     return 0;
   }
   print_report(r, grid, model, hw.name, capacity, top, seconds);
+  std::printf("%s\n", cost_sources_text(hw).c_str());
   return 0;
 }
 

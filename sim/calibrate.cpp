@@ -56,6 +56,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
     if (!in.trace) throw Error("calibrate: trace " + in.name + " is null");
     const traces::Trace& t = *in.trace;
     rep.traces.push_back(in.name);
+    const int64_t without_flops_before = rep.compute_without_flops;
     const int64_t world = t.world_size();
     GroupLayout layout(in.name, world);
     plan::DType dtype = plan::DType::f32;
@@ -83,7 +84,8 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       dtype_from = std::string("--dtype ") + plan::dtype_name(dtype);
     }
     if (options.group_size > 0) layout.set_override(options.group_size);
-    const double peak = base.peak_flops(dtype);
+    // The cost model's compute peak: the base's sustained clock applies.
+    const double peak = base.peak_flops(dtype) * base.op_level.sustained_clock_fraction;
 
     int64_t usable = 0;
     // This trace's collectives, matched across ranks after the rank loop.
@@ -221,7 +223,9 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         ComputeSample s;
         s.flops = static_cast<double>(e.flops);
         s.a = static_cast<double>(e.flops) / peak * 1e9;
-        s.mem = static_cast<double>(e.bytes) / base.hbm_bytes_per_s * 1e9;
+        // The memory roof at the type's fraction of HBM bandwidth, as the cost model prices it.
+        s.mem = static_cast<double>(e.bytes) /
+                (base.hbm_bytes_per_s * base.op_level.memory_efficiency_of(type)) * 1e9;
         s.d = static_cast<double>(e.dur_ns);
         TypeData& td = types[{type, dtype}];
         ++usable;
@@ -267,9 +271,18 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         add_point(keys, pc.kind, pc.span, p);
       }
     }
-    if (usable == 0)
-      throw Error("trace " + in.name +
-                  ": no compute events with FLOPs and no collectives: nothing to calibrate from");
+    if (usable == 0) {
+      const int64_t without = rep.compute_without_flops - without_flops_before;
+      throw Error(
+          "trace " + in.name +
+          ": no compute events with FLOPs and no collectives: nothing to calibrate from" +
+          (without > 0
+               ? " (its " + std::to_string(without) +
+                     " compute events carry no FLOPs: a trace without shapes, such as a CUPTI "
+                     "profile of a PyTorch program, names kernels but not their sizes; record "
+                     "a torch.profiler trace with record_shapes=True and import it)"
+               : std::string()));
+    }
     rep.notes.push_back("trace " + in.name + ": compute dtype from " + dtype_from);
   }
 
@@ -317,7 +330,14 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
 
   HardwareModel hw = base;
   hw.name = options.name;
+  // What this calibration fits, never what a calibrated base had fitted.
+  hw.fitted = FittedCosts{};
+  hw.fitted.calibrated = true;
   bool anything = false;
+  bool gemm_terms_dropped = false;
+  const auto is_linear_key = [](const std::string& k) {
+    return k == "linear" || k == efficiency_key("linear", true);
+  };
 
   // Efficiency per op type: least squares of d = a / eff over the
   // compute-bound events (absolute residuals: long ops weigh most).
@@ -343,12 +363,26 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       }
       er.efficiency = eff;
       er.fitted = true;
+      double base_ns = 0, measured_ns = 0;
+      for (const ComputeSample& c : td.compute_bound) {
+        base_ns += c.a / base.efficiency_of(type, dtype, c.flops);
+        measured_ns += c.d;
+      }
+      er.speed_vs_base = measured_ns > 0 ? base_ns / measured_ns : 0;
       er.curve = fit_efficiency_curve(td.compute_bound);
       // Only graph op types reach the model: the simulator prices graph ops
       // by type; other names (a Kineto kernel's) are reported, not written.
       er.written = is_efficiency_key(type);
       if (er.written) {
         hw.dtype_efficiency[dtype][type] = eff;
+        hw.fitted.efficiency[dtype].insert(type);
+        // Trace events carry FLOPs, not GEMM shapes: a fitted linear
+        // efficiency already holds the shapes' effect, so the base's shape
+        // terms (op_level.gemm) would count it twice.
+        if (is_linear_key(type) && !base.op_level.gemm.is_off()) {
+          hw.op_level.gemm.switch_off();
+          gemm_terms_dropped = true;
+        }
         // A base curve (a preset's published one) would take precedence
         // over the fitted scalar: the fit replaces it.
         if (!er.curve.empty())
@@ -387,6 +421,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       const std::string missing = backward ? forward_type : efficiency_key(forward_type, true);
       if (fitted.count({missing, dtype})) continue;
       hw.dtype_efficiency[dtype][missing] = er->efficiency;
+      hw.fitted.efficiency[dtype].insert(missing);
       if (!er->curve.empty())
         hw.efficiency_curves[dtype][missing] = er->curve;
       else if (hw.efficiency_curves.count(dtype))
@@ -396,6 +431,31 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       rep.notes.push_back(label + ": no fit of its own; takes " + type + "'s");
     }
   }
+  // A fit in one dtype says how fast this machine runs the type relative to
+  // the base. Another dtype without a fit of its own keeps the base's
+  // absolute rate (carrying the ratio is wrong where the machine's dtypes
+  // differ from the base's: the H200 engine's bf16 GEMMs ran at 0.3 of
+  // the preset, its fp32 ones near it); the note says so and gives the ratio.
+  {
+    std::set<std::pair<std::string, plan::DType>> fitted;
+    for (const EfficiencyReport& er : rep.efficiency)
+      if (er.written) fitted.insert({er.op_type, er.dtype});
+    for (const EfficiencyReport& er : rep.efficiency) {
+      if (!er.written || !(er.speed_vs_base > 0)) continue;
+      std::string others;
+      for (plan::DType other : {plan::DType::f32, plan::DType::bf16, plan::DType::f16})
+        if (other != er.dtype && !fitted.count({er.op_type, other}))
+          others += std::string(others.empty() ? "" : ", ") + plan::dtype_name(other);
+      if (others.empty()) continue;
+      rep.notes.push_back(er.op_type + " in " + others +
+                          ": not fitted, the base's efficiency (the " + plan::dtype_name(er.dtype) +
+                          " fit ran at " + fmt("%.3g", er.speed_vs_base) + " x the base's speed)");
+    }
+  }
+  if (gemm_terms_dropped)
+    rep.notes.push_back(
+        "linear fitted: the base's GEMM shape terms (op_level.gemm: unaligned dimensions, wave "
+        "quantization) are switched off, the fit holds their effect at the traced shapes");
   if (!not_op_types.empty())
     rep.notes.push_back(std::to_string(not_op_types.size()) +
                         " fitted name(s) are not graph op types (e.g. '" + not_op_types.front() +

@@ -71,6 +71,10 @@ struct EfficiencyReport {
   bool clamped = false;         ///< the fit came out above 1 and was capped at 1
   double rms_rel_residual = 0;  ///< over all uncontended events of the type
   double max_rel_residual = 0;
+  /// Fitted: the base's predicted compute time over the measured time of the
+  /// compute-bound events (> 1: faster than the base). Reported, with a note
+  /// naming the dtypes whose efficiency for this type stays the base's.
+  double speed_vs_base = 0;
 };
 
 /// A device op kind without FLOPs (plan::op_kind_name: grad_cast, copy_out,

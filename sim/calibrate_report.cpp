@@ -74,6 +74,7 @@ nlohmann::json calibration_report_to_json(const CalibrationReport& r) {
     nlohmann::json curve = nlohmann::json::array();
     for (const EfficiencyKnot& k : e.curve) curve.push_back({k.flops, k.efficiency});
     eff.push_back({{"op_type", e.op_type},
+                   {"speed_vs_base", e.speed_vs_base},
                    {"curve", curve},
                    {"dtype", plan::dtype_name(e.dtype)},
                    {"events", e.events},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -133,7 +134,65 @@ double CostModel::flops(int index) const {
 }
 
 double CostModel::bytes(int index) const {
-  return plan::schedule_op_bytes(*sizes_, schedule_.ops.at(static_cast<size_t>(index)));
+  const plan::ScheduleOp& op = schedule_.ops.at(static_cast<size_t>(index));
+  const double graph_bytes = plan::schedule_op_bytes(*sizes_, op);
+  if (op.graph_op < 0 || !hw_.op_level.upcast_bytes) return graph_bytes;
+  return graph_bytes + upcast_bytes(op);
+}
+
+double CostModel::upcast_bytes(const plan::ScheduleOp& op) const {
+  const int compute_bytes = plan::dtype_bytes(op.dtype);
+  if (compute_bytes >= 4) return 0;  // fp32 compute: nothing is upcast
+  const auto g = static_cast<size_t>(op.graph_op);
+  const plan::Op& graph_op = graph_.ops.at(g);
+  const bool backward = op.kind == plan::OpKind::backward;
+  // Graph bytes count every floating tensor at the compute dtype. fp32
+  // tensors (statistics, log-probabilities) are written (forward) and read
+  // back (backward, saved) at 4 bytes: the difference.
+  double extra = 0;
+  for (int t : backward ? graph_op.saved : graph_op.outputs) {
+    const plan::Tensor& tensor = graph_.tensors.at(static_cast<size_t>(t));
+    if (plan::is_floating(tensor.dtype) && tensor.precision == plan::Precision::fp32)
+      extra += static_cast<double>(4 - compute_bytes) *
+               static_cast<double>(sizes_->tensor_numel.at(static_cast<size_t>(t)));
+  }
+  // Temporaries that are not in the compute dtype are the implementation's
+  // upcasts (Hugging Face's logits.float(), fp32 softmax gradients): each is
+  // written once and read once.
+  plan::WorkloadSizes::TempNumel temps =
+      backward ? sizes_->bwd_temp_numel.at(g) : sizes_->fwd_temp_numel.at(g);
+  temps[static_cast<size_t>(plan::Precision::compute)] = 0;
+  return extra + 2.0 * static_cast<double>(plan::temp_bytes(temps, compute_bytes));
+}
+
+double CostModel::linear_compute_s(const plan::Op& g, double op_flops, double peak,
+                                   const std::string& key, plan::DType dtype, bool backward,
+                                   double curve_s) const {
+  const GemmShapeModel& gemm = hw_.op_level.gemm;
+  const int64_t in = *g.attrs.in_features, out = *g.attrs.out_features;
+  // An unaligned 16-bit GEMM runs cuBLAS's align1 kernels at a fixed fraction
+  // of peak, whatever its size: the curve (square, aligned GEMMs) does not apply.
+  if (const double e = gemm_unaligned_efficiency(gemm, dtype, in, out, backward); e > 0)
+    return op_flops / (peak * e);
+  if (gemm.sm_count <= 0 || g.inputs.empty()) return curve_s;
+  // Rows M = input elements / in_features. Forward: [M, in] x [in, out]
+  // (output M x out); backward: the input gradient (output M x in) and the
+  // weight gradient (output out x in), each half of the backward FLOPs. The
+  // curve was measured on square GEMMs, so the shape term is relative: the
+  // wave efficiency of this output over that of the square GEMM of the same
+  // FLOPs (side s = (FLOPs / 2)^(1/3)).
+  const double m = static_cast<double>(sizes_->tensor_numel.at(static_cast<size_t>(g.inputs[0]))) /
+                   static_cast<double>(in);
+  const auto relative = [&](double rows, double cols, double flops) {
+    const double side = std::cbrt(flops / 2);
+    return gemm_wave_efficiency(gemm, rows, cols) / gemm_wave_efficiency(gemm, side, side);
+  };
+  const auto at = [&](double flops, double rows, double cols) {
+    return flops / (peak * hw_.efficiency_of(key, dtype, flops) * relative(rows, cols, flops));
+  };
+  if (!backward) return at(op_flops, m, static_cast<double>(out));
+  return at(op_flops / 2, m, static_cast<double>(in)) +
+         at(op_flops / 2, static_cast<double>(out), static_cast<double>(in));
 }
 
 TimeNs CostModel::duration(int index) const {
@@ -167,11 +226,14 @@ TimeNs CostModel::duration(int index) const {
   if (cached.ns >= 0 && cached.dtype == op.dtype) return TimeNs(cached.ns);
   const plan::Op& g = graph_.ops.at(static_cast<size_t>(op.graph_op));
   const double op_flops = flops(index);
-  const std::string key =
-      efficiency_key(plan::op_type_name(g.type), op.kind == plan::OpKind::backward);
-  const double compute_s =
-      op_flops / (hw_.peak_flops(op.dtype) * hw_.efficiency_of(key, op.dtype, op_flops));
-  const double memory_s = bytes(index) / hw_.hbm_bytes_per_s;
+  const bool backward = op.kind == plan::OpKind::backward;
+  const std::string key = efficiency_key(plan::op_type_name(g.type), backward);
+  const OpLevelModel& level = hw_.op_level;
+  const double peak = hw_.peak_flops(op.dtype) * level.sustained_clock_fraction;
+  double compute_s = op_flops / (peak * hw_.efficiency_of(key, op.dtype, op_flops));
+  if (g.type == plan::OpType::linear && g.attrs.in_features && g.attrs.out_features)
+    compute_s = linear_compute_s(g, op_flops, peak, key, op.dtype, backward, compute_s);
+  const double memory_s = bytes(index) / (hw_.hbm_bytes_per_s * level.memory_efficiency_of(key));
   cached.ns = bounded(compute_s > memory_s ? compute_s : memory_s, hw_, "op '" + g.name + "'",
                       std::string("peak_flops_") +
                           (op.dtype == plan::DType::bf16  ? "bf16"

@@ -2,7 +2,12 @@
 // contention (the simulator applies contention_factor when it starts an op).
 // Formulas (docs/simulator.md):
 //   graph ops (forward, recompute: fwd Polys; backward: bwd Polys), at the op's dtype:
-//     t = max(FLOPs / (peak[dtype] * eff[op type]), bytes * dtype_bytes/4 / HBM bw)
+//     t = max(FLOPs / (peak[dtype] * clock * eff[op type]),
+//             bytes * dtype_bytes/4 / (HBM bw * mem_eff[op type]))
+//     clock, mem_eff: hw.op_level (1 by default); linear ops with
+//     hw.op_level.gemm: an unaligned 16-bit GEMM at a fixed fraction of peak,
+//     else eff times the wave-quantization term of its output shape
+//     (backward: input- and weight-gradient GEMMs apart); docs/simulator.md
 //   other device ops (casts, copy-out, grad cast/accumulate/norm/scale, optimizer):
 //     t = bytes / HBM bw;   on the host stream: bytes / host memory bw
 //   h2d, d2h: bytes / PCIe bw
@@ -64,11 +69,21 @@ class CostModel {
   TimeNs duration(int op) const;
   const GroupSpan& span(int group) const { return spans_.at(static_cast<size_t>(group)); }
 
-  /// FLOPs and bytes of a graph op as the cost model prices them (0 for other ops).
+  /// FLOPs and bytes of a graph op as the cost model prices them (0 for other
+  /// ops; bytes include upcast_bytes when hw.op_level.upcast_bytes).
   double flops(int op) const;
   double bytes(int op) const;
 
  private:
+  /// Bytes a graph op moves beyond the graph's (hw.op_level.upcast_bytes):
+  /// its fp32 tensors' extra bytes over the compute dtype and its
+  /// non-compute-dtype temporaries written and read once.
+  double upcast_bytes(const plan::ScheduleOp& op) const;
+  /// Compute seconds of a linear op under hw.op_level.gemm (unaligned
+  /// dimensions, wave quantization); `curve_s` when neither applies.
+  double linear_compute_s(const plan::Op& g, double op_flops, double peak, const std::string& key,
+                          plan::DType dtype, bool backward, double curve_s) const;
+
   const HardwareModel& hw_;
   const plan::Graph& graph_;
   const plan::Schedule& schedule_;

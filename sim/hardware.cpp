@@ -105,6 +105,35 @@ CollectiveFit all_reduce_8(int64_t small_latency_ns, double small_bus_bytes_per_
   return f;
 }
 
+// GH100 op-level figures (docs/simulator.md, "Op-level model"), measured on
+// the H200 (tests/recorded/h200/profile-torch-eager-b48, PyTorch 2.11 under
+// CUPTI): h100-sxm and h200-sxm share them (same SMs and clocks); the
+// memory fractions multiply each preset's own HBM bandwidth.
+OpLevelModel hopper_op_level(int64_t sm_count) {
+  OpLevelModel m;
+  m.gemm.sm_count = sm_count;
+  m.gemm.tile_m = 256;  // nvjet_sm90_tst_256x128 / 192x192: cuBLAS's usual Hopper tiles
+  m.gemm.tile_n = 128;
+  m.gemm.alignment_elements = 8;  // 16 bytes of bf16: cuBLAS's TMA / wgmma alignment
+  // lm_head of GPT-2 (vocab 50257, odd): cutlass_75 ..._align1 kernels; forward
+  // 37.74 ms for 2 x 49152 x 768 x 50257 FLOPs, backward 51.71 ms for twice that.
+  m.gemm.unaligned_efficiency = 0.1016;
+  m.gemm.unaligned_efficiency_backward = 0.1484;
+  // Bytes each kernel moves / its time / 4.8 TB/s, B = 48, T = 1024.
+  m.memory_efficiency = {{"gelu", 0.73},
+                         {"gelu.backward", 0.83},
+                         {"layernorm", 0.45},
+                         {"layernorm.backward", 0.29},
+                         {"residual", 0.94},
+                         {"cross_entropy", 0.47},
+                         {"cross_entropy.backward", 0.62}};
+  // The fp32 logits of the loss (logits.float(), 4 bytes a logit) and
+  // LayerNorm's fp32 statistics cost their bytes: the kernels run in fp32
+  // (cunn_SoftMaxForward<4, float, ...>).
+  m.upcast_bytes = true;
+  return m;
+}
+
 HardwareModel h100() {
   HardwareModel h;
   h.name = "h100-sxm";
@@ -130,12 +159,31 @@ HardwareModel h100() {
   }
   h.collectives = {all_reduce_8(37300, 336.9 * kGB, 76000, 470.1 * kGB)};
   h.launch_overhead_ns = 0;
-  h.contention_factor = 1.1;
+  // Compute overlapped by NCCL collectives: 18.9% slower on average (GPT and
+  // Llama layers on 4 x H100 / A100; arXiv 2507.03114).
+  h.contention_factor = 1.189;
   h.gpus_per_node = 8;
   h.blas_workspace_bytes = 4096 * 8 * 1024;  // sm90 default (CublasHandlePool.cpp)
   h.blas_workspaces = 2;
   h.nccl_channels = 16;
   h.nccl_buffsize_bytes = 4 << 20;  // NCCL_BUFFSIZE default (src/init.cc DEFAULT_BUFFSIZE)
+  h.op_level = hopper_op_level(132);
+  return h;
+}
+
+// H100 PCIe (NVIDIA product brief PB-11133-001): 114 SMs, 80 GB HBM2e at
+// 2.0 TB/s, 350 W; dense peaks 756 (bf16/fp16) and 51 (fp32) TFLOP/s; NVLink
+// bridge 600 GB/s between pairs, PCIe Gen5 x16. The op-level figures are the
+// H200's at 114 SMs; no published sustained clock under 350 W: fraction 1.
+HardwareModel h100_pcie() {
+  HardwareModel h = h100();
+  h.name = "h100-pcie";
+  h.peak_flops_fp32 = 51 * kTFLOPS;
+  h.peak_flops_bf16 = 756 * kTFLOPS;
+  h.peak_flops_fp16 = 756 * kTFLOPS;
+  h.hbm_bytes_per_s = 2000 * kGB;
+  h.memory_bytes = 80 * kGiB;
+  h.op_level = hopper_op_level(114);
   return h;
 }
 
@@ -174,6 +222,9 @@ HardwareModel a100() {
   h.collectives = {all_reduce_8(39500, 123.9 * kGB, 198600, 230.7 * kGB)};
   // Before Hopper: ":4096:2:16:8" (CublasHandlePool.cpp, parseChosenWorkspaceSize).
   h.blas_workspace_bytes = 4096 * 1024 * 2 + 16 * 1024 * 8;
+  // A100 keeps the model it had: the op-level figures are GH100 measurements.
+  h.contention_factor = 1.1;
+  h.op_level = OpLevelModel{};
   return h;
 }
 
@@ -482,6 +533,7 @@ void HardwareModel::validate() const {
   latency(collective_latency_ns, "collective_latency_ns");
   latency(launch_overhead_ns, "launch_overhead_ns");
   latency(op_dispatch_ns, "op_dispatch_ns");
+  validate_op_level(op_level, name);
   if (launch_queue_depth < 1)
     throw Error("hardware '" + name + "': launch_queue_depth must be >= 1");
   for (size_t i = 0; i < collectives.size(); ++i) {
@@ -541,7 +593,7 @@ void HardwareModel::validate() const {
 }
 
 std::vector<std::string> hardware_presets() {
-  return {"h100-sxm", "h200-sxm", "a100-sxm", "cpu-local"};
+  return {"h100-sxm", "h200-sxm", "a100-sxm", "h100-pcie", "cpu-local"};
 }
 
 bool is_hardware_preset(const std::string& name) {
@@ -554,9 +606,10 @@ HardwareModel hardware_preset(const std::string& name) {
   if (name == "h100-sxm") return h100();
   if (name == "h200-sxm") return h200();
   if (name == "a100-sxm") return a100();
+  if (name == "h100-pcie") return h100_pcie();
   if (name == "cpu-local") return cpu_local();
   throw Error("unknown hardware preset '" + name +
-              "' (h100-sxm, h200-sxm, a100-sxm, cpu-local, or a hardware JSON file)");
+              "' (h100-sxm, h200-sxm, a100-sxm, h100-pcie, cpu-local, or a hardware JSON file)");
 }
 
 namespace {
@@ -634,6 +687,8 @@ nlohmann::json hardware_to_json(const HardwareModel& hw) {
   j["blas_workspaces"] = hw.blas_workspaces;
   j["nccl_channels"] = hw.nccl_channels;
   j["nccl_buffsize_bytes"] = hw.nccl_buffsize_bytes;
+  j["op_level"] = op_level_to_json(hw.op_level);
+  if (hw.fitted.calibrated) j["fitted"] = fitted_to_json(hw.fitted);
   return j;
 }
 
@@ -827,6 +882,10 @@ HardwareModel hardware_from_json(const nlohmann::json& doc, const std::string& s
             }
             h.efficiency_curves[dtype][type] = knots;
           });
+    } else if (key == "op_level") {
+      op_level_from_json(v, source, &h.op_level);
+    } else if (key == "fitted") {
+      h.fitted = fitted_from_json(v, source);
     } else if (key == "dtype_efficiency") {
       for_each_dtype_type(v, key, source,
                           [&](plan::DType dtype, const std::string& type, const nlohmann::json& e,
@@ -845,9 +904,10 @@ HardwareModel load_hardware(const std::string& spec) {
   if (is_hardware_preset(spec)) return hardware_preset(spec);
   std::error_code ec;
   if (!std::filesystem::exists(spec, ec))
-    throw Error("hardware '" + spec +
-                "' is neither a preset (h100-sxm, h200-sxm, a100-sxm, cpu-local) nor a readable "
-                "file");
+    throw Error(
+        "hardware '" + spec +
+        "' is neither a preset (h100-sxm, h200-sxm, a100-sxm, h100-pcie, cpu-local) nor a readable "
+        "file");
   nlohmann::json doc;
   try {
     doc = plan::load_json_input(spec, "hardware");

@@ -16,6 +16,8 @@
 #include "plan/graph.h"
 #include "plan/schedule.h"
 #include "plan/sdpa.h"
+#include "sim/hardware_fitted.h"
+#include "sim/hardware_op_level.h"
 
 namespace shardscope::sim {
 
@@ -142,6 +144,10 @@ struct HardwareModel {
   /// 0 channels = no NCCL (cpu-local).
   int64_t nccl_channels = 0;
   int64_t nccl_buffsize_bytes = 0;
+  /// Sustained clock, GEMM shape, memory-bound fractions (sim/hardware_op_level.h).
+  OpLevelModel op_level;
+  /// What calibrate fitted (sim/hardware_fitted.h); not calibrated for presets.
+  FittedCosts fitted;
 
   /// Throws Error for a dtype without a compute peak (integers, f64).
   double peak_flops(plan::DType dtype) const;
@@ -178,7 +184,8 @@ std::string efficiency_key(const std::string& op_type, bool backward);
 /// A graph op type, or one with ".backward".
 bool is_efficiency_key(const std::string& name);
 
-std::vector<std::string> hardware_presets();  ///< h100-sxm, h200-sxm, a100-sxm, cpu-local
+std::vector<std::string>
+hardware_presets();  ///< h100-sxm, h200-sxm, a100-sxm, h100-pcie, cpu-local
 bool is_hardware_preset(const std::string& name);
 /// Throws Error for an unknown name.
 HardwareModel hardware_preset(const std::string& name);

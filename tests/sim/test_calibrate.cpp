@@ -36,6 +36,10 @@ sim::HardwareModel truth_hw() {
   h.efficiency_curves.clear();
   h.efficiency["linear"] = 0.55;
   h.efficiency["attention"] = 0.35;
+  // Trace events carry FLOPs, not GEMM shapes: calibrate fits one linear
+  // efficiency per dtype, exact only without the shape terms. The preset's
+  // memory fractions stay (calibrate prices the memory roof with them).
+  h.op_level.gemm.switch_off();
   h.contention_factor = 1.25;
   h.nvlink_bus_bytes_per_s = 360e9;
   h.nvlink_latency_ns = 1500;

@@ -1,0 +1,151 @@
+#include "sim/hardware_op_level.h"
+
+#include <cmath>
+#include <string>
+
+#include "sim/hardware.h"
+
+namespace shardscope::sim {
+
+namespace {
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+double read_double(const nlohmann::json& v, const std::string& key, const std::string& source) {
+  if (!v.is_number())
+    throw Error(source + ": hardware key '" + key + "' must be a number, got " + v.dump());
+  return v.get<double>();
+}
+
+int64_t read_int(const nlohmann::json& v, const std::string& key, const std::string& source) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15)
+      return static_cast<int64_t>(d);
+  }
+  throw Error(source + ": hardware key '" + key + "' must be an integer, got " + v.dump());
+}
+
+}  // namespace
+
+double OpLevelModel::memory_efficiency_of(const std::string& key) const {
+  if (const auto it = memory_efficiency.find(key); it != memory_efficiency.end()) return it->second;
+  const std::string suffix = ".backward";
+  if (key.size() > suffix.size() &&
+      key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const auto it = memory_efficiency.find(key.substr(0, key.size() - suffix.size()));
+    if (it != memory_efficiency.end()) return it->second;
+  }
+  return 1.0;
+}
+
+double gemm_wave_efficiency(const GemmShapeModel& gemm, double m, double n) {
+  if (gemm.sm_count <= 0 || !(m > 0) || !(n > 0)) return 1.0;
+  const double tiles = std::ceil(m / static_cast<double>(gemm.tile_m)) *
+                       std::ceil(n / static_cast<double>(gemm.tile_n));
+  const double slots =
+      std::ceil(tiles / static_cast<double>(gemm.sm_count)) * static_cast<double>(gemm.sm_count);
+  return tiles / slots;
+}
+
+double gemm_unaligned_efficiency(const GemmShapeModel& gemm, plan::DType dtype, int64_t in_features,
+                                 int64_t out_features, bool backward) {
+  if (dtype != plan::DType::bf16 && dtype != plan::DType::f16) return 0;
+  const double e = backward ? gemm.unaligned_efficiency_backward : gemm.unaligned_efficiency;
+  if (e <= 0 || gemm.alignment_elements <= 1) return 0;
+  const bool aligned =
+      in_features % gemm.alignment_elements == 0 && out_features % gemm.alignment_elements == 0;
+  return aligned ? 0 : e;
+}
+
+nlohmann::json op_level_to_json(const OpLevelModel& m) {
+  return {{"sustained_clock_fraction", m.sustained_clock_fraction},
+          {"gemm",
+           {{"sm_count", m.gemm.sm_count},
+            {"tile_m", m.gemm.tile_m},
+            {"tile_n", m.gemm.tile_n},
+            {"alignment_elements", m.gemm.alignment_elements},
+            {"unaligned_efficiency", m.gemm.unaligned_efficiency},
+            {"unaligned_efficiency_backward", m.gemm.unaligned_efficiency_backward}}},
+          {"memory_efficiency", m.memory_efficiency},
+          {"upcast_bytes", m.upcast_bytes}};
+}
+
+void op_level_from_json(const nlohmann::json& v, const std::string& source, OpLevelModel* m) {
+  if (!v.is_object()) throw Error(source + ": hardware key 'op_level' must be an object");
+  for (const auto& [key, x] : v.items()) {
+    const std::string at = "op_level." + key;
+    if (key == "sustained_clock_fraction") {
+      m->sustained_clock_fraction = read_double(x, at, source);
+    } else if (key == "gemm") {
+      if (!x.is_object()) throw Error(source + ": hardware key '" + at + "' must be an object");
+      for (const auto& [k, y] : x.items()) {
+        const std::string field = at + "." + k;
+        if (k == "sm_count")
+          m->gemm.sm_count = read_int(y, field, source);
+        else if (k == "tile_m")
+          m->gemm.tile_m = read_int(y, field, source);
+        else if (k == "tile_n")
+          m->gemm.tile_n = read_int(y, field, source);
+        else if (k == "alignment_elements")
+          m->gemm.alignment_elements = read_int(y, field, source);
+        else if (k == "unaligned_efficiency")
+          m->gemm.unaligned_efficiency = read_double(y, field, source);
+        else if (k == "unaligned_efficiency_backward")
+          m->gemm.unaligned_efficiency_backward = read_double(y, field, source);
+        else
+          throw Error(source + ": unknown hardware key '" + field +
+                      "' (sm_count, tile_m, tile_n, alignment_elements, unaligned_efficiency, "
+                      "unaligned_efficiency_backward)");
+      }
+    } else if (key == "upcast_bytes") {
+      if (!x.is_boolean())
+        throw Error(source + ": hardware key '" + at + "' must be true or false, got " + x.dump());
+      m->upcast_bytes = x.get<bool>();
+    } else if (key == "memory_efficiency") {
+      if (!x.is_object()) throw Error(source + ": hardware key '" + at + "' must be an object");
+      for (const auto& [type, y] : x.items()) {
+        const std::string field = at + "." + type;
+        if (!is_efficiency_key(type))
+          throw Error(source + ": hardware key '" + field + "': '" + type +
+                      "' is not an op type (embedding, linear, layernorm, rmsnorm, attention, "
+                      "gelu, swiglu, residual, cross_entropy, rope, relu, ..., each optionally "
+                      "with '.backward')");
+        m->memory_efficiency[type] = read_double(y, field, source);
+      }
+    } else {
+      throw Error(source + ": unknown hardware key '" + at +
+                  "' (sustained_clock_fraction, gemm, memory_efficiency, upcast_bytes)");
+    }
+  }
+}
+
+void validate_op_level(const OpLevelModel& m, const std::string& hardware_name) {
+  const std::string at = "hardware '" + hardware_name + "': op_level.";
+  const auto fraction = [&](double v, const std::string& field, bool zero_ok) {
+    if (!std::isfinite(v) || v > 1 || (zero_ok ? v < 0 : !(v > 0)))
+      throw Error(at + field + " = " + number(v) + " is out of range " +
+                  (zero_ok ? "[0, 1]" : "(0, 1]"));
+  };
+  fraction(m.sustained_clock_fraction, "sustained_clock_fraction", false);
+  fraction(m.gemm.unaligned_efficiency, "gemm.unaligned_efficiency", true);
+  fraction(m.gemm.unaligned_efficiency_backward, "gemm.unaligned_efficiency_backward", true);
+  const auto count = [&](int64_t v, const std::string& field, int64_t lo) {
+    // 2^20 bounds every count: no GPU has a million SMs or a tile that wide.
+    if (v < lo || v > (int64_t{1} << 20))
+      throw Error(at + field + " = " + std::to_string(v) + " is out of range [" +
+                  std::to_string(lo) + ", 1048576]");
+  };
+  count(m.gemm.sm_count, "gemm.sm_count", 0);
+  count(m.gemm.tile_m, "gemm.tile_m", 1);
+  count(m.gemm.tile_n, "gemm.tile_n", 1);
+  count(m.gemm.alignment_elements, "gemm.alignment_elements", 1);
+  for (const auto& [type, v] : m.memory_efficiency) fraction(v, "memory_efficiency." + type, false);
+}
+
+}  // namespace shardscope::sim
