@@ -33,6 +33,9 @@ traces::MemorySnapshot memory_snapshot(const AllocatorHistory& history, const pl
   std::vector<std::vector<traces::SnapshotFrame>> buffer_frames(schedule.buffers.size());
   auto frames_of = [&](int32_t buffer) -> const std::vector<traces::SnapshotFrame>& {
     static const std::vector<traces::SnapshotFrame> kNone;
+    static const std::vector<traces::SnapshotFrame> kWorkspace = {traces::SnapshotFrame{
+        "shardscope workspace", 0, "cuBLAS workspace (hardware blas_workspace_bytes)"}};
+    if (buffer == AllocatorHistory::kBlasWorkspace) return kWorkspace;
     if (buffer < 0 || static_cast<size_t>(buffer) >= schedule.buffers.size()) return kNone;
     std::vector<traces::SnapshotFrame>& f = buffer_frames[static_cast<size_t>(buffer)];
     if (f.empty()) {

@@ -17,8 +17,10 @@ namespace shardscope::sim {
 struct AllocatorHistory {
   std::vector<alloc::AllocatorEvent> events;  // in the order the allocator made them
   // Per event: the schedule buffer whose allocation or free caused it; -1
-  // when none (a freed block becoming reusable as the op it waited on ends).
+  // when none (a freed block becoming reusable as the op it waited on ends);
+  // kBlasWorkspace for a cuBLAS workspace (sim/simulator.cpp's warm-up).
   std::vector<int32_t> buffers;
+  static constexpr int32_t kBlasWorkspace = -2;
   uint64_t capacity_bytes = 0;  // the allocator's device capacity; 0 = unlimited
 };
 

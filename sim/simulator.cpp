@@ -299,8 +299,10 @@ bool Executor::warm_up_with_blas_workspaces() {
   const auto place = [&](int64_t upto) {
     while (static_cast<int64_t>(workspaces.size()) < upto) {
       what = "cuBLAS workspace " + std::to_string(workspaces.size());
+      current_buffer_ = AllocatorHistory::kBlasWorkspace;
       const auto a = allocate_or_fail(static_cast<uint64_t>(hw_.blas_workspace_bytes),
                                       static_cast<alloc::StreamId>(stream));
+      current_buffer_ = -1;
       if (!a) return false;
       workspaces.push_back(*a);
     }
@@ -324,16 +326,24 @@ bool Executor::warm_up_with_blas_workspaces() {
     if (buf.on_host || buf.persistent) continue;
     if (action.kind == plan::ActionKind::alloc) {
       what = plan::buffer_name(graph_, buf);
+      current_buffer_ = static_cast<int>(b);
       live[b] = allocate_or_fail(static_cast<uint64_t>(buf.bytes),
                                  static_cast<alloc::StreamId>(buf.stream));
+      current_buffer_ = -1;
       ok = live[b].has_value();
     } else if (live[b]) {
+      current_buffer_ = static_cast<int>(b);
       allocator_.free(live[b]->handle);
+      current_buffer_ = -1;
       live[b].reset();
     }
   }
-  for (auto& a : live)
-    if (a) allocator_.free(a->handle);
+  for (size_t b = 0; b < live.size(); ++b)
+    if (live[b]) {
+      current_buffer_ = static_cast<int>(b);
+      allocator_.free(live[b]->handle);
+      current_buffer_ = -1;
+    }
   if (!ok) {
     // The first step itself runs out of memory (the allocator already
     // released its cache and retried): simulate that step instead, from a

@@ -38,7 +38,8 @@ TEST_CASE("every row reads back what it writes, set or not", "[policy][keys]") {
               {"backward_prefetch", "post"},
               {"forward_prefetch", true},
               {"limit_all_gathers", false},
-              {"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}},
+              {"mixed_precision", {{"param_dtype", "fp16"}, {"reduce_dtype", "fp32"}}},
+              {"loss_scale", "dynamic"},
               {"cpu_offload", true},
               {"zero_grad_set_to_none", false},
               {"activation_checkpointing", {{"every", 3}, {"offset", 1}}},
@@ -60,6 +61,7 @@ TEST_CASE("every row reads back what it writes, set or not", "[policy][keys]") {
     REQUIRE(doc.contains(k.name));  // the document above sets every key
   }
   CHECK(once.at("backward_prefetch") == "post");
+  CHECK(once.at("loss_scale") == "dynamic");
   CHECK(once.at("activation_checkpointing") == json{{"every", 3}, {"offset", 1}});
   CHECK(once.at("token_balance") == json{{"weights", {0.25, 0.75}}});
   CHECK(once.at("attention") == json{{"sdpa_backend", "math"}});
