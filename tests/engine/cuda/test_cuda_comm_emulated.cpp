@@ -57,7 +57,8 @@ std::string comm_error_of(F&& call) {
 
 TEST_CASE("emulated: an all_gather holds its stream for the modelled 20 ms, own slot gathered") {
   EmulatedCommunicator comm(kRank, 4, kGroups, fixed(20 * kMs));
-  CHECK(comm.kind() == std::string("emulated"));
+  CHECK(comm.kind() == engine::cuda::CommunicatorKind::emulated);
+  CHECK(std::string(engine::cuda::communicator_kind_name(comm.kind())) == "emulated");
   constexpr size_t kCount = 256;
   Stream stream;
   DeviceVector<float> send(iota_f32(kCount, 1000.0f));

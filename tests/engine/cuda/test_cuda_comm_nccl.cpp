@@ -98,7 +98,7 @@ std::string comm_error_of(F&& call) {
 
 TEST_CASE("nccl world 1: all_gather, reduce_scatter, all_reduce, broadcast on f32 and bf16") {
   World1 world;
-  CHECK(world.comm.kind() == std::string("nccl"));
+  CHECK(world.comm.kind() == engine::cuda::CommunicatorKind::nccl);
   CHECK(world.comm.world_size() == 1);
   check_all_collectives<float>(world.comm, pattern_f32(), plan::DType::f32);
   check_all_collectives<uint16_t>(world.comm, pattern_bf16(), plan::DType::bf16);
