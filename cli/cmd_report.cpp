@@ -68,7 +68,7 @@ int cmd_report(int argc, char** argv) {
   traces::Metrics metrics;
   try {
     metrics = traces::compute_metrics(trace, options);
-  } catch (const std::invalid_argument& e) {
+  } catch (const traces::StepRuleError& e) {
     throw UsageError(std::string("--step-rule: ") + e.what());
   }
   const bool ranks = args.has("ranks");

@@ -598,7 +598,7 @@ Metrics compute_metrics(const Trace& t, MetricsOptions options) {
   StepRule rule = options.step_rule;
   if (rule == StepRule::automatic) rule = any_launch ? StepRule::launch : StepRule::markers;
   if (rule == StepRule::launch && !any_launch)
-    throw std::invalid_argument(
+    throw StepRuleError(
         "the launch step rule needs launch links (host calls carrying their kernels' "
         "correlation ids, as in PyTorch profiler traces); this trace has none, so its steps are "
         "its own step markers (--step-rule markers)");

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -148,13 +149,22 @@ struct Metrics {
   bool comm_split = false;
 };
 
+// compute_metrics under a step rule the trace cannot follow (launch without
+// launch links). A trace whose steps are broken (out of order, overlapping)
+// throws plain std::invalid_argument instead: `report` says --step-rule only
+// for this one.
+class StepRuleError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
 struct MetricsOptions {
   // Per-unit / per-op breakdowns keep 40 bytes per event until finish() (to
   // find nesting for self time); sweeps that only need the totals turn them
   // off and keep memory proportional to the busy-interval unions.
   bool breakdown = true;
   // compute_metrics: which step rule. launch on a trace without launch
-  // flows is an error (std::invalid_argument), never a quiet fallback.
+  // flows is an error (StepRuleError), never a quiet fallback.
   StepRule step_rule = StepRule::automatic;
 };
 

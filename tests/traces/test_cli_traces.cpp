@@ -16,6 +16,7 @@
 #include "traces/binary_format.h"
 #include "traces/chrome_check.h"
 #include "traces/file_io.h"
+#include "traces/metrics.h"
 #include "traces/trace_io.h"
 
 using namespace shardscope::traces;
@@ -86,6 +87,16 @@ TEST_CASE("cli report: text and contract JSON, from binary and JSON traces", "[c
 
 TEST_CASE("cli report: errors exit 2 naming the file and position", "[cli]") {
   TempDir dir;
+  {
+    // A rule the trace cannot follow is a --step-rule error (StepRuleError).
+    save_trace(testing::sample_trace(), dir / "t.sstrace");
+    MetricsOptions launch;
+    launch.step_rule = StepRule::launch;
+    CHECK_THROWS_AS(compute_metrics(testing::sample_trace(), launch), StepRuleError);
+    const Run r = run("report " + (dir / "t.sstrace") + " --step-rule launch");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--step-rule: the launch step rule needs launch links") != std::string::npos);
+  }
   Run r = run("report " + (dir / "missing.sstrace"));
   CHECK(r.status == 2);
   CHECK(r.err.find("missing.sstrace") != std::string::npos);
