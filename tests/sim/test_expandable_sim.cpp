@@ -7,20 +7,15 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cli/run_cli.h"
+#include "tests/cli/simulate_json.h"
 #include "tests/temp_dir.h"
 
 using namespace shardscope;
 using nlohmann::json;
 using shardscope::test::run_cli;
+using shardscope::test::simulate_json;
 
 namespace {
-
-json simulate_json(const std::string& args) {
-  const auto r = run_cli("simulate " + args + " --json");
-  INFO(r.output);
-  REQUIRE(r.status == 0);
-  return json::parse(r.output);
-}
 
 const char* kGpt2Small =
     "--model gpt2-small --world 8 --hw h200-sxm --set batch_size=8 --set seq_len=1024 "

@@ -11,6 +11,7 @@
 #include "sim/hardware.h"
 #include "sim/nccl_buffers.h"
 #include "tests/cli/run_cli.h"
+#include "tests/cli/simulate_json.h"
 #include "tests/temp_dir.h"
 
 using namespace shardscope;
@@ -19,11 +20,9 @@ using shardscope::test::run_cli;
 
 namespace {
 
-json simulate_json(const std::string& args) {
-  const auto r = run_cli("simulate --model gpt2-tiny --world 8 " + args + " --json");
-  INFO(r.output);
-  REQUIRE(r.status == 0);
-  return json::parse(r.output);
+// gpt2-tiny on 8 ranks, with `args`.
+json tiny_simulate_json(const std::string& args) {
+  return test::simulate_json("--model gpt2-tiny --world 8 " + args);
 }
 
 }  // namespace
@@ -63,7 +62,7 @@ TEST_CASE("a negative workspace or NCCL field is refused naming it and its value
 }
 
 TEST_CASE("simulate holds the workspaces in reserved, outside the tensors' peak", "[sim][cli]") {
-  const json h200 = simulate_json("--hw h200-sxm");
+  const json h200 = tiny_simulate_json("--hw h200-sxm");
   CHECK(h200["blas_workspace_bytes"] == 2 * 33554432);
   CHECK(h200["peak_allocated_with_workspaces_bytes"].get<int64_t>() ==
         h200["peak_allocated_bytes"].get<int64_t>() + 2 * 33554432);
@@ -75,15 +74,15 @@ TEST_CASE("simulate holds the workspaces in reserved, outside the tensors' peak"
   test::TempDir dir;
   const std::string none =
       dir.write("none.json", json{{"base", "h200-sxm"}, {"blas_workspaces", 0}});
-  const json bare = simulate_json("--hw " + none);
+  const json bare = tiny_simulate_json("--hw " + none);
   CHECK(bare["blas_workspace_bytes"] == 0);
   CHECK(bare["peak_allocated_bytes"] == h200["peak_allocated_bytes"]);
   CHECK(bare["peak_reserved_bytes"].get<int64_t>() + 2 * 33554432 ==
         h200["peak_reserved_bytes"].get<int64_t>());
   // a100: two 8,519,680 B blocks (under 10 MiB) split one 20 MiB segment.
-  const json a100 = simulate_json("--hw a100-sxm");
+  const json a100 = tiny_simulate_json("--hw a100-sxm");
   CHECK(a100["blas_workspace_bytes"] == 2 * 8519680);
-  const json cpu = simulate_json("--hw cpu-local");
+  const json cpu = tiny_simulate_json("--hw cpu-local");
   CHECK(cpu["blas_workspace_bytes"] == 0);
   CHECK(cpu["peak_allocated_with_workspaces_bytes"] == cpu["peak_allocated_bytes"]);
 }
@@ -91,14 +90,14 @@ TEST_CASE("simulate holds the workspaces in reserved, outside the tensors' peak"
 TEST_CASE("simulate estimates NCCL's buffers per communicator and channel", "[sim][cli]") {
   const int64_t per_channel = 4194304 + 524288 + 4915200;  // 9,633,792 B
   // Full sharding over 8 ranks: one communicator (the shard group).
-  const json fsdp = simulate_json("--hw h200-sxm");
+  const json fsdp = tiny_simulate_json("--hw h200-sxm");
   CHECK(fsdp["nccl_communicators"] == 1);
   CHECK(fsdp["nccl_buffer_bytes"] == 16 * per_channel);
   // Hybrid: shard groups of 4, replicas across: two communicators.
-  const json hsdp = simulate_json("--hw h200-sxm --set shard_group_size=4");
+  const json hsdp = tiny_simulate_json("--hw h200-sxm --set shard_group_size=4");
   CHECK(hsdp["nccl_communicators"] == 2);
   CHECK(hsdp["nccl_buffer_bytes"] == 2 * 16 * per_channel);
-  CHECK(simulate_json("--hw cpu-local")["nccl_buffer_bytes"] == 0);
+  CHECK(tiny_simulate_json("--hw cpu-local")["nccl_buffer_bytes"] == 0);
   const auto text = run_cli("simulate --model gpt2-tiny --world 8 --hw h200-sxm");
   REQUIRE(text.status == 0);
   CHECK(text.output.find("NCCL buffers 147.00 MiB, an estimate outside the caching allocator") !=
