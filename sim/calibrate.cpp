@@ -565,6 +565,16 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
       lr.fitted = true;
       hw.launch_overhead_ns = lr.ns;
       anything = true;
+      // The measured launch-to-launch time already holds the framework's
+      // host work: the base's per-op host dispatch would count it twice.
+      if (!hw.op_level.host_dispatch_ns.empty() ||
+          !hw.op_level.host_dispatch_per_param_ns.empty()) {
+        hw.op_level.host_dispatch_ns.clear();
+        hw.op_level.host_dispatch_per_param_ns.clear();
+        rep.notes.push_back(
+            "host dispatch: the fitted launch overhead replaces the base's op_level "
+            "host_dispatch_ns and host_dispatch_per_param_ns (it already holds that host time)");
+      }
     } else {
       rep.notes.push_back(
           "launch overhead: no two consecutive launches on a host lane; the base's " +

@@ -1,5 +1,6 @@
 #include "sim/hardware_op_level.h"
 
+#include <climits>
 #include <cmath>
 #include <string>
 
@@ -31,7 +32,53 @@ int64_t read_int(const nlohmann::json& v, const std::string& key, const std::str
   throw Error(source + ": hardware key '" + key + "' must be an integer, got " + v.dump());
 }
 
+// A schedule op kind that is not a graph op's (forward, backward, recompute
+// take efficiency keys): cast_params ... d2h, plan::op_kind_name's names.
+bool is_non_graph_op_kind(const std::string& name) {
+  for (int k = static_cast<int>(plan::OpKind::cast_params);
+       k <= static_cast<int>(plan::OpKind::d2h); ++k)
+    if (name == plan::op_kind_name(static_cast<plan::OpKind>(k))) return true;
+  return false;
+}
+
+bool is_host_dispatch_key(const std::string& key) {
+  return key == "default" || is_efficiency_key(key) || is_non_graph_op_kind(key);
+}
+
+void read_host_map(const nlohmann::json& x, const std::string& at, const std::string& source,
+                   std::map<std::string, int64_t>* out) {
+  if (!x.is_object()) throw Error(source + ": hardware key '" + at + "' must be an object");
+  for (const auto& [key, y] : x.items()) {
+    const std::string field = at + "." + key;
+    if (!is_host_dispatch_key(key))
+      throw Error(source + ": hardware key '" + field + "': '" + key +
+                  "' is neither an op type (linear, attention, layernorm, ..., each optionally "
+                  "with '.backward'), 'default', nor a schedule op kind (cast_params, copy_out, "
+                  "all_gather, ..., optimizer)");
+    (*out)[key] = read_int(y, field, source);
+  }
+}
+
 }  // namespace
+
+int64_t OpLevelModel::host_dispatch_ns_of(const std::string& key, bool forward_graph_op,
+                                          int64_t params) const {
+  int64_t ns = 0;
+  if (const auto it = host_dispatch_ns.find(key); it != host_dispatch_ns.end())
+    ns = it->second;
+  else if (forward_graph_op)
+    if (const auto d = host_dispatch_ns.find("default"); d != host_dispatch_ns.end())
+      ns = d->second;
+  if (const auto it = host_dispatch_per_param_ns.find(key);
+      it != host_dispatch_per_param_ns.end()) {
+    // Saturates: the simulator refuses a step clock past 2^63 ns, naming the hardware.
+    int64_t per_unit = 0;
+    if (__builtin_mul_overflow(params, it->second, &per_unit) ||
+        __builtin_add_overflow(ns, per_unit, &ns))
+      return INT64_MAX;
+  }
+  return ns;
+}
 
 double OpLevelModel::memory_efficiency_of(const std::string& key) const {
   if (const auto it = memory_efficiency.find(key); it != memory_efficiency.end()) return it->second;
@@ -73,7 +120,9 @@ nlohmann::json op_level_to_json(const OpLevelModel& m) {
             {"unaligned_efficiency", m.gemm.unaligned_efficiency},
             {"unaligned_efficiency_backward", m.gemm.unaligned_efficiency_backward}}},
           {"memory_efficiency", m.memory_efficiency},
-          {"upcast_bytes", m.upcast_bytes}};
+          {"upcast_bytes", m.upcast_bytes},
+          {"host_dispatch_ns", m.host_dispatch_ns},
+          {"host_dispatch_per_param_ns", m.host_dispatch_per_param_ns}};
 }
 
 void op_level_from_json(const nlohmann::json& v, const std::string& source, OpLevelModel* m) {
@@ -118,9 +167,14 @@ void op_level_from_json(const nlohmann::json& v, const std::string& source, OpLe
                       "with '.backward')");
         m->memory_efficiency[type] = read_double(y, field, source);
       }
+    } else if (key == "host_dispatch_ns") {
+      read_host_map(x, at, source, &m->host_dispatch_ns);
+    } else if (key == "host_dispatch_per_param_ns") {
+      read_host_map(x, at, source, &m->host_dispatch_per_param_ns);
     } else {
       throw Error(source + ": unknown hardware key '" + at +
-                  "' (sustained_clock_fraction, gemm, memory_efficiency, upcast_bytes)");
+                  "' (sustained_clock_fraction, gemm, memory_efficiency, upcast_bytes, "
+                  "host_dispatch_ns, host_dispatch_per_param_ns)");
     }
   }
 }
@@ -146,6 +200,14 @@ void validate_op_level(const OpLevelModel& m, const std::string& hardware_name) 
   count(m.gemm.tile_n, "gemm.tile_n", 1);
   count(m.gemm.alignment_elements, "gemm.alignment_elements", 1);
   for (const auto& [type, v] : m.memory_efficiency) fraction(v, "memory_efficiency." + type, false);
+  const auto host = [&](const std::map<std::string, int64_t>& map, const std::string& name) {
+    for (const auto& [key, v] : map)
+      if (v < 0 || v > kMaxLatencyNs)
+        throw Error(at + name + "." + key + " = " + std::to_string(v) + " is out of range [0, " +
+                    std::to_string(kMaxLatencyNs) + "]");
+  };
+  host(m.host_dispatch_ns, "host_dispatch_ns");
+  host(m.host_dispatch_per_param_ns, "host_dispatch_per_param_ns");
 }
 
 }  // namespace shardscope::sim

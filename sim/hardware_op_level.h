@@ -2,7 +2,8 @@
 // FLOPs / peak (docs/simulator.md, "Op-level model"): the power-limited
 // sustained clock, GEMM shape (wave quantization over the SMs, unaligned
 // dimensions) and per-op-type fractions of HBM bandwidth for memory-bound
-// graph ops. Every default leaves the cost model exactly as without it.
+// graph ops, and the host time PyTorch eager spends issuing each op (host
+// dispatch). Every default leaves the cost model exactly as without it.
 // Hardware JSON key "op_level" (parsed and printed here, strictly: an unknown
 // key is an error naming it).
 #pragma once
@@ -58,13 +59,34 @@ struct OpLevelModel {
   /// (plan::Precision): fp32 outputs and saved tensors at 4 bytes, non-compute
   /// temporaries written and read once (CostModel::upcast_bytes).
   bool upcast_bytes = false;
+  /// Host dispatch: ns the issuing thread spends before it launches a
+  /// schedule op (eager PyTorch: the module's Python and its kernel-free view
+  /// ops, the dispatcher, cudaLaunchKernel; FSDP2's hooks), on top of
+  /// HardwareModel::launch_overhead_ns. The device cannot start an op before
+  /// its launch, so a step whose kernels are short becomes host-bound.
+  /// Keys: a graph op's efficiency key ("linear" for forward and recompute,
+  /// "linear.backward": no fallback to the forward's, autograd's C++ engine
+  /// issues backward ops), "default" (forward and recompute graph ops of a
+  /// type without an entry), or a schedule op kind ("cast_params"). Absent: 0.
+  /// Each in [0, kMaxLatencyNs].
+  std::map<std::string, int64_t> host_dispatch_ns;
+  /// Added per parameter of the op's unit, by op kind: FSDP2's copy-in casts
+  /// and copies each parameter (cast_params on the ag_copy_in stream); any
+  /// other op, FSDP1's flat parameter included, counts one. [0, kMaxLatencyNs].
+  std::map<std::string, int64_t> host_dispatch_per_param_ns;
 
   bool is_default() const {
     return sustained_clock_fraction == 1.0 && gemm.is_off() && memory_efficiency.empty() &&
-           !upcast_bytes;
+           !upcast_bytes && host_dispatch_ns.empty() && host_dispatch_per_param_ns.empty();
   }
   /// memory_efficiency for `key` ("TYPE" or "TYPE.backward"), else 1.
   double memory_efficiency_of(const std::string& key) const;
+  /// Host ns before launching an op of `key` (an efficiency key or op kind
+  /// name; `forward_graph_op`: a forward or recompute graph op, which falls
+  /// back to "default") whose unit has `params` parameters (1 unless the
+  /// per-parameter term applies): host_dispatch_ns[key] (or the default) +
+  /// params x host_dispatch_per_param_ns[key].
+  int64_t host_dispatch_ns_of(const std::string& key, bool forward_graph_op, int64_t params) const;
 };
 
 /// tiles / (ceil(tiles / sm_count) x sm_count) for an m x n output; 1 when

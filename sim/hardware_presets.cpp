@@ -127,6 +127,27 @@ OpLevelModel hopper_op_level(int64_t sm_count) {
   // LayerNorm's fp32 statistics cost their bytes: the kernels run in fp32
   // (cunn_SoftMaxForward<4, float, ...>).
   m.upcast_bytes = true;
+  // Host dispatch, ns before each launch: the host-bound forward of
+  // tests/recorded/h200/profile-torch-fsdp2-b8 (B = 8), medians over its 36
+  // block forwards of the start-to-start interval of kernels that waited for
+  // their launch (docs/simulator.md, "Host dispatch"). The host is the
+  // recording machine's CPU under PyTorch 2.11; backward ops (device-bound
+  // there) have no figure.
+  //   layernorm: ln_2 after the residual add;
+  //   linear: mean of c_attn after ln_1 (60.3 us), c_proj after attention
+  //     (72.5) and c_fc after ln_2 (31.5);
+  //   attention: after c_attn (the qkv split, views, cuDNN SDPA's dispatch);
+  //   residual: the add after attention's c_proj;
+  //   default, other forward types: one elementwise op, as the residual add
+  //     (GELU's interval is device-bound: at most 63.7 us);
+  //   cast_params, FSDP2 per unit: the previous unit's post-forward and this
+  //     unit's pre-forward up to its first op (189.8 + 543.8 - 31.3 us),
+  //     less the per-parameter copy-in below (12 x 28.7 us).
+  m.host_dispatch_ns = {{"layernorm", 31'300}, {"linear", 54'800},  {"attention", 114'500},
+                        {"residual", 23'700},  {"default", 23'700}, {"cast_params", 357'900}};
+  // FSDP2's copy-in: a cast and a copy per parameter (bfloat16_copy_kernel,
+  // Memcpy DtoD), 28.7 us apart per parameter.
+  m.host_dispatch_per_param_ns = {{"cast_params", 28'700}};
   return m;
 }
 

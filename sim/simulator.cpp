@@ -88,6 +88,8 @@ class Executor final : public alloc::EventSource {
     return TimeNs(t);
   }
   bool run_host(TimeNs now);  // false: out of memory
+  // Host dispatch ns before launching schedule op `op` (OpLevelModel::host_dispatch_ns_of).
+  int64_t host_dispatch_ns(int op) const;
   void finish_op(int op, TimeNs now);
   void start_ready(TimeNs now);
   bool ready(int op) const;
@@ -400,6 +402,25 @@ void Executor::release(int buffer, const plan::SmallVector<int, 4>& pending) {
   slot.reset();
 }
 
+int64_t Executor::host_dispatch_ns(int op) const {
+  const OpLevelModel& level = hw_.op_level;
+  if (level.host_dispatch_ns.empty() && level.host_dispatch_per_param_ns.empty()) return 0;
+  const plan::ScheduleOp& o = sched_.ops[static_cast<size_t>(op)];
+  if (o.graph_op >= 0) {
+    const plan::Op& g = graph_.ops[static_cast<size_t>(o.graph_op)];
+    const bool backward = o.kind == plan::OpKind::backward;
+    return level.host_dispatch_ns_of(efficiency_key(plan::op_type_name(g.type), backward),
+                                     !backward, 1);
+  }
+  // FSDP2's copy-in (the ag_copy_in stream) casts and copies each parameter
+  // of its unit; every other op, FSDP1's flat-parameter cast included, is one.
+  int64_t params = 1;
+  if (o.unit >= 0 && o.unit < static_cast<int>(units_.units.size()) &&
+      sched_.stream_roles[static_cast<size_t>(o.stream)] == plan::StreamRole::ag_copy_in)
+    params = static_cast<int64_t>(units_.units[static_cast<size_t>(o.unit)].params.size());
+  return level.host_dispatch_ns_of(plan::op_kind_name(o.kind), false, params);
+}
+
 bool Executor::run_host(TimeNs resume) {
   host_now_ = resume;
   while (next_action_ < sched_.actions.size()) {
@@ -416,10 +437,16 @@ bool Executor::run_host(TimeNs resume) {
           queue_full_since_ = host_now_;
           return true;
         }
-        if (hw_.launch_overhead_ns > 0 && !overhead_paid_) {
-          overhead_paid_ = true;
-          push(later(host_now_, TimeNs(hw_.launch_overhead_ns)), EventType::host_resume);
-          return true;
+        if (!overhead_paid_) {
+          // The host's time for this launch: the launch itself, and what the
+          // framework does on the host before it (op_level host dispatch).
+          const int64_t dispatch = host_dispatch_ns(a.op);
+          if (hw_.launch_overhead_ns > 0 || dispatch > 0) {
+            overhead_paid_ = true;
+            push(later(later(host_now_, TimeNs(hw_.launch_overhead_ns)), TimeNs(dispatch)),
+                 EventType::host_resume);
+            return true;
+          }
         }
         overhead_paid_ = false;
         const auto op = static_cast<size_t>(a.op);

@@ -7,8 +7,9 @@ Reads the PyTorch profiles recorded under CUPTI in tests/recorded/h200/
 elementwise, copies) over the steps after the first (warm-up), and prints,
 per recorded policy, the measured figures beside `shardscope simulate`'s for
 the same model, batch and precision: uncalibrated with the op-level model
-(--hw, default h200-sxm), and with the op-level terms switched off (the
-model before issue 31). The simulator's ops are classed by their graph op
+(--hw, default h200-sxm), with the op-level terms switched off (the
+model before issue 31), and with only host dispatch switched off; and the
+device's idle time per step, measured (`report`) and predicted. The simulator's ops are classed by their graph op
 type. Calibration on another policy needs compute events with FLOPs, which
 these profiles lack: that column says so until profiles with shapes are
 recorded (issue 31, item 1).
@@ -47,8 +48,15 @@ OFF = {"op_level": {"sustained_clock_fraction": 1.0,
                     "memory_efficiency": {k: 1.0 for k in [
                         "gelu", "gelu.backward", "layernorm", "layernorm.backward", "residual",
                         "cross_entropy", "cross_entropy.backward"]},
-                    "upcast_bytes": False},
+                    "upcast_bytes": False,
+                    "host_dispatch_ns": {k: 0 for k in [
+                        "layernorm", "linear", "attention", "residual", "default",
+                        "cast_params"]},
+                    "host_dispatch_per_param_ns": {"cast_params": 0}},
        "contention_factor": 1.1}
+# Only host dispatch switched off (the op-level model as it was before it).
+NO_HOST = {"op_level": {k: OFF["op_level"][k]
+                        for k in ["host_dispatch_ns", "host_dispatch_per_param_ns"]}}
 
 
 def kernel_class(name):
@@ -116,10 +124,10 @@ def simulate(binary, sets, hw, tmp, tag):
             "--json"]
     for s in sets:
         args += ["--set", s]
-    step = json.loads(cli(binary, *args))["step_time_ms"]
+    metrics = json.loads(cli(binary, *args))
     classes, _ = per_step(chrome_events(binary, trace, tmp),
                           lambda e: op_class(e.get("args", {}).get("op", "")))
-    return classes, step
+    return classes, metrics["step_time_ms"], metrics["idle_ms"]
 
 
 def main():
@@ -133,14 +141,22 @@ def main():
         off = os.path.join(tmp, "op-level-off.json")
         with open(off, "w") as f:
             json.dump(dict(OFF, base=a.hw), f)
+        no_host = os.path.join(tmp, "host-dispatch-off.json")
+        with open(no_host, "w") as f:
+            json.dump(dict(NO_HOST, base=a.hw), f)
         for name, profile, sets in POLICIES:
-            measured, step = per_step(chrome_events(a.shardscope, os.path.join(RECORDED, profile),
-                                                    tmp),
+            path = os.path.join(RECORDED, profile)
+            measured, step = per_step(chrome_events(a.shardscope, path, tmp),
                                       lambda e: kernel_class(e["name"]))
-            predicted, predicted_step = simulate(a.shardscope, sets, a.hw, tmp, name)
-            _, before_step = simulate(a.shardscope, sets, off, tmp, name + "-off")
+            measured_idle = json.loads(cli(a.shardscope, "report", path, "--json"))["idle_ms"]
+            predicted, predicted_step, predicted_idle = simulate(a.shardscope, sets, a.hw, tmp,
+                                                                 name)
+            _, before_step, _ = simulate(a.shardscope, sets, off, tmp, name + "-off")
+            _, no_host_step, _ = simulate(a.shardscope, sets, no_host, tmp, name + "-no-host")
             rows.append({"policy": name, "measured_ms": step, "predicted_ms": predicted_step,
-                         "before_ms": before_step, "calibrated_ms": None,
+                         "before_ms": before_step, "no_host_dispatch_ms": no_host_step,
+                         "measured_idle_ms": measured_idle, "predicted_idle_ms": predicted_idle,
+                         "calibrated_ms": None,
                          "calibrated_note": "calibrate needs compute events with FLOPs: the "
                                             "recorded profiles have no shapes",
                          "kernels_measured_ms": sum(measured.values()),
@@ -154,8 +170,12 @@ def main():
         print(f"{r['policy']}: measured step {r['measured_ms']:.2f} ms (kernels "
               f"{r['kernels_measured_ms']:.2f} ms); predicted {r['predicted_ms']:.2f} ms "
               f"({err(r['predicted_ms'], r['measured_ms'])}); op-level terms off "
-              f"{r['before_ms']:.2f} ms ({err(r['before_ms'], r['measured_ms'])}); calibrated on "
+              f"{r['before_ms']:.2f} ms ({err(r['before_ms'], r['measured_ms'])}); host dispatch "
+              f"off {r['no_host_dispatch_ms']:.2f} ms "
+              f"({err(r['no_host_dispatch_ms'], r['measured_ms'])}); calibrated on "
               f"the other policy: n/a ({r['calibrated_note']})")
+        print(f"  device idle: measured {r['measured_idle_ms']:.2f} ms, predicted "
+              f"{r['predicted_idle_ms']:.2f} ms")
         print(f"  {'class':<14} {'measured ms':>12} {'predicted ms':>13} {'error':>8}")
         for c, (m, p) in r["classes"].items():
             if m < 0.005 and p < 0.005:

@@ -4,12 +4,13 @@
 // same model, batch and precision. bench/recorded/accuracy_gpu.py prints the
 // same comparison class by class; docs/accuracy.md holds the figures.
 //
-// The bound is 15% uncalibrated. It holds for eager B = 48 (-1.9%);
-// one-GPU FSDP2 B = 8 is -23.5%: its step is host-bound (kernels 38.4 of
-// 51.6 ms) and host dispatch is not modelled. That case is held at its
-// current figure (within 30%) so that it cannot silently get worse; before
-// the op-level model both were -61% and -63%. The calibrated bound (5%) has
-// no test: calibrate needs FLOPs, and these profiles have no shapes.
+// The bound is 15% uncalibrated, its goal 10%. Eager B = 48 is
+// +2.0% (held at 15%); one-GPU FSDP2 B = 8 is -3.9% since host dispatch is
+// modelled (its forward is host-bound: kernels 38.4 of 51.6 ms), held at the
+// goal's 10%; -22.4% before that, -61% and -63% before the op-level model.
+// The host figures were read off the FSDP2 profile's forward, so that bound
+// is not an independent check (docs/accuracy.md). The calibrated bound (5%)
+// has no test: calibrate needs FLOPs, and these profiles have no shapes.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -54,14 +55,14 @@ TEST_CASE("uncalibrated h200-sxm predicts PyTorch eager GPT-2 B=48 within 15%",
   CHECK(std::fabs(e) < 0.15);
 }
 
-TEST_CASE("uncalibrated h200-sxm on PyTorch one-GPU FSDP2 B=8 stays within its current 30%",
+TEST_CASE("uncalibrated h200-sxm on PyTorch one-GPU FSDP2 B=8 (host-bound) within 10%",
           "[recorded][h200][accuracy]") {
   const double e = step_error("profile-torch-fsdp2-b8.trace.gz",
                               "--set mixed_precision.param_dtype=bf16 --set batch_size=8 --set "
                               "seq_len=1024 --set wrap.type=class --set "
                               "'wrap.classes=[\"GPT2Block\"]'");
   INFO("error " << 100 * e << "%");
-  CHECK(std::fabs(e) < 0.30);
+  CHECK(std::fabs(e) < 0.10);
 }
 
 TEST_CASE("calibrate on a profile without shapes says why it cannot fit",
