@@ -51,9 +51,131 @@ int hex_value(char c) {
 JsonScanner::JsonScanner(std::string_view text, const std::string& file, size_t max_depth)
     : text_(text), file_(file), max_depth_(max_depth) {}
 
+JsonScanner::JsonScanner(Source source, std::string head, const std::string& file, size_t max_depth,
+                         size_t chunk)
+    : file_(file),
+      source_(std::move(source)),
+      buffer_(std::move(head)),
+      chunk_(chunk < 1 ? 1 : chunk),
+      max_depth_(max_depth) {
+  text_ = buffer_;
+  window_peak_ = buffer_.size();
+}
+
 void JsonScanner::fail(size_t at, const std::string& detail) const {
-  throw TraceError(ErrorKind::malformed, file_, "byte " + std::to_string(at),
+  throw TraceError(ErrorKind::malformed, file_, "byte " + std::to_string(base_ + at),
                    "invalid JSON: " + detail);
+}
+
+bool JsonScanner::refill() {
+  if (!source_ || ended_) return false;
+  if (released_ > 0) {
+    // The window keeps what is not released yet: the tail of the current
+    // value, a chunk at most once values are released one by one.
+    buffer_.erase(0, released_);
+    base_ += released_;
+    pos_ -= released_;
+    released_ = 0;
+  }
+  const size_t n = source_(buffer_, chunk_);
+  if (n == 0) ended_ = true;
+  text_ = buffer_;
+  if (buffer_.size() > window_peak_) window_peak_ = buffer_.size();
+  return n > 0;
+}
+
+bool JsonScanner::have(size_t at) {
+  while (at - base_ >= text_.size())
+    if (!refill()) return false;
+  return true;
+}
+
+bool JsonScanner::ahead_ws(size_t& at) {
+  while (have(at)) {
+    const char c = text_[at - base_];
+    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return true;
+    ++at;
+  }
+  return false;
+}
+
+bool JsonScanner::ahead_string(size_t& at) {
+  ++at;  // the opening quote
+  while (have(at)) {
+    // Within the window: to the next quote or backslash.
+    const char* p = text_.data() + (at - base_);
+    const char* end = text_.data() + text_.size();
+    while (p < end && *p != '"' && *p != '\\') ++p;
+    at = base_ + static_cast<size_t>(p - text_.data());
+    if (p == end) continue;
+    if (*p == '"') {
+      ++at;
+      return true;
+    }
+    at += 2;  // an escape: its next byte cannot end the string
+  }
+  return false;
+}
+
+bool JsonScanner::ahead_value(size_t& at) {
+  if (!have(at)) return false;
+  const char first = text_[at - base_];
+  if (first == '"') return ahead_string(at);
+  if (first != '{' && first != '[') {
+    // A number or literal: to the first byte that cannot continue it.
+    while (have(at)) {
+      const char c = text_[at - base_];
+      if (!(is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' ||
+            c == '+' || c == '.'))
+        return true;
+      ++at;
+    }
+    return false;
+  }
+  // A container: brackets counted outside strings, to the matching close.
+  // (Mismatched brackets end it too: the reader fails there.)
+  size_t depth = 0;
+  while (have(at)) {
+    const char c = text_[at - base_];
+    if (c == '"') {
+      if (!ahead_string(at)) return false;
+      continue;
+    }
+    ++at;
+    if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void JsonScanner::buffer_token() {
+  if (!source_) return;
+  size_t at = base_ + pos_;
+  ahead_ws(at);
+}
+
+void JsonScanner::buffer_value() {
+  if (!source_ || ended_) return;
+  size_t at = base_ + pos_;
+  if (ahead_ws(at) && ahead_value(at)) have(at);  // and the byte after it
+}
+
+void JsonScanner::buffer_member() {
+  if (!source_ || ended_) return;
+  size_t at = base_ + pos_;
+  if (!ahead_ws(at)) return;
+  if (text_[at - base_] == ',') {
+    ++at;
+    if (!ahead_ws(at)) return;
+  }
+  if (text_[at - base_] != '"' || !ahead_string(at) || !ahead_ws(at)) return;
+  if (text_[at - base_] == ':') {
+    ++at;
+    ahead_ws(at);
+  }
 }
 
 void JsonScanner::skip_ws() {
@@ -324,6 +446,11 @@ void JsonScanner::skip() {
 
 void JsonScanner::finish() {
   skip_ws();
+  while (pos_ == text_.size() && source_) {
+    release();  // whitespace only so far
+    if (!refill()) break;
+    skip_ws();
+  }
   if (pos_ != text_.size()) fail(pos_, "trailing bytes after the document");
 }
 

@@ -180,6 +180,10 @@ class RankBuilder {
     bool any_device = false;
     for (uint32_t i : order) any_device = any_device || d_.lanes[i].device;
     std::vector<const RawEvent*> raw;  // by index in r.events
+    size_t taken_events = 0;
+    for (const RawEvent& e : d_.events) taken_events += new_index[e.event.lane] != kNoLane;
+    r.events.reserve(taken_events);  // exactly: no doubling of the largest array
+    raw.reserve(taken_events);
     for (const RawEvent& e : d_.events) {
       if (new_index[e.event.lane] == kNoLane) continue;
       Event out = e.event;
@@ -281,12 +285,15 @@ class RankBuilder {
     std::vector<std::string> types, concrete;
     for (const auto& [op, kernel] : main_kernel) {
       const RawEvent& o = *raw[op];
-      if (o.input_dims.empty() || r.events[kernel].flops) continue;
-      if (!parse_input_dims(o.input_dims, &dims)) continue;
-      if (!o.input_types.empty() && !parse_string_list(o.input_types, &types)) continue;
-      if (o.input_types.empty()) types.clear();
-      if (!o.concrete_inputs.empty() && !parse_string_list(o.concrete_inputs, &concrete)) continue;
-      if (o.concrete_inputs.empty()) concrete.clear();
+      if (o.shapes == RawEvent::kNoShapes || r.events[kernel].flops) continue;
+      const kineto::RawShapes& shapes = d_.shapes[o.shapes];
+      if (shapes.input_dims.empty()) continue;
+      if (!parse_input_dims(shapes.input_dims, &dims)) continue;
+      if (!shapes.input_types.empty() && !parse_string_list(shapes.input_types, &types)) continue;
+      if (shapes.input_types.empty()) types.clear();
+      if (!shapes.concrete_inputs.empty() && !parse_string_list(shapes.concrete_inputs, &concrete))
+        continue;
+      if (shapes.concrete_inputs.empty()) concrete.clear();
       const OpCost cost = op_cost(t_.str(o.event.name), dims, types, concrete);
       if (!cost.known) continue;
       r.events[kernel].flops = cost.flops;
@@ -351,9 +358,13 @@ std::string describe_skipped(const std::map<std::string, int64_t>& skipped) {
   return out;
 }
 
-int32_t import_kineto_rank(Trace& t, std::string_view text, const std::string& name,
-                           int32_t fallback_rank, KinetoImportSummary* summary) {
-  Document d = kineto::read_document(text, name, t);
+namespace {
+
+// The rank(s) of one document into `t`; returns the world size it names.
+int32_t add_document(Trace& t, Document& d, const std::string& name, int32_t fallback_rank,
+                     KinetoImportSummary* summary) {
+  if (summary)
+    summary->text_window_bytes = std::max<uint64_t>(summary->text_window_bytes, d.text_window_peak);
   if (!d.schema_version.empty()) t.meta.tool_versions["kineto_schema"] = d.schema_version;
   RankBuilder builder(t, d, name, summary);
   if (d.shardscope) {
@@ -380,37 +391,78 @@ int32_t import_kineto_rank(Trace& t, std::string_view text, const std::string& n
   return d.world;
 }
 
-Trace import_kineto_text(std::string_view text, const std::string& name,
-                         KinetoImportSummary* summary) {
+Trace kineto_trace() {
   Trace t;
   t.meta.source = Source::kineto;
   t.meta.clock_alignment = "none: Kineto baseTimeNanoseconds + ts, as recorded";
-  const int32_t world = import_kineto_rank(t, text, name, 0, summary);
+  return t;
+}
+
+void finish_trace(Trace& t, int32_t world, const std::string& name) {
   std::sort(t.ranks.begin(), t.ranks.end(),
             [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
   t.meta.world_size = std::max(world, static_cast<int32_t>(t.ranks.size()));
   validate(t, name);
+}
+
+}  // namespace
+
+int32_t import_kineto_rank(Trace& t, std::string_view text, const std::string& name,
+                           int32_t fallback_rank, KinetoImportSummary* summary) {
+  Document d = kineto::read_document(text, name, t);
+  return add_document(t, d, name, fallback_rank, summary);
+}
+
+int32_t import_kineto_rank(Trace& t, InputFile& in, const InputLimits& limits, std::string head,
+                           int32_t fallback_rank, KinetoImportSummary* summary) {
+  auto source = json_text_source(in, limits, head);
+  Document d = kineto::read_document(std::move(source), std::move(head), in.path(), t);
+  return add_document(t, d, in.path(), fallback_rank, summary);
+}
+
+Trace import_kineto_text(std::string_view text, const std::string& name,
+                         KinetoImportSummary* summary) {
+  Trace t = kineto_trace();
+  const int32_t world = import_kineto_rank(t, text, name, 0, summary);
+  finish_trace(t, world, name);
+  return t;
+}
+
+Trace import_kineto_source(std::function<size_t(std::string& out, size_t n)> source,
+                           std::string head, const std::string& name,
+                           KinetoImportSummary* summary) {
+  Trace t = kineto_trace();
+  Document d = kineto::read_document(std::move(source), std::move(head), name, t);
+  const int32_t world = add_document(t, d, name, 0, summary);
+  finish_trace(t, world, name);
+  return t;
+}
+
+Trace import_kineto_stream(InputFile& in, const InputLimits& limits, std::string head,
+                           KinetoImportSummary* summary) {
+  Trace t = kineto_trace();
+  const int32_t world = import_kineto_rank(t, in, limits, std::move(head), 0, summary);
+  finish_trace(t, world, in.path());
   return t;
 }
 
 Trace import_kineto(const std::vector<std::string>& paths, KinetoImportSummary* summary,
                     int threads) {
-  Trace t;
-  t.meta.source = Source::kineto;
-  t.meta.clock_alignment = "none: Kineto baseTimeNanoseconds + ts, as recorded";
+  Trace t = kineto_trace();
   int32_t world = 0;
+  const InputLimits limits;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), paths.size()));
   if (threads <= 1) {
     for (size_t i = 0; i < paths.size(); ++i) {
-      const std::string text = read_json_text(paths[i]);
+      InputFile in(paths[i], limits);
       world =
-          std::max(world, import_kineto_rank(t, text, paths[i], static_cast<int32_t>(i), summary));
+          std::max(world, import_kineto_rank(t, in, limits, {}, static_cast<int32_t>(i), summary));
     }
   } else {
-    // One file per task, `threads` at a time, each into its own trace (so
-    // at most `threads` texts are held at once); merged in command-line
-    // order, so errors and ranks come out as the sequential import's.
+    // One file per task, `threads` at a time, each into its own trace;
+    // merged in command-line order, so errors and ranks come out as the
+    // sequential import's.
     struct Part {
       Trace trace;
       KinetoImportSummary summary;
@@ -422,8 +474,8 @@ Trace import_kineto(const std::vector<std::string>& paths, KinetoImportSummary* 
     auto work = [&] {
       for (size_t i; (i = next.fetch_add(1)) < paths.size();) {
         try {
-          const std::string text = read_json_text(paths[i]);
-          parts[i].world = import_kineto_rank(parts[i].trace, text, paths[i],
+          InputFile in(paths[i], limits);
+          parts[i].world = import_kineto_rank(parts[i].trace, in, limits, {},
                                               static_cast<int32_t>(i), &parts[i].summary);
         } catch (...) {
           parts[i].error = std::current_exception();
@@ -453,15 +505,14 @@ Trace import_kineto(const std::vector<std::string>& paths, KinetoImportSummary* 
         summary->unlinked_device += p.summary.unlinked_device;
         summary->kernels_with_flops += p.summary.kernels_with_flops;
         summary->memory_records += p.summary.memory_records;
+        summary->text_window_bytes =
+            std::max(summary->text_window_bytes, p.summary.text_window_bytes);
         for (const auto& [cat, n] : p.summary.skipped) summary->skipped[cat] += n;
       }
       p.trace = Trace();  // its events now live in `t`
     }
   }
-  std::sort(t.ranks.begin(), t.ranks.end(),
-            [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
-  t.meta.world_size = std::max(world, static_cast<int32_t>(t.ranks.size()));
-  validate(t, paths.size() == 1 ? paths[0] : "kineto import");
+  finish_trace(t, world, paths.size() == 1 ? paths[0] : "kineto import");
   return t;
 }
 
