@@ -94,6 +94,14 @@ std::string lane_display_name(const Document& d, const RawLane& l, bool many_dev
   return name;
 }
 
+// The RawEvent of each event of a rank being built (`from`: its index in
+// the document's, empty = the same index).
+struct RawEvents {
+  const std::vector<RawEvent>& raw;
+  const std::vector<uint32_t>& from;
+  const RawEvent& operator[](size_t i) const { return raw[from.empty() ? i : from[i]]; }
+};
+
 class RankBuilder {
  public:
   RankBuilder(Trace& t, Document& d, const std::string& file, KinetoImportSummary* summary)
@@ -179,24 +187,39 @@ class RankBuilder {
     // gloo:barrier) they stay host events, as HTA counts device kernels only.
     bool any_device = false;
     for (uint32_t i : order) any_device = any_device || d_.lanes[i].device;
-    std::vector<const RawEvent*> raw;  // by index in r.events
-    size_t taken_events = 0;
-    for (const RawEvent& e : d_.events) taken_events += new_index[e.event.lane] != kNoLane;
-    r.events.reserve(taken_events);  // exactly: no doubling of the largest array
-    raw.reserve(taken_events);
-    for (const RawEvent& e : d_.events) {
-      if (new_index[e.event.lane] == kNoLane) continue;
-      Event out = e.event;
+    auto finish_event = [&](Event& out, const RawEvent& e) {
       out.start_ns = shift(out.start_ns, e.offset);
       out.lane = new_index[out.lane];
       if (kineto::is_device_kind(e.kind) && d_.invented_correlations.count(e.correlation))
         out.correlation = 0;
       if (!any_device && e.host_collective != Category::host && out.category == Category::host)
         out.category = e.host_collective;
-      r.events.push_back(out);
-      raw.push_back(&e);
+    };
+    // d_.raw index of each event of the rank; empty = the same index.
+    std::vector<uint32_t> from;
+    if (!only_pid) {
+      // Every event is this rank's: they move, no copy of the largest array.
+      r.events = std::move(d_.events);
+      d_.events.clear();
+      for (size_t i = 0; i < r.events.size(); ++i) finish_event(r.events[i], d_.raw[i]);
+    } else {
+      size_t taken_events = 0;
+      for (const Event& e : d_.events) taken_events += new_index[e.lane] != kNoLane;
+      r.events.reserve(taken_events);
+      from.reserve(taken_events);
+      for (size_t i = 0; i < d_.events.size(); ++i) {
+        if (new_index[d_.events[i].lane] == kNoLane) continue;
+        r.events.push_back(d_.events[i]);
+        finish_event(r.events.back(), d_.raw[i]);
+        from.push_back(static_cast<uint32_t>(i));
+      }
     }
-    link(r, raw);
+    link(r, from);
+    if (!only_pid) {
+      // Not needed any more: freed before sort_events copies the events.
+      std::vector<RawEvent>().swap(d_.raw);
+      std::vector<kineto::RawShapes>().swap(d_.shapes);
+    }
 
     for (const auto& m : d_.memory) {
       if (!taken(m.pid) || m.device != r.device) continue;  // another GPU's memory
@@ -242,11 +265,12 @@ class RankBuilder {
   // call); with record_shapes, that operator's input dims give the kernel's
   // FLOPs and bytes (op_cost), placed on the longest compute kernel the
   // operator launched.
-  void link(RankTrace& r, const std::vector<const RawEvent*>& raw) {
+  void link(RankTrace& r, const std::vector<uint32_t>& from) {
+    const RawEvents raw{d_.raw, from};
     std::unordered_map<uint64_t, uint32_t> launcher;  // correlation -> host call
     std::unordered_map<int64_t, uint32_t> op_by_external;
     for (uint32_t i = 0; i < r.events.size(); ++i) {
-      const RawEvent& e = *raw[i];
+      const RawEvent& e = raw[i];
       if ((e.kind == Kind::runtime || e.kind == Kind::driver) && e.correlation)
         launcher.emplace(e.correlation, i);
       if (e.kind == Kind::cpu_op && e.external_id >= 0) op_by_external.emplace(e.external_id, i);
@@ -255,7 +279,7 @@ class RankBuilder {
     // Per operator: its longest compute kernel.
     std::unordered_map<uint32_t, uint32_t> main_kernel;
     for (uint32_t i = 0; i < r.events.size(); ++i) {
-      const RawEvent& e = *raw[i];
+      const RawEvent& e = raw[i];
       if (!kineto::is_device_kind(e.kind)) {
         ++(summary_ ? summary_->host_events : dummy_);
         continue;
@@ -284,7 +308,7 @@ class RankBuilder {
     std::vector<std::vector<int64_t>> dims;
     std::vector<std::string> types, concrete;
     for (const auto& [op, kernel] : main_kernel) {
-      const RawEvent& o = *raw[op];
+      const RawEvent& o = raw[op];
       if (o.shapes == RawEvent::kNoShapes || r.events[kernel].flops) continue;
       const kineto::RawShapes& shapes = d_.shapes[o.shapes];
       if (shapes.input_dims.empty()) continue;
@@ -294,7 +318,7 @@ class RankBuilder {
       if (!shapes.concrete_inputs.empty() && !parse_string_list(shapes.concrete_inputs, &concrete))
         continue;
       if (shapes.concrete_inputs.empty()) concrete.clear();
-      const OpCost cost = op_cost(t_.str(o.event.name), dims, types, concrete);
+      const OpCost cost = op_cost(t_.str(r.events[op].name), dims, types, concrete);
       if (!cost.known) continue;
       r.events[kernel].flops = cost.flops;
       if (!r.events[kernel].bytes) r.events[kernel].bytes = cost.bytes;
@@ -315,12 +339,11 @@ class RankBuilder {
 
   // For every host event, the innermost cpu_op on its lane that encloses it
   // (kNoOp when none): a sweep per lane in (start, longer first) order.
-  static std::vector<uint32_t> innermost_enclosing_op(const RankTrace& r,
-                                                      const std::vector<const RawEvent*>& raw) {
+  static std::vector<uint32_t> innermost_enclosing_op(const RankTrace& r, const RawEvents& raw) {
     std::vector<uint32_t> out(r.events.size(), kNoOp);
     std::vector<uint32_t> host;
     for (uint32_t i = 0; i < r.events.size(); ++i)
-      if (!kineto::is_device_kind(raw[i]->kind)) host.push_back(i);
+      if (!kineto::is_device_kind(raw[i].kind)) host.push_back(i);
     std::sort(host.begin(), host.end(), [&](uint32_t a, uint32_t b) {
       const Event &x = r.events[a], &y = r.events[b];
       if (x.lane != y.lane) return x.lane < y.lane;
@@ -337,7 +360,7 @@ class RankBuilder {
       }
       while (!stack.empty() && !encloses(r.events[stack.back()], e)) stack.pop_back();
       out[i] = stack.empty() ? kNoOp : stack.back();
-      if (raw[i]->kind == Kind::cpu_op) stack.push_back(i);
+      if (raw[i].kind == Kind::cpu_op) stack.push_back(i);
     }
     return out;
   }

@@ -357,7 +357,7 @@ class Reader {
     if (doc_.events.size() >= kBinaryMaxPerRank)
       fail_at("/traceEvents/" + std::to_string(index),
               "more than 2^32 - 1 events in one file, the most one rank can hold");
-    RawEvent raw;
+    RawEvent raw;  // beside `e`, pushed together at the end
     raw.kind = kind;
     raw.offset = offset;
     raw.correlation = a.correlation;
@@ -369,8 +369,7 @@ class Reader {
       doc_.shapes.push_back(RawShapes{std::string(a.input_dims), std::string(a.input_types),
                                       std::string(a.concrete_inputs)});
     }
-    Event& e = raw.event;  // bytes, flops, unit and op are already in a.event
-    e = a.event;
+    Event e = a.event;  // bytes, flops, unit and op are already in it
     e.start_ns = start;
     e.dur_ns = dur;
     e.correlation = static_cast<uint32_t>(a.correlation);
@@ -422,7 +421,8 @@ class Reader {
     } else {
       ++lane.other;
     }
-    doc_.events.push_back(raw);
+    doc_.events.push_back(e);
+    doc_.raw.push_back(raw);
   }
 
   struct Args {

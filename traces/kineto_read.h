@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <string>
 #include <string_view>
@@ -39,20 +38,19 @@ enum class Kind : uint8_t {
 };
 bool is_device_kind(Kind k);
 
-// One complete ("X") event as read.
+// What the import needs of one complete ("X") event besides the Event
+// itself (Document::events[i] and Document::raw[i] are one event). Kept
+// apart so that a single-rank document's events move into the rank without
+// a copy. 32 bytes.
 struct RawEvent {
-  // As it goes into the rank: start relative to baseTimeNanoseconds, lane =
-  // index into Document::lanes, correlation = the low 32 bits (links use
-  // `correlation` below).
-  Event event;
+  uint64_t correlation = 0;     // args.correlation (the Event keeps its low 32 bits); 0 = none
+  int64_t external_id = -1;     // args["External id"]; -1 = none
+  size_t offset = 0;            // byte offset of the event in the document (errors)
+  uint32_t shapes = kNoShapes;  // index into Document::shapes; kNoShapes = none
   Kind kind = Kind::skipped;
   // A gloo collective on the host ("gloo:all_reduce"): its comm.* category,
   // used when the rank has no device work (CPU-only traces); else host.
   Category host_collective = Category::host;
-  uint64_t correlation = 0;     // args.correlation; 0 = none
-  int64_t external_id = -1;     // args["External id"]; -1 = none
-  uint32_t shapes = kNoShapes;  // index into Document::shapes; kNoShapes = none
-  size_t offset = 0;            // byte offset of the event in the document (errors)
   static constexpr uint32_t kNoShapes = 0xffffffffu;
 };
 
@@ -95,9 +93,11 @@ struct Document {
   bool shardscope = false;  // written by shardscope's exporter (top-level "shardscope")
   std::string schema_version;
   std::vector<std::pair<int64_t, std::string>> device_names;  // deviceProperties id -> name
-  // A deque: growing it never copies what is read (a vector's doubling
-  // would hold twice the events for a moment).
-  std::deque<RawEvent> events;
+  // Complete events as they go into the rank (start relative to
+  // baseTimeNanoseconds, lane = index into `lanes`), and beside each what
+  // the import needs of it.
+  std::vector<Event> events;
+  std::vector<RawEvent> raw;
   std::vector<RawShapes> shapes;  // of the events that have them (RawEvent::shapes)
   std::vector<RawLane> lanes;
   std::vector<RawMemory> memory;
