@@ -17,6 +17,16 @@ constexpr std::array<bool, 256> make_string_stops() {
 }
 constexpr std::array<bool, 256> kStringStop = make_string_stops();
 
+// The look-ahead's stops: in a string, '"' and '\\'; outside, '"' and
+// brackets.
+constexpr std::array<bool, 256> make_table(std::string_view bytes) {
+  std::array<bool, 256> t{};
+  for (char c : bytes) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}
+constexpr std::array<bool, 256> kQuoteOrEscape = make_table("\"\\");
+constexpr std::array<bool, 256> kStructure = make_table("\"{}[]");
+
 bool is_digit(char c) {
   return c >= '0' && c <= '9';
 }
@@ -133,20 +143,38 @@ bool JsonScanner::ahead_value(size_t& at) {
     return false;
   }
   // A container: brackets counted outside strings, to the matching close.
-  // (Mismatched brackets end it too: the reader fails there.)
+  // (Mismatched brackets end it too: the reader fails there.) Tight loops
+  // within the window; `at` carries the position across refills.
   size_t depth = 0;
+  bool in_string = false;
   while (have(at)) {
-    const char c = text_[at - base_];
-    if (c == '"') {
-      if (!ahead_string(at)) return false;
-      continue;
+    const auto* u = reinterpret_cast<const unsigned char*>(text_.data());
+    const size_t end = text_.size();
+    size_t i = at - base_;
+    while (i < end) {
+      if (in_string) {
+        while (i < end && !kQuoteOrEscape[u[i]]) ++i;
+        if (i >= end) break;
+        if (u[i] == '\\') {
+          i += 2;  // an escape: its next byte cannot end the string
+          continue;
+        }
+        in_string = false;
+        ++i;
+        continue;
+      }
+      const unsigned char c = u[i++];
+      if (!kStructure[c]) continue;
+      if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if (--depth == 0) {  // '}' or ']'
+        at = base_ + i;
+        return true;
+      }
     }
-    ++at;
-    if (c == '{' || c == '[') {
-      ++depth;
-    } else if ((c == '}' || c == ']') && --depth == 0) {
-      return true;
-    }
+    at = base_ + i;  // past the window (by one after an escape): have() refills
   }
   return false;
 }

@@ -1,7 +1,5 @@
 #include "traces/kineto_read.h"
 
-#include <cctype>
-
 #include "traces/binary_format.h"
 #include "traces/error.h"
 #include "traces/json_scan.h"
@@ -11,12 +9,13 @@ namespace shardscope::traces::kineto {
 
 namespace {
 
+// ASCII case-insensitive (`b` is lower case; Kineto's cats are ASCII).
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char c = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
+    if (c != b[i]) return false;
+  }
   return true;
 }
 
