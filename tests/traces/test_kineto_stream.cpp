@@ -200,3 +200,28 @@ TEST_CASE("a Kineto file is read a window at a time, plain or gzip, not held who
     CHECK(load_trace(path) == t);  // `report` and the other commands stream too
   }
 }
+
+TEST_CASE("a wrong type early in a large Kineto file stops the read there", "[kineto][stream]") {
+  // The old reader read (and held) the whole 8 MiB before parsing; the
+  // stream fails within its first chunks.
+  const shardscope::test::TempDir dir("shardscope_kineto_stream");
+  int64_t launches = 0;
+  std::string text = generated_trace(size_t{8} << 20, &launches);
+  const size_t at = text.find("\"ts\": 0.000");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, 11, "\"ts\": \"0.0\"");
+  const std::string path = (dir.path / "bad.json").string();
+  {
+    OutputFile f(path);
+    f.write(text);
+    f.commit();
+  }
+  InputStats stats;
+  try {
+    load_trace(path, InputLimits(), &stats);
+    FAIL("accepted a string ts");
+  } catch (const TraceError& e) {
+    CHECK(e.position() == "/traceEvents/0/ts");
+  }
+  CHECK(stats.file_bytes < (size_t{3} << 20));  // of 8 MiB
+}
