@@ -7,7 +7,10 @@
 // measured after the files are written and closed. Figures are recorded in
 // docs/benchmarks.md ("Kineto import at scale").
 //
-//   bench_kineto_large [--mb SIZE] [--ranks N] [--threads T] [--dir DIR] [--keep]
+// With --gzip the files are gzip-compressed (`.json.gz`) before the import,
+// which then inflates them as it parses.
+//
+//   bench_kineto_large [--mb SIZE] [--ranks N] [--threads T] [--gzip] [--dir DIR] [--keep]
 #include <sys/resource.h>
 
 #include <chrono>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "traces/error.h"
+#include "traces/file_io.h"
 #include "traces/kineto_import.h"
 
 using namespace shardscope::traces;
@@ -109,6 +113,21 @@ int64_t write_rank(const std::string& path, int rank, int ranks, int64_t bytes) 
   return events;
 }
 
+// Compresses `path` into `path`.gz and removes `path`.
+std::string gzip_file(const std::string& path) {
+  const std::string gz = path + ".gz";
+  FILE* in = std::fopen(path.c_str(), "rb");
+  if (!in) throw std::runtime_error("cannot read " + path);
+  OutputFile out(gz);  // ".gz": written compressed
+  std::vector<char> buf(size_t{1} << 20);
+  size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), in)) > 0) out.write(buf.data(), n);
+  std::fclose(in);
+  out.commit();
+  fs::remove(path);
+  return gz;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +135,7 @@ int main(int argc, char** argv) {
   int ranks = 1;
   int threads = 0;
   bool keep = false;
+  bool gzip = false;
   std::string dir = (fs::temp_directory_path() / "bench_kineto_large").string();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -129,10 +149,12 @@ int main(int argc, char** argv) {
       dir = argv[++i];
     } else if (a == "--keep") {
       keep = true;
+    } else if (a == "--gzip") {
+      gzip = true;
     } else {
       std::fprintf(stderr,
-                   "usage: bench_kineto_large [--mb SIZE] [--ranks N] [--threads T] [--dir DIR] "
-                   "[--keep]\n");
+                   "usage: bench_kineto_large [--mb SIZE] [--ranks N] [--threads T] [--gzip] "
+                   "[--dir DIR] [--keep]\n");
       return 2;
     }
   }
@@ -141,11 +163,13 @@ int main(int argc, char** argv) {
     fs::create_directories(dir);
     std::vector<std::string> paths;
     int64_t written_events = 0;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, file_bytes = 0;  // of JSON; of the files (compressed with --gzip)
     for (int r = 0; r < ranks; ++r) {
       paths.push_back(dir + "/rank" + std::to_string(r) + ".json");
       written_events += write_rank(paths.back(), r, ranks, static_cast<int64_t>(mb * 1e6));
       bytes += fs::file_size(paths.back());
+      if (gzip) paths.back() = gzip_file(paths.back());
+      file_bytes += fs::file_size(paths.back());
     }
     const double rss_before = peak_rss_mb();
     const double t0 = now_s();
@@ -155,6 +179,10 @@ int main(int argc, char** argv) {
     const double seconds = now_s() - t0;
     const double cpu = cpu_s() - c0;
     const double rss = peak_rss_mb();
+    if (gzip)
+      std::printf("gzip: %.1f MB of files (%.1f x smaller)\n",
+                  static_cast<double>(file_bytes) / 1e6,
+                  static_cast<double>(bytes) / static_cast<double>(file_bytes));
     std::printf("%d rank(s), %.1f MB of JSON, %" PRId64 " events written, %zu kept (%" PRId64
                 " device, %" PRId64
                 " host)\n"

@@ -97,6 +97,23 @@ std::string read_json_text(InputFile& in, const InputLimits& limits, std::string
   return text;
 }
 
+std::function<size_t(std::string& out, size_t n)> json_text_source(InputFile& in,
+                                                                   const InputLimits& limits,
+                                                                   const std::string& head) {
+  auto guard = std::make_shared<JsonGuard>(in.path(), limits);
+  guard->feed(head.data(), head.size());
+  return [&in, guard](std::string& out, size_t n) {
+    const size_t old = out.size();
+    const size_t got = in.read(out, n);
+    if (got == 0) {
+      guard->finish();
+    } else {
+      guard->feed(out.data() + old, got);
+    }
+    return got;
+  };
+}
+
 std::string read_json_text(const std::string& path, const InputLimits& limits, InputStats* stats) {
   InputFile in(path, limits, stats);
   return read_json_text(in, limits);

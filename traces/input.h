@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -77,5 +78,16 @@ constexpr size_t kInputChunk = size_t{1} << 16;
 std::string read_json_text(InputFile& in, const InputLimits& limits, std::string text = {});
 std::string read_json_text(const std::string& path, const InputLimits& limits = {},
                            InputStats* stats = nullptr);
+
+// The text of `in` as a stream, for readers that parse as it arrives
+// (JsonScanner::Source): each call appends up to `n` bytes to `out` and
+// returns how many, 0 at the end. Every chunk passes a JsonGuard as it is
+// read, and at the end its finish(), so the stream fails where
+// read_json_text would, holding one chunk instead of the text. `head`
+// (bytes already read from `in`, which the reader is given too) is checked
+// first, here. `in` must outlive the source.
+std::function<size_t(std::string& out, size_t n)> json_text_source(InputFile& in,
+                                                                   const InputLimits& limits,
+                                                                   const std::string& head = {});
 
 }  // namespace shardscope::traces

@@ -17,6 +17,16 @@ constexpr std::array<bool, 256> make_string_stops() {
 }
 constexpr std::array<bool, 256> kStringStop = make_string_stops();
 
+// The look-ahead's stops: in a string, '"' and '\\'; outside, '"' and
+// brackets.
+constexpr std::array<bool, 256> make_table(std::string_view bytes) {
+  std::array<bool, 256> t{};
+  for (char c : bytes) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}
+constexpr std::array<bool, 256> kQuoteOrEscape = make_table("\"\\");
+constexpr std::array<bool, 256> kStructure = make_table("\"{}[]");
+
 bool is_digit(char c) {
   return c >= '0' && c <= '9';
 }
@@ -51,9 +61,149 @@ int hex_value(char c) {
 JsonScanner::JsonScanner(std::string_view text, const std::string& file, size_t max_depth)
     : text_(text), file_(file), max_depth_(max_depth) {}
 
+JsonScanner::JsonScanner(Source source, std::string head, const std::string& file, size_t max_depth,
+                         size_t chunk)
+    : file_(file),
+      source_(std::move(source)),
+      buffer_(std::move(head)),
+      chunk_(chunk < 1 ? 1 : chunk),
+      max_depth_(max_depth) {
+  text_ = buffer_;
+  window_peak_ = buffer_.size();
+}
+
 void JsonScanner::fail(size_t at, const std::string& detail) const {
-  throw TraceError(ErrorKind::malformed, file_, "byte " + std::to_string(at),
+  throw TraceError(ErrorKind::malformed, file_, "byte " + std::to_string(base_ + at),
                    "invalid JSON: " + detail);
+}
+
+bool JsonScanner::refill() {
+  if (!source_ || ended_) return false;
+  if (released_ > 0) {
+    // The window keeps what is not released yet: the tail of the current
+    // value, a chunk at most once values are released one by one.
+    buffer_.erase(0, released_);
+    base_ += released_;
+    pos_ -= released_;
+    released_ = 0;
+  }
+  const size_t n = source_(buffer_, chunk_);
+  if (n == 0) ended_ = true;
+  text_ = buffer_;
+  if (buffer_.size() > window_peak_) window_peak_ = buffer_.size();
+  return n > 0;
+}
+
+bool JsonScanner::have(size_t at) {
+  while (at - base_ >= text_.size())
+    if (!refill()) return false;
+  return true;
+}
+
+bool JsonScanner::ahead_ws(size_t& at) {
+  while (have(at)) {
+    const char c = text_[at - base_];
+    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return true;
+    ++at;
+  }
+  return false;
+}
+
+bool JsonScanner::ahead_string(size_t& at) {
+  ++at;  // the opening quote
+  while (have(at)) {
+    // Within the window: to the next quote or backslash.
+    const char* p = text_.data() + (at - base_);
+    const char* end = text_.data() + text_.size();
+    while (p < end && *p != '"' && *p != '\\') ++p;
+    at = base_ + static_cast<size_t>(p - text_.data());
+    if (p == end) continue;
+    if (*p == '"') {
+      ++at;
+      return true;
+    }
+    at += 2;  // an escape: its next byte cannot end the string
+  }
+  return false;
+}
+
+bool JsonScanner::ahead_value(size_t& at) {
+  if (!have(at)) return false;
+  const char first = text_[at - base_];
+  if (first == '"') return ahead_string(at);
+  if (first != '{' && first != '[') {
+    // A number or literal: to the first byte that cannot continue it.
+    while (have(at)) {
+      const char c = text_[at - base_];
+      if (!(is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' ||
+            c == '+' || c == '.'))
+        return true;
+      ++at;
+    }
+    return false;
+  }
+  // A container: brackets counted outside strings, to the matching close.
+  // (Mismatched brackets end it too: the reader fails there.) Tight loops
+  // within the window; `at` carries the position across refills.
+  size_t depth = 0;
+  bool in_string = false;
+  while (have(at)) {
+    const auto* u = reinterpret_cast<const unsigned char*>(text_.data());
+    const size_t end = text_.size();
+    size_t i = at - base_;
+    while (i < end) {
+      if (in_string) {
+        while (i < end && !kQuoteOrEscape[u[i]]) ++i;
+        if (i >= end) break;
+        if (u[i] == '\\') {
+          i += 2;  // an escape: its next byte cannot end the string
+          continue;
+        }
+        in_string = false;
+        ++i;
+        continue;
+      }
+      const unsigned char c = u[i++];
+      if (!kStructure[c]) continue;
+      if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if (--depth == 0) {  // '}' or ']'
+        at = base_ + i;
+        return true;
+      }
+    }
+    at = base_ + i;  // past the window (by one after an escape): have() refills
+  }
+  return false;
+}
+
+void JsonScanner::buffer_token() {
+  if (!source_) return;
+  size_t at = base_ + pos_;
+  ahead_ws(at);
+}
+
+void JsonScanner::buffer_value() {
+  if (!source_ || ended_) return;
+  size_t at = base_ + pos_;
+  if (ahead_ws(at) && ahead_value(at)) have(at);  // and the byte after it
+}
+
+void JsonScanner::buffer_member() {
+  if (!source_ || ended_) return;
+  size_t at = base_ + pos_;
+  if (!ahead_ws(at)) return;
+  if (text_[at - base_] == ',') {
+    ++at;
+    if (!ahead_ws(at)) return;
+  }
+  if (text_[at - base_] != '"' || !ahead_string(at) || !ahead_ws(at)) return;
+  if (text_[at - base_] == ':') {
+    ++at;
+    ahead_ws(at);
+  }
 }
 
 void JsonScanner::skip_ws() {
@@ -324,6 +474,11 @@ void JsonScanner::skip() {
 
 void JsonScanner::finish() {
   skip_ws();
+  while (pos_ == text_.size() && source_) {
+    release();  // whitespace only so far
+    if (!refill()) break;
+    skip_ws();
+  }
   if (pos_ != text_.size()) fail(pos_, "trailing bytes after the document");
 }
 

@@ -94,6 +94,14 @@ std::string lane_display_name(const Document& d, const RawLane& l, bool many_dev
   return name;
 }
 
+// The RawEvent of each event of a rank being built (`from`: its index in
+// the document's, empty = the same index).
+struct RawEvents {
+  const std::vector<RawEvent>& raw;
+  const std::vector<uint32_t>& from;
+  const RawEvent& operator[](size_t i) const { return raw[from.empty() ? i : from[i]]; }
+};
+
 class RankBuilder {
  public:
   RankBuilder(Trace& t, Document& d, const std::string& file, KinetoImportSummary* summary)
@@ -179,20 +187,39 @@ class RankBuilder {
     // gloo:barrier) they stay host events, as HTA counts device kernels only.
     bool any_device = false;
     for (uint32_t i : order) any_device = any_device || d_.lanes[i].device;
-    std::vector<const RawEvent*> raw;  // by index in r.events
-    for (const RawEvent& e : d_.events) {
-      if (new_index[e.event.lane] == kNoLane) continue;
-      Event out = e.event;
+    auto finish_event = [&](Event& out, const RawEvent& e) {
       out.start_ns = shift(out.start_ns, e.offset);
       out.lane = new_index[out.lane];
       if (kineto::is_device_kind(e.kind) && d_.invented_correlations.count(e.correlation))
         out.correlation = 0;
       if (!any_device && e.host_collective != Category::host && out.category == Category::host)
         out.category = e.host_collective;
-      r.events.push_back(out);
-      raw.push_back(&e);
+    };
+    // d_.raw index of each event of the rank; empty = the same index.
+    std::vector<uint32_t> from;
+    if (!only_pid) {
+      // Every event is this rank's: they move, no copy of the largest array.
+      r.events = std::move(d_.events);
+      d_.events.clear();
+      for (size_t i = 0; i < r.events.size(); ++i) finish_event(r.events[i], d_.raw[i]);
+    } else {
+      size_t taken_events = 0;
+      for (const Event& e : d_.events) taken_events += new_index[e.lane] != kNoLane;
+      r.events.reserve(taken_events);
+      from.reserve(taken_events);
+      for (size_t i = 0; i < d_.events.size(); ++i) {
+        if (new_index[d_.events[i].lane] == kNoLane) continue;
+        r.events.push_back(d_.events[i]);
+        finish_event(r.events.back(), d_.raw[i]);
+        from.push_back(static_cast<uint32_t>(i));
+      }
     }
-    link(r, raw);
+    link(r, from);
+    if (!only_pid) {
+      // Not needed any more: freed before sort_events copies the events.
+      std::vector<RawEvent>().swap(d_.raw);
+      std::vector<kineto::RawShapes>().swap(d_.shapes);
+    }
 
     for (const auto& m : d_.memory) {
       if (!taken(m.pid) || m.device != r.device) continue;  // another GPU's memory
@@ -238,11 +265,12 @@ class RankBuilder {
   // call); with record_shapes, that operator's input dims give the kernel's
   // FLOPs and bytes (op_cost), placed on the longest compute kernel the
   // operator launched.
-  void link(RankTrace& r, const std::vector<const RawEvent*>& raw) {
+  void link(RankTrace& r, const std::vector<uint32_t>& from) {
+    const RawEvents raw{d_.raw, from};
     std::unordered_map<uint64_t, uint32_t> launcher;  // correlation -> host call
     std::unordered_map<int64_t, uint32_t> op_by_external;
     for (uint32_t i = 0; i < r.events.size(); ++i) {
-      const RawEvent& e = *raw[i];
+      const RawEvent& e = raw[i];
       if ((e.kind == Kind::runtime || e.kind == Kind::driver) && e.correlation)
         launcher.emplace(e.correlation, i);
       if (e.kind == Kind::cpu_op && e.external_id >= 0) op_by_external.emplace(e.external_id, i);
@@ -251,7 +279,7 @@ class RankBuilder {
     // Per operator: its longest compute kernel.
     std::unordered_map<uint32_t, uint32_t> main_kernel;
     for (uint32_t i = 0; i < r.events.size(); ++i) {
-      const RawEvent& e = *raw[i];
+      const RawEvent& e = raw[i];
       if (!kineto::is_device_kind(e.kind)) {
         ++(summary_ ? summary_->host_events : dummy_);
         continue;
@@ -280,14 +308,17 @@ class RankBuilder {
     std::vector<std::vector<int64_t>> dims;
     std::vector<std::string> types, concrete;
     for (const auto& [op, kernel] : main_kernel) {
-      const RawEvent& o = *raw[op];
-      if (o.input_dims.empty() || r.events[kernel].flops) continue;
-      if (!parse_input_dims(o.input_dims, &dims)) continue;
-      if (!o.input_types.empty() && !parse_string_list(o.input_types, &types)) continue;
-      if (o.input_types.empty()) types.clear();
-      if (!o.concrete_inputs.empty() && !parse_string_list(o.concrete_inputs, &concrete)) continue;
-      if (o.concrete_inputs.empty()) concrete.clear();
-      const OpCost cost = op_cost(t_.str(o.event.name), dims, types, concrete);
+      const RawEvent& o = raw[op];
+      if (o.shapes == RawEvent::kNoShapes || r.events[kernel].flops) continue;
+      const kineto::RawShapes& shapes = d_.shapes[o.shapes];
+      if (shapes.input_dims.empty()) continue;
+      if (!parse_input_dims(shapes.input_dims, &dims)) continue;
+      if (!shapes.input_types.empty() && !parse_string_list(shapes.input_types, &types)) continue;
+      if (shapes.input_types.empty()) types.clear();
+      if (!shapes.concrete_inputs.empty() && !parse_string_list(shapes.concrete_inputs, &concrete))
+        continue;
+      if (shapes.concrete_inputs.empty()) concrete.clear();
+      const OpCost cost = op_cost(t_.str(r.events[op].name), dims, types, concrete);
       if (!cost.known) continue;
       r.events[kernel].flops = cost.flops;
       if (!r.events[kernel].bytes) r.events[kernel].bytes = cost.bytes;
@@ -308,12 +339,11 @@ class RankBuilder {
 
   // For every host event, the innermost cpu_op on its lane that encloses it
   // (kNoOp when none): a sweep per lane in (start, longer first) order.
-  static std::vector<uint32_t> innermost_enclosing_op(const RankTrace& r,
-                                                      const std::vector<const RawEvent*>& raw) {
+  static std::vector<uint32_t> innermost_enclosing_op(const RankTrace& r, const RawEvents& raw) {
     std::vector<uint32_t> out(r.events.size(), kNoOp);
     std::vector<uint32_t> host;
     for (uint32_t i = 0; i < r.events.size(); ++i)
-      if (!kineto::is_device_kind(raw[i]->kind)) host.push_back(i);
+      if (!kineto::is_device_kind(raw[i].kind)) host.push_back(i);
     std::sort(host.begin(), host.end(), [&](uint32_t a, uint32_t b) {
       const Event &x = r.events[a], &y = r.events[b];
       if (x.lane != y.lane) return x.lane < y.lane;
@@ -330,7 +360,7 @@ class RankBuilder {
       }
       while (!stack.empty() && !encloses(r.events[stack.back()], e)) stack.pop_back();
       out[i] = stack.empty() ? kNoOp : stack.back();
-      if (raw[i]->kind == Kind::cpu_op) stack.push_back(i);
+      if (raw[i].kind == Kind::cpu_op) stack.push_back(i);
     }
     return out;
   }
@@ -351,9 +381,13 @@ std::string describe_skipped(const std::map<std::string, int64_t>& skipped) {
   return out;
 }
 
-int32_t import_kineto_rank(Trace& t, std::string_view text, const std::string& name,
-                           int32_t fallback_rank, KinetoImportSummary* summary) {
-  Document d = kineto::read_document(text, name, t);
+namespace {
+
+// The rank(s) of one document into `t`; returns the world size it names.
+int32_t add_document(Trace& t, Document& d, const std::string& name, int32_t fallback_rank,
+                     KinetoImportSummary* summary) {
+  if (summary)
+    summary->text_window_bytes = std::max<uint64_t>(summary->text_window_bytes, d.text_window_peak);
   if (!d.schema_version.empty()) t.meta.tool_versions["kineto_schema"] = d.schema_version;
   RankBuilder builder(t, d, name, summary);
   if (d.shardscope) {
@@ -380,37 +414,78 @@ int32_t import_kineto_rank(Trace& t, std::string_view text, const std::string& n
   return d.world;
 }
 
-Trace import_kineto_text(std::string_view text, const std::string& name,
-                         KinetoImportSummary* summary) {
+Trace kineto_trace() {
   Trace t;
   t.meta.source = Source::kineto;
   t.meta.clock_alignment = "none: Kineto baseTimeNanoseconds + ts, as recorded";
-  const int32_t world = import_kineto_rank(t, text, name, 0, summary);
+  return t;
+}
+
+void finish_trace(Trace& t, int32_t world, const std::string& name) {
   std::sort(t.ranks.begin(), t.ranks.end(),
             [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
   t.meta.world_size = std::max(world, static_cast<int32_t>(t.ranks.size()));
   validate(t, name);
+}
+
+}  // namespace
+
+int32_t import_kineto_rank(Trace& t, std::string_view text, const std::string& name,
+                           int32_t fallback_rank, KinetoImportSummary* summary) {
+  Document d = kineto::read_document(text, name, t);
+  return add_document(t, d, name, fallback_rank, summary);
+}
+
+int32_t import_kineto_rank(Trace& t, InputFile& in, const InputLimits& limits, std::string head,
+                           int32_t fallback_rank, KinetoImportSummary* summary) {
+  auto source = json_text_source(in, limits, head);
+  Document d = kineto::read_document(std::move(source), std::move(head), in.path(), t);
+  return add_document(t, d, in.path(), fallback_rank, summary);
+}
+
+Trace import_kineto_text(std::string_view text, const std::string& name,
+                         KinetoImportSummary* summary) {
+  Trace t = kineto_trace();
+  const int32_t world = import_kineto_rank(t, text, name, 0, summary);
+  finish_trace(t, world, name);
+  return t;
+}
+
+Trace import_kineto_source(std::function<size_t(std::string& out, size_t n)> source,
+                           std::string head, const std::string& name,
+                           KinetoImportSummary* summary) {
+  Trace t = kineto_trace();
+  Document d = kineto::read_document(std::move(source), std::move(head), name, t);
+  const int32_t world = add_document(t, d, name, 0, summary);
+  finish_trace(t, world, name);
+  return t;
+}
+
+Trace import_kineto_stream(InputFile& in, const InputLimits& limits, std::string head,
+                           KinetoImportSummary* summary) {
+  Trace t = kineto_trace();
+  const int32_t world = import_kineto_rank(t, in, limits, std::move(head), 0, summary);
+  finish_trace(t, world, in.path());
   return t;
 }
 
 Trace import_kineto(const std::vector<std::string>& paths, KinetoImportSummary* summary,
                     int threads) {
-  Trace t;
-  t.meta.source = Source::kineto;
-  t.meta.clock_alignment = "none: Kineto baseTimeNanoseconds + ts, as recorded";
+  Trace t = kineto_trace();
   int32_t world = 0;
+  const InputLimits limits;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), paths.size()));
   if (threads <= 1) {
     for (size_t i = 0; i < paths.size(); ++i) {
-      const std::string text = read_json_text(paths[i]);
+      InputFile in(paths[i], limits);
       world =
-          std::max(world, import_kineto_rank(t, text, paths[i], static_cast<int32_t>(i), summary));
+          std::max(world, import_kineto_rank(t, in, limits, {}, static_cast<int32_t>(i), summary));
     }
   } else {
-    // One file per task, `threads` at a time, each into its own trace (so
-    // at most `threads` texts are held at once); merged in command-line
-    // order, so errors and ranks come out as the sequential import's.
+    // One file per task, `threads` at a time, each into its own trace;
+    // merged in command-line order, so errors and ranks come out as the
+    // sequential import's.
     struct Part {
       Trace trace;
       KinetoImportSummary summary;
@@ -422,8 +497,8 @@ Trace import_kineto(const std::vector<std::string>& paths, KinetoImportSummary* 
     auto work = [&] {
       for (size_t i; (i = next.fetch_add(1)) < paths.size();) {
         try {
-          const std::string text = read_json_text(paths[i]);
-          parts[i].world = import_kineto_rank(parts[i].trace, text, paths[i],
+          InputFile in(paths[i], limits);
+          parts[i].world = import_kineto_rank(parts[i].trace, in, limits, {},
                                               static_cast<int32_t>(i), &parts[i].summary);
         } catch (...) {
           parts[i].error = std::current_exception();
@@ -453,15 +528,14 @@ Trace import_kineto(const std::vector<std::string>& paths, KinetoImportSummary* 
         summary->unlinked_device += p.summary.unlinked_device;
         summary->kernels_with_flops += p.summary.kernels_with_flops;
         summary->memory_records += p.summary.memory_records;
+        summary->text_window_bytes =
+            std::max(summary->text_window_bytes, p.summary.text_window_bytes);
         for (const auto& [cat, n] : p.summary.skipped) summary->skipped[cat] += n;
       }
       p.trace = Trace();  // its events now live in `t`
     }
   }
-  std::sort(t.ranks.begin(), t.ranks.end(),
-            [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
-  t.meta.world_size = std::max(world, static_cast<int32_t>(t.ranks.size()));
-  validate(t, paths.size() == 1 ? paths[0] : "kineto import");
+  finish_trace(t, world, paths.size() == 1 ? paths[0] : "kineto import");
   return t;
 }
 

@@ -1,7 +1,6 @@
 #include "traces/kineto_read.h"
 
-#include <cctype>
-
+#include "traces/binary_format.h"
 #include "traces/error.h"
 #include "traces/json_scan.h"
 #include "traces/kernel_names.h"
@@ -10,12 +9,13 @@ namespace shardscope::traces::kineto {
 
 namespace {
 
+// ASCII case-insensitive (`b` is lower case; Kineto's cats are ASCII).
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char c = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
+    if (c != b[i]) return false;
+  }
   return true;
 }
 
@@ -104,15 +104,21 @@ std::string_view raw_value(JsonScanner& s) {
   s.peek_kind();
   const size_t from = s.offset();
   s.skip();
-  return s.text().substr(from, s.offset() - from);
+  return s.text_since(from);
 }
 
+// Streaming (JsonScanner): the reader buffers each top-level member and
+// each event whole before reading it, and releases each event once read,
+// so no view it takes outlives the window.
 class Reader {
  public:
   Reader(std::string_view text, const std::string& file, Trace& t)
       : s_(text, file), file_(file), t_(t) {}
+  Reader(JsonScanner::Source source, std::string head, const std::string& file, Trace& t)
+      : s_(std::move(source), std::move(head), file), file_(file), t_(t) {}
 
   Document read() {
+    s_.buffer_token();
     if (s_.peek_kind() == JsonKind::array) {
       read_events();  // the bare array form: [event, ...]
     } else if (s_.peek_kind() == JsonKind::object) {
@@ -122,6 +128,7 @@ class Reader {
                        "expected a Kineto trace object (or an array of events)");
     }
     s_.finish();
+    doc_.text_window_peak = s_.window_peak();
     return std::move(doc_);
   }
 
@@ -133,13 +140,21 @@ class Reader {
   void read_top() {
     s_.begin_object();
     bool has_events = false;
-    std::string_view key;
-    for (bool first = true; s_.next_member(first, &key);) {
-      if (key == "traceEvents") {
+    std::string_view view;
+    std::string key;  // a copy: buffering the value may move the window
+    for (bool first = true;;) {
+      s_.buffer_member();
+      if (!s_.next_member(first, &view)) break;
+      if (view == "traceEvents") {
+        s_.buffer_token();
         if (s_.peek_kind() != JsonKind::array) fail_at("/traceEvents", "expected an array");
         read_events();
         has_events = true;
-      } else if (key == "baseTimeNanoseconds") {
+        continue;
+      }
+      key.assign(view);
+      s_.buffer_value();
+      if (key == "baseTimeNanoseconds") {
         int64_t v = 0;
         if (s_.peek_kind() != JsonKind::number || !parse_json_int(s_.number(), &v) || v < 0 ||
             v > INT64_MAX / 2)
@@ -216,7 +231,11 @@ class Reader {
   void read_events() {
     s_.begin_array();
     size_t index = 0;
-    for (bool first = true; s_.next_element(first); ++index) {
+    for (bool first = true;; ++index) {
+      s_.release();
+      s_.buffer_token();
+      if (!s_.next_element(first)) break;
+      s_.buffer_value();
       if (s_.peek_kind() != JsonKind::object) {
         s_.skip();  // not an event; Kineto writes none, Chrome tolerates them
         continue;
@@ -332,16 +351,24 @@ class Reader {
       return;
     }
 
-    RawEvent raw;
+    // Rank indices are 32-bit (flows, the binary format): a rank holds at
+    // most 2^32 - 1 events.
+    if (doc_.events.size() >= kBinaryMaxPerRank)
+      fail_at("/traceEvents/" + std::to_string(index),
+              "more than 2^32 - 1 events in one file, the most one rank can hold");
+    RawEvent raw;  // beside `e`, pushed together at the end
     raw.kind = kind;
     raw.offset = offset;
     raw.correlation = a.correlation;
     raw.external_id = a.external_id;
-    raw.input_dims = a.input_dims;
-    raw.input_types = a.input_types;
-    raw.concrete_inputs = a.concrete_inputs;
-    Event& e = raw.event;  // bytes, flops, unit and op are already in a.event
-    e = a.event;
+    if (!a.input_dims.empty() || !a.input_types.empty() || !a.concrete_inputs.empty()) {
+      if (doc_.shapes.size() >= RawEvent::kNoShapes)
+        fail_at(path(index, "args"), "more than 2^32 - 1 events with record_shapes in one file");
+      raw.shapes = static_cast<uint32_t>(doc_.shapes.size());
+      doc_.shapes.push_back(RawShapes{std::string(a.input_dims), std::string(a.input_types),
+                                      std::string(a.concrete_inputs)});
+    }
+    Event e = a.event;  // bytes, flops, unit and op are already in it
     e.start_ns = start;
     e.dur_ns = dur;
     e.correlation = static_cast<uint32_t>(a.correlation);
@@ -393,7 +420,8 @@ class Reader {
     } else {
       ++lane.other;
     }
-    doc_.events.push_back(raw);
+    doc_.events.push_back(e);
+    doc_.raw.push_back(raw);
   }
 
   struct Args {
@@ -572,6 +600,11 @@ bool is_device_kind(Kind k) {
 
 Document read_document(std::string_view text, const std::string& file, Trace& t) {
   return Reader(text, file, t).read();
+}
+
+Document read_document(JsonScanner::Source source, std::string head, const std::string& file,
+                       Trace& t) {
+  return Reader(std::move(source), std::move(head), file, t).read();
 }
 
 }  // namespace shardscope::traces::kineto

@@ -2,6 +2,11 @@
 // document with JsonScanner, into flat records (no DOM, integer-nanosecond
 // times taken exactly from the decimal text). traces/kineto_import.cpp turns
 // these records into ranks, lanes, steps, launch links and memory.
+//
+// The records own everything they keep (strings are interned into the
+// trace or copied), so the text can be streamed: read_document on a
+// JsonScanner::Source holds one window of the text (a chunk, or one event
+// when an event is larger), never the whole document.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "traces/json_scan.h"
 #include "traces/trace.h"
 
 namespace shardscope::traces::kineto {
@@ -32,25 +38,29 @@ enum class Kind : uint8_t {
 };
 bool is_device_kind(Kind k);
 
-// One complete ("X") event as read.
+// What the import needs of one complete ("X") event besides the Event
+// itself (Document::events[i] and Document::raw[i] are one event). Kept
+// apart so that a single-rank document's events move into the rank without
+// a copy. 32 bytes.
 struct RawEvent {
-  // As it goes into the rank: start relative to baseTimeNanoseconds, lane =
-  // index into Document::lanes, correlation = the low 32 bits (links use
-  // `correlation` below).
-  Event event;
+  uint64_t correlation = 0;     // args.correlation (the Event keeps its low 32 bits); 0 = none
+  int64_t external_id = -1;     // args["External id"]; -1 = none
+  size_t offset = 0;            // byte offset of the event in the document (errors)
+  uint32_t shapes = kNoShapes;  // index into Document::shapes; kNoShapes = none
   Kind kind = Kind::skipped;
   // A gloo collective on the host ("gloo:all_reduce"): its comm.* category,
   // used when the rank has no device work (CPU-only traces); else host.
   Category host_collective = Category::host;
-  uint64_t correlation = 0;  // args.correlation; 0 = none
-  int64_t external_id = -1;  // args["External id"]; -1 = none
-  // Raw JSON text of args["Input Dims"] / ["Input type"] / ["Concrete
-  // Inputs"] (record_shapes), parsed only for the ops whose FLOPs are
-  // derived; empty = absent.
-  std::string_view input_dims;
-  std::string_view input_types;
-  std::string_view concrete_inputs;
-  size_t offset = 0;  // byte offset of the event in the document (errors)
+  static constexpr uint32_t kNoShapes = 0xffffffffu;
+};
+
+// Raw JSON text of args["Input Dims"] / ["Input type"] / ["Concrete Inputs"]
+// (record_shapes) of one event, parsed only for the ops whose FLOPs are
+// derived; empty = absent.
+struct RawShapes {
+  std::string input_dims;
+  std::string input_types;
+  std::string concrete_inputs;
 };
 
 struct RawLane {
@@ -83,7 +93,12 @@ struct Document {
   bool shardscope = false;  // written by shardscope's exporter (top-level "shardscope")
   std::string schema_version;
   std::vector<std::pair<int64_t, std::string>> device_names;  // deviceProperties id -> name
-  std::vector<RawEvent> events;
+  // Complete events as they go into the rank (start relative to
+  // baseTimeNanoseconds, lane = index into `lanes`), and beside each what
+  // the import needs of it.
+  std::vector<Event> events;
+  std::vector<RawEvent> raw;
+  std::vector<RawShapes> shapes;  // of the events that have them (RawEvent::shapes)
   std::vector<RawLane> lanes;
   std::vector<RawMemory> memory;
   std::vector<RawStep> steps;
@@ -93,10 +108,16 @@ struct Document {
   // Correlation ids shardscope's export invented for device work that had
   // none; the importer clears them again.
   std::unordered_set<uint64_t> invented_correlations;
+  size_t text_window_peak = 0;  // the most bytes of text held at once (JsonScanner::window_peak)
 };
 
 // Reads `text` (one Kineto document). Strings are interned into `t`.
 // Throws TraceError naming `file` and a byte offset or JSON path.
 Document read_document(std::string_view text, const std::string& file, Trace& t);
+// The same document streamed from `source`, after the bytes in `head`:
+// the same records and the same errors at the same offsets (offsets count
+// from the start of `head`).
+Document read_document(JsonScanner::Source source, std::string head, const std::string& file,
+                       Trace& t);
 
 }  // namespace shardscope::traces::kineto

@@ -25,14 +25,22 @@ const char* trace_format_name(TraceFormat f) {
   return "unknown";
 }
 
+namespace {
+
+// shardscope's JSON names its format in its first bytes.
+bool native_json_head(std::string_view text) {
+  const std::string_view head = text.substr(0, 4096);
+  const size_t f = head.find("\"format\"");
+  return f != std::string_view::npos && head.find(kJsonFormatName, f) != std::string_view::npos;
+}
+
+}  // namespace
+
 TraceFormat detect_format(std::string_view text) {
   if (text.size() >= 1 &&
       std::memcmp(text.data(), kBinaryMagic, text.size() < 8 ? text.size() : 8) == 0)
     return TraceFormat::binary;
-  const std::string_view head = text.substr(0, 4096);
-  const size_t f = head.find("\"format\"");
-  if (f != std::string_view::npos && head.find(kJsonFormatName, f) != std::string_view::npos)
-    return TraceFormat::json;
+  if (native_json_head(text)) return TraceFormat::json;
   if (text.find("\"traceEvents\"") != std::string_view::npos) return TraceFormat::kineto;
   return TraceFormat::json;
 }
@@ -70,7 +78,11 @@ Trace load_trace(const std::string& path, const InputLimits& limits, InputStats*
                      "a damaged binary trace magic: the first " + std::to_string(magic) +
                          " bytes match it, byte " + std::to_string(magic + 1) + " does not");
   // JSON: whitespace, garbage, huge strings and deep nesting fail in the
-  // guard, at the first bad byte.
+  // guard, at the first bad byte. A Kineto trace that says so in its first
+  // chunk (as detect_format would decide from the whole text) is parsed as
+  // a stream, never held whole.
+  if (!native_json_head(text) && text.find("\"traceEvents\"") != std::string::npos)
+    return import_kineto_stream(*in, limits, std::move(text));
   text = read_json_text(*in, limits, std::move(text));
   in.reset();
   switch (detect_format(text)) {
