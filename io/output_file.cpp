@@ -4,13 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <thread>
 
 #include "io/output_error.h"
-#include "io/temp_registry.h"
 
 namespace shardscope::io {
 
@@ -46,6 +44,10 @@ int open_fifo(const std::string& path, int wait_ms) {
 OutputFile::OutputFile(const std::string& path, OutputOptions options)
     : path_(path), target_(inspect_output_target(path)) {
   if (target_.kind == TargetKind::in_place) {
+    if (options.durability == Durability::fsync)
+      throw OutputTargetError(path_,
+                              "is a device or FIFO: only a regular file can be written durably "
+                              "(fsync)");
     if (target_.descriptor >= 0) {
       // /dev/stdout and the like: the descriptor itself, so that the shell's
       // redirection (its offset, O_APPEND) applies.
@@ -57,21 +59,12 @@ OutputFile::OutputFile(const std::string& path, OutputOptions options)
       fd_ = ::open(target_.write_path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
       if (fd_ < 0) throw OutputTargetError(path_, "cannot open: " + errno_text(errno));
     }
-    buf_.reserve(kChunk);
-    return;
+  } else {
+    AtomicFileOptions atomic;
+    atomic.error_path = path_;
+    file_ = std::make_unique<AtomicFile>(target_.write_path, options.durability, atomic);
   }
-  static std::atomic<unsigned> counter{0};
-  temp_ = target_.write_path + ".tmp." + std::to_string(::getpid()) + "." +
-          std::to_string(counter.fetch_add(1));
-  temp_slot_ = register_temporary(temp_);  // before it exists: a signal never misses it
-  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
-  if (fd_ < 0) {
-    const int err = errno;
-    unregister_temporary(temp_slot_);
-    temp_slot_ = -1;
-    temp_.clear();
-    throw OutputTargetError(path_, "cannot create a temporary file beside it: " + errno_text(err));
-  }
+  open_ = true;
   buf_.reserve(kChunk);
 }
 
@@ -79,17 +72,18 @@ OutputFile::~OutputFile() {
   abandon();
 }
 
+const std::string& OutputFile::temporary() const {
+  static const std::string kNone;
+  return file_ ? file_->temporary() : kNone;
+}
+
 void OutputFile::abandon() noexcept {
+  open_ = false;
   if (fd_ >= 0) {
     ::close(fd_);
     fd_ = -1;
   }
-  if (!temp_.empty()) {
-    ::unlink(temp_.c_str());
-    temp_.clear();
-  }
-  unregister_temporary(temp_slot_);
-  temp_slot_ = -1;
+  if (file_) file_->abandon();
   buf_.clear();
 }
 
@@ -111,14 +105,27 @@ void OutputFile::put(const char* data, size_t n) {
   }
 }
 
+void OutputFile::emit(const char* data, size_t n) {
+  if (!file_) {
+    put(data, n);
+    return;
+  }
+  try {
+    file_->write(data, n);
+  } catch (...) {
+    abandon();  // the AtomicFile removed its temporary
+    throw;
+  }
+}
+
 void OutputFile::drain() {
   if (buf_.empty()) return;
-  put(buf_.data(), buf_.size());
+  emit(buf_.data(), buf_.size());
   buf_.clear();
 }
 
 void OutputFile::write(const void* data, size_t n) {
-  if (fd_ < 0) throw OutputWriteError(path_, "write after the file was closed");
+  if (!open_) throw OutputWriteError(path_, "write after the file was closed");
   const char* p = static_cast<const char*>(data);
   if (buf_.size() + n <= kChunk) {
     buf_.append(p, n);
@@ -126,26 +133,24 @@ void OutputFile::write(const void* data, size_t n) {
   }
   drain();
   if (n >= kChunk) {
-    put(p, n);
+    emit(p, n);
   } else {
     buf_.append(p, n);
   }
 }
 
 void OutputFile::commit() {
-  if (fd_ < 0) throw OutputWriteError(path_, "commit after the file was closed");
+  if (!open_) throw OutputWriteError(path_, "commit after the file was closed");
   drain();
-  if (target_.kind == TargetKind::replace && ::fchmod(fd_, target_.mode) != 0)
-    fail("cannot keep the permission bits of the file it replaces", errno);
+  open_ = false;
+  if (file_) {
+    if (target_.kind == TargetKind::replace) file_->set_mode(target_.mode);
+    file_->commit();  // on failure it removed its temporary
+    return;
+  }
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0 && errno != EINTR) fail("close failed", errno);
-  if (temp_.empty()) return;  // in place: done
-  if (::rename(temp_.c_str(), target_.write_path.c_str()) != 0)
-    fail("cannot rename the temporary file '" + temp_ + "' into place", errno);
-  temp_.clear();
-  unregister_temporary(temp_slot_);
-  temp_slot_ = -1;
 }
 
 void write_output_file(const std::string& path, std::string_view text, OutputOptions options) {

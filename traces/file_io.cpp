@@ -21,6 +21,15 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
+// A trace, an export or an import is reproduced by running its command
+// again: atomic for its readers, but not fsynced (io/atomic_file.h says what
+// that risks on a crash; checkpoints are the files that need fsync).
+io::OutputOptions trace_output_options() {
+  io::OutputOptions options;
+  options.durability = io::Durability::rename_only;
+  return options;
+}
+
 }  // namespace
 
 std::string read_file(const std::string& path) {
@@ -40,7 +49,7 @@ uint64_t file_size_of(const std::string& path) {
   return static_cast<uint64_t>(st.st_size);
 }
 
-OutputFile::OutputFile(const std::string& path) : file_(path) {
+OutputFile::OutputFile(const std::string& path) : file_(path, trace_output_options()) {
   if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0)
     gzip_ = std::make_unique<GzipDeflater>();
 }

@@ -2,7 +2,9 @@
 // output files (io/output_file.h: a new or regular file is written to a
 // temporary and renamed on commit, a device or FIFO is written in place,
 // anything else is refused), so an error never leaves a partial output behind
-// and never replaces a device node.
+// and never replaces a device node. Trace outputs are written with
+// io::Durability::rename_only: a rerun reproduces them, so they are not
+// fsynced (io/atomic_file.h).
 #pragma once
 
 #include <cstddef>

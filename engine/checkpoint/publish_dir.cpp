@@ -12,8 +12,8 @@
 #include <system_error>
 #include <vector>
 
-#include "engine/checkpoint/atomic_file.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_file.h"
 
 namespace shardscope::engine::checkpoint {
 
@@ -158,7 +158,7 @@ void remove_tree(const std::string& path) {
 }
 
 void write_text_file_atomically(const std::string& path, const std::string& text) {
-  AtomicFile out(path);
+  CheckpointFile out(path);
   out.write(text.data(), text.size());
   out.commit();
 }

@@ -60,7 +60,7 @@ std::string publish_dir(const std::string& staging, const std::string& root,
 // rm -rf `path` (no error when absent); throws CheckpointError on failure.
 void remove_tree(const std::string& path);
 
-// Whole-file atomic replacement of a small text file (AtomicFile).
+// Whole-file atomic replacement of a small text file (CheckpointFile).
 void write_text_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace shardscope::engine::checkpoint

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/atomic_file.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_file.h"
 #include "engine/checkpoint/crc32c.h"
 #include "engine/checkpoint/file_io.h"
 #include "engine/checkpoint/json_fields.h"
@@ -66,7 +66,7 @@ void write_safetensors(const std::string& path, const std::vector<FullTensor>& t
   const uint32_t header_crc = crc32c(text.data(), text.size(), crc32c(length, sizeof length));
   text.replace(value_at, 8, crc32c_hex(header_crc));
 
-  AtomicFile file(path);
+  CheckpointFile file(path);
   file.write(length, sizeof length);
   file.write(text.data(), text.size());
   for (size_t i = 0; i < sorted.size(); ++i)

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <system_error>
 
-#include "engine/checkpoint/atomic_file.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_file.h"
 #include "engine/checkpoint/crc32c.h"
 #include "engine/checkpoint/file_io.h"
 #include "engine/checkpoint/json_fields.h"
@@ -30,9 +30,9 @@ void make_dir(const std::string& dir) {
   if (ec) fail_at(dir, "cannot create directory: " + ec.message());
 }
 
-// AtomicFile that also accumulates the CRC-32C of what it wrote.
+// CheckpointFile that also accumulates the CRC-32C of what it wrote.
 struct ChecksummedFile {
-  AtomicFile file;
+  CheckpointFile file;
   uint32_t crc = 0;
   explicit ChecksummedFile(const std::string& path) : file(path) {}
   void write(const void* data, size_t size) {
@@ -95,7 +95,7 @@ void write_shard_index(const std::string& dir, int world,
   check_coverage(per_rank, path);  // refuse to write an index the reader would refuse
   const std::string text = build_index_json(world, per_rank, metadata, path).dump(1) + "\n";
   make_dir(dir);
-  AtomicFile out(path);
+  CheckpointFile out(path);
   out.write(text.data(), text.size());
   out.commit();
 }

@@ -15,8 +15,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "engine/checkpoint/atomic_file.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_file.h"
 #include "engine/checkpoint/shard_format.h"
 #include "tests/engine/checkpoint/checkpoint_test_util.h"
 #include "tests/engine/checkpoint/sharded_test_model.h"

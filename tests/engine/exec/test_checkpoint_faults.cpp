@@ -3,7 +3,7 @@
 // re-save of the same step over an existing checkpoint. A child process (ranks
 // as threads) re-saves step 2 with other weights and _exits at one save point
 // (engine/exec/checkpointing.h testing hook) or in the middle of a shard file's
-// write (engine/checkpoint/atomic_file.h); the parent then loads the
+// write (engine/checkpoint/checkpoint_file.h); the parent then loads the
 // directory's `latest` and checks that it is exactly the old checkpoint (kill
 // before the step directory is published) or exactly the new one (after).
 #include <sys/wait.h>
@@ -16,7 +16,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "engine/checkpoint/atomic_file.h"
+#include "engine/checkpoint/checkpoint_file.h"
 #include "engine/exec/checkpointing.h"
 #include "engine/exec/train.h"
 #include "plan/models.h"
