@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "plan/error.h"
+#include "plan/graph_builder.h"
 #include "plan/graph_io.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 #include "plan/model_limits.h"
 #include "plan/models_neox.h"
 #include "plan/models_opt.h"

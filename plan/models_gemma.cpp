@@ -39,8 +39,8 @@
 #include <string>
 
 #include "plan/error.h"
+#include "plan/graph_builder.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 
 namespace shardscope::plan {
 

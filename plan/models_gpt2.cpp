@@ -15,7 +15,7 @@
 #include <cmath>
 
 #include "plan/error.h"
-#include "plan/model_builders.h"
+#include "plan/graph_builder.h"
 
 namespace shardscope::plan {
 

@@ -7,7 +7,7 @@
 //   head               Linear hidden->classes
 // then cross_entropy against labels [B]. MLPBlock is the class to wrap.
 #include "plan/error.h"
-#include "plan/model_builders.h"
+#include "plan/graph_builder.h"
 
 namespace shardscope::plan {
 

@@ -35,8 +35,8 @@
 #include <string>
 
 #include "plan/error.h"
+#include "plan/graph_builder.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 #include "plan/model_limits.h"
 
 namespace shardscope::plan {

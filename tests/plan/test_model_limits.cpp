@@ -11,8 +11,8 @@
 
 #include "plan/error.h"
 #include "plan/expr.h"
+#include "plan/graph_builder.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 #include "plan/model_limits.h"
 #include "plan/models.h"
 #include "plan/policy.h"

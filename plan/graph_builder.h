@@ -55,7 +55,7 @@
 //                     skip and branch gradients)
 //      embedding      fwd 0 (a gather), bwd N*C (scatter-add into the table)
 //      cross_entropy  fwd 5*N*V (max, subtract, exp, sum, log), bwd 3*N*V
-//    Mixture of experts (plan/model_builder_moe.cpp), with E experts, top-k,
+//    Mixture of experts (plan/graph_builder_moe.cpp), with E experts, top-k,
 //    R_e = B*routed(e,E,k) rows of expert e (plan/expr.h):
 //      moe_router     fwd 5*N*E (softmax) + 2*N*k with norm_topk_prob (sum,
 //                     divide); bwd 4*N*E (softmax backward) + 4*N*k with it;
@@ -344,7 +344,7 @@ class GraphBuilder {
   // Mean cross entropy of logits [.., classes] against labels [..] -> scalar loss.
   int cross_entropy(int module, int logits, int labels, int64_t classes);
 
-  // Mixture of experts (plan/model_builder_moe.cpp). Router logits [B, T, E]
+  // Mixture of experts (plan/graph_builder_moe.cpp). Router logits [B, T, E]
   // -> the top-k weights [B, T, k] (compute dtype) and expert indices
   // [B, T, k] (i64), from a softmax in fp32 (renormalised over the k when
   // `norm_topk_prob`).
