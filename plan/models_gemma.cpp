@@ -35,11 +35,14 @@
 // (fp32 softmax output, bf16 copy, tanh output) per layer, which shardscope
 // does not model. shardscope computes the soft-capped scores, as eager and
 // flash_attention_2 do, with flash-attention memory.
+#include "plan/models_gemma.h"
+
 #include <cmath>
 #include <string>
 
 #include "plan/error.h"
 #include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
 
 namespace shardscope::plan {

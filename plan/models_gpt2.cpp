@@ -12,10 +12,13 @@
 // Conv1D weights are [in, out]. Ops per block, in order: ln_1, c_attn,
 // attention (packed qkv), c_proj, residual_1, ln_2, c_fc, act (gelu), c_proj,
 // residual_2.
+#include "plan/models_gpt2.h"
+
 #include <cmath>
 
 #include "plan/error.h"
 #include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 
 namespace shardscope::plan {
 

@@ -27,10 +27,13 @@
 // applies it. Ops per layer: input_layernorm, q_proj, k_proj, v_proj, attention,
 // o_proj, residual_1, post_attention_layernorm, gate_proj, up_proj, swiglu,
 // down_proj, residual_2.
+#include "plan/models_llama.h"
+
 #include <cmath>
 
 #include "plan/error.h"
 #include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
 
 namespace shardscope::plan {

@@ -31,11 +31,14 @@
 // parameters (all experts) are the same whatever it is.
 // Refused: the router's auxiliary loss (output_router_logits: true), router
 // jitter noise, Qwen2-MoE's sliding window (use_sliding_window: true).
+#include "plan/models_moe.h"
+
 #include <cmath>
 #include <string>
 
 #include "plan/error.h"
 #include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
 #include "plan/model_limits.h"
 

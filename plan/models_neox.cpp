@@ -33,6 +33,7 @@
 
 #include "plan/error.h"
 #include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
 
 namespace shardscope::plan {

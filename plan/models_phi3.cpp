@@ -17,11 +17,14 @@
 // config sets it: recorded on every attention op. partial_rotary_factor other
 // than 1 is refused. Dropouts (resid_pdrop, embd_pdrop, attention_dropout)
 // are not modelled, as for every family.
+#include "plan/models_phi3.h"
+
 #include <cmath>
 #include <string>
 
 #include "plan/error.h"
 #include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
 
 namespace shardscope::plan {

@@ -11,10 +11,10 @@
 
 #include "plan/error.h"
 #include "plan/expr.h"
-#include "plan/graph_builder.h"
 #include "plan/json_input.h"
 #include "plan/model_limits.h"
 #include "plan/models.h"
+#include "plan/models_moe.h"
 #include "plan/policy.h"
 #include "tests/temp_dir.h"
 
