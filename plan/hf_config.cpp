@@ -22,18 +22,23 @@ void HfConfigReader::fail(const char* key, const std::string& what) const {
   throw Error(source_ + ": key '" + key + "': " + what);
 }
 
+void HfConfigReader::check_divisible(const char* dividend_key, int64_t dividend,
+                                     const char* divisor_key, int64_t divisor, const char* relation,
+                                     const char* note) const {
+  if (dividend % divisor != 0)
+    fail(divisor_key, std::string(dividend_key) + " " + std::to_string(dividend) + " " + relation +
+                          " " + divisor_key + " " + std::to_string(divisor) + note);
+}
+
 void HfConfigReader::check_kv_heads(int64_t heads, int64_t kv_heads) const {
-  if (heads % kv_heads != 0)
-    fail("num_key_value_heads", "num_attention_heads " + std::to_string(heads) +
-                                    " is not a multiple of num_key_value_heads " +
-                                    std::to_string(kv_heads));
+  check_divisible("num_attention_heads", heads, "num_key_value_heads", kv_heads,
+                  "is not a multiple of");
 }
 
 void HfConfigReader::check_derived_head_dim(int64_t hidden, int64_t heads, int64_t head_dim) const {
-  if (head_dim == 0 && hidden % heads != 0)
-    fail("num_attention_heads", "hidden_size " + std::to_string(hidden) +
-                                    " is not divisible by num_attention_heads " +
-                                    std::to_string(heads) + " (and no head_dim is given)");
+  if (head_dim == 0)
+    check_divisible("hidden_size", hidden, "num_attention_heads", heads, "is not divisible by",
+                    " (and no head_dim is given)");
   if (head_dim != 0) check_attention_width(heads, head_dim);
 }
 

@@ -30,7 +30,13 @@ class HfConfigReader {
   std::string get_string(const char* key, const std::string& fallback) const;
   const nlohmann::json* get(const char* key) const;  // nullptr when absent or null
   [[noreturn]] void fail(const char* key, const std::string& what) const;
-  // Attention shape checks shared by the Llama-like readers: fail naming
+  // The divisibility check of every family's reader: unless `divisor` (>= 1,
+  // as read) divides `dividend`, fails naming `divisor_key`:
+  // "<dividend_key> <dividend> <relation> <divisor_key> <divisor><note>".
+  void check_divisible(const char* dividend_key, int64_t dividend, const char* divisor_key,
+                       int64_t divisor, const char* relation = "is not divisible by",
+                       const char* note = "") const;
+  // Attention shape checks of the Llama-like readers (check_divisible): fail naming
   // num_key_value_heads unless it divides num_attention_heads; with no
   // head_dim (0: derived), fail naming num_attention_heads unless it divides
   // hidden_size.

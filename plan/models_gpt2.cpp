@@ -86,9 +86,7 @@ Gpt2Config gpt2_config_from_hf(const nlohmann::json& config, const std::string& 
   // reorder_and_upcast_attn only changes numerics (fp32 softmax): accepted.
   if (r.get_bool("add_cross_attention", false))
     r.fail("add_cross_attention", "cross-attention (encoder-decoder GPT-2) is not supported");
-  if (c.n_embd % c.n_head != 0)
-    r.fail("n_head", "n_embd " + std::to_string(c.n_embd) + " is not divisible by n_head " +
-                         std::to_string(c.n_head));
+  r.check_divisible("n_embd", c.n_embd, "n_head", c.n_head);
   return c;
 }
 

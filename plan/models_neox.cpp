@@ -79,10 +79,7 @@ NeoxConfig neox_config_from_hf(const nlohmann::json& config, const std::string& 
   c.intermediate_size = r.require_int("intermediate_size");
   c.vocab_size = r.require_int("vocab_size");
   c.max_position_embeddings = r.require_int("max_position_embeddings");
-  if (c.hidden_size % c.num_attention_heads != 0)
-    r.fail("num_attention_heads", "hidden_size " + std::to_string(c.hidden_size) +
-                                      " is not divisible by num_attention_heads " +
-                                      std::to_string(c.num_attention_heads));
+  r.check_divisible("hidden_size", c.hidden_size, "num_attention_heads", c.num_attention_heads);
   c.rotary_pct = r.get_double("rotary_pct", c.rotary_pct);
   if (c.rotary_pct > 1.0)
     r.fail("rotary_pct", "must be in (0, 1], got " + r.get("rotary_pct")->dump());
