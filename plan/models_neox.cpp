@@ -29,8 +29,7 @@
 // Dropout (attention_dropout, hidden_dropout) is not modeled.
 #include "plan/models_neox.h"
 
-#include <cmath>
-
+#include "plan/decoder_skeleton.h"
 #include "plan/error.h"
 #include "plan/graph_builder.h"
 #include "plan/hf_config.h"
@@ -136,13 +135,11 @@ Graph build_neox(const NeoxConfig& c, const std::string& name) {
                 "of rotary dims, got " + std::to_string(rotary));
   const double eps = c.layer_norm_eps;
 
-  OpAttrs attn_attrs;
-  attn_attrs.rope = true;
-  attn_attrs.rope_theta = c.rotary_emb_base;
-  attn_attrs.scale = 1.0 / std::sqrt(static_cast<double>(D));  // head_size ** -0.5
+  // scale head_size ** -0.5
+  OpAttrs attn_attrs =
+      rope_attention_attrs(c.rotary_emb_base, static_cast<double>(D), c.rope_scaling);
   if (rotary != D) attn_attrs.rotary_dim = rotary;
   attn_attrs.qkv_per_head = true;
-  if (!c.rope_scaling.is_null()) attn_attrs.rope_scaling = c.rope_scaling.dump();
 
   GraphBuilder gb(name, "gpt_neox", c.max_position_embeddings, V);
   const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);
