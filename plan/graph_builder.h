@@ -111,7 +111,7 @@ class GraphBuilder {
   int embedding(int module, int ids, int64_t rows, int64_t dim, int64_t padding_idx = -1);
   // Position embedding (ids are offset + arange(T), no input tensor) -> [T, dim].
   // `module_buffer_bytes`: the model's non-parameter buffers, counted from
-  // here to this op's backward (see models.cpp). `offset`: the first row read
+  // here to this op's backward (see graph_builder.cpp). `offset`: the first row read
   // (OPTLearnedPositionalEmbedding: 2).
   int position_embedding(int module, int64_t rows, int64_t dim, int64_t module_buffer_bytes = 0,
                          int64_t offset = 0);
