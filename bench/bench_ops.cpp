@@ -1,6 +1,6 @@
 // CPU op throughput at GPT-2-small sizes (C = 768, H = 12, D = 64, T = 256,
 // B = 1..4), single-threaded (set_blas_threads(1), as the engine runs each
-// stream). FLOPs are counted as plan/model_builders.h does: linear fwd 2*N*in*out,
+// stream). FLOPs are counted as plan/graph_builder.h does: linear fwd 2*N*in*out,
 // bwd 4*N*in*out; attention fwd 4*B*T^2*H*D and bwd 10*B*T^2*H*D over the full
 // T x T square (the causal half that is skipped still counts). Prints figures
 // (recorded in docs/benchmarks.md); never asserts on time. GFLOP/s use the

@@ -11,7 +11,7 @@
 //   llama3-8b   Meta-Llama-3-8B                                       8,030,261,248
 //   llama3-70b  Meta-Llama-3-70B                                     70,553,706,496
 //   mlp         residual MLP classifier, 4 MLPBlocks of 256 (CPU tests) 1,072,906
-// The graph conventions and cost formulas are in plan/model_builders.h.
+// The graph conventions and cost formulas are in plan/graph_builder.h.
 #pragma once
 
 #include <string>

@@ -35,12 +35,16 @@
 // (fp32 softmax output, bf16 copy, tanh output) per layer, which shardscope
 // does not model. shardscope computes the soft-capped scores, as eager and
 // flash_attention_2 do, with flash-attention memory.
+#include "plan/models_gemma.h"
+
 #include <cmath>
 #include <string>
 
+#include "plan/decoder_skeleton.h"
 #include "plan/error.h"
+#include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 
 namespace shardscope::plan {
 
@@ -132,85 +136,67 @@ Graph build_gemma(const GemmaConfig& c, const std::string& name) {
   const bool gemma2 = c.model_type == "gemma2";
   if (c.model_type != "gemma" && !gemma2)
     throw Error("gemma config for '" + name + "': model_type must be gemma or gemma2");
-  if (c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 ||
-      c.num_attention_heads < 1 || c.num_key_value_heads < 1 || c.vocab_size < 1 ||
-      c.max_position_embeddings < 1 || c.head_dim < 1 ||
-      c.num_attention_heads % c.num_key_value_heads != 0)
-    throw Error("gemma config for '" + name +
-                "': sizes must be positive and num_attention_heads a multiple of "
-                "num_key_value_heads");
+  check_decoder_sizes(
+      "gemma", name,
+      {c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+       c.num_key_value_heads, c.vocab_size, c.max_position_embeddings, c.head_dim});
   if (gemma2 && c.sliding_layers.size() != static_cast<size_t>(c.num_hidden_layers))
     throw Error("gemma config for '" + name + "': one sliding_layers entry per layer expected");
   if (c.hidden_act != "gelu" && c.hidden_act != "gelu_pytorch_tanh")
     throw Error("gemma config for '" + name + "': unsupported activation '" + c.hidden_act + "'");
   const std::string P = gemma2 ? "Gemma2" : "Gemma";
-  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
-  const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
-  const double eps = c.rms_norm_eps, offset = 1.0;  // (1 + weight)
+  const int64_t C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
   const std::string gate_act = c.hidden_act == "gelu" ? "gelu" : "gelu_tanh";
 
-  OpAttrs attn_attrs;
-  attn_attrs.rope = true;
-  attn_attrs.rope_theta = c.rope_theta;
   const double scalar =
       gemma2 && c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(D);
-  attn_attrs.scale = 1.0 / std::sqrt(scalar);
-  if (!c.rope_scaling.is_null()) attn_attrs.rope_scaling = c.rope_scaling.dump();
+  OpAttrs attn_attrs = rope_attention_attrs(c.rope_theta, scalar, c.rope_scaling);
   if (gemma2 && c.attn_logit_softcapping > 0) attn_attrs.softcap = c.attn_logit_softcapping;
+  const SelfAttentionShape attn_shape{C, c.num_attention_heads, c.num_key_value_heads,
+                                      D, c.attention_bias,      c.attention_bias};
 
-  GraphBuilder gb(name, c.model_type, c.max_position_embeddings, V);
-  const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);
-  const int labels = gb.add_input("labels", {dim_b(), dim_t()}, DType::i64);
+  DecoderSkeleton skeleton;
+  skeleton.model_name = name;
+  skeleton.family = c.model_type;
+  skeleton.class_prefix = P;
+  skeleton.hidden_size = C;
+  skeleton.vocab_size = c.vocab_size;
+  skeleton.num_hidden_layers = c.num_hidden_layers;
+  skeleton.max_position_embeddings = c.max_position_embeddings;
+  skeleton.rms_norm_eps = c.rms_norm_eps;
+  skeleton.rms_weight_offset = 1.0;  // (1 + weight)
+  skeleton.tie_word_embeddings = c.tie_word_embeddings;
 
-  const int root = gb.add_module(-1, "", P + "ForCausalLM");
-  const int model = gb.add_module(root, "model", P + "Model");
-  int x = gb.embedding(gb.add_module(model, "embed_tokens", "Embedding"), ids, V, C);
-  const int embed_weight = gb.graph().find_param("model.embed_tokens.weight");
-  x = gb.scale(model, "normalizer", x, std::sqrt(static_cast<double>(C)));
-
-  auto norm = [&](int parent, const char* local, int in) {
-    return gb.rmsnorm(gb.add_module(parent, local, P + "RMSNorm"), in, C, eps, offset);
+  DecoderHooks hooks;
+  hooks.after_embedding = [&](GraphBuilder& gb, int model, int x) {
+    return gb.scale(model, "normalizer", x, std::sqrt(static_cast<double>(C)));
   };
-  auto proj = [&](int parent, const char* local, int in_tensor, int64_t in, int64_t out,
-                  bool bias) {
-    return gb.linear(gb.add_module(parent, local, "Linear"), in_tensor, in, out, bias,
-                     WeightLayout::out_in);
-  };
-  const int layers = gb.add_module(model, "layers", "ModuleList", true);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const int layer = gb.add_module(layers, std::to_string(i), P + "DecoderLayer");
-    const int a = norm(layer, "input_layernorm", x);
+  hooks.layer = [&](GraphBuilder& gb, int layer, int64_t i, int x) {
+    auto norm = [&](const char* local, int in) {
+      return decoder_norm(gb, skeleton, layer, local, in);
+    };
+    const int a = norm("input_layernorm", x);
     const int attn = gb.add_module(layer, "self_attn", P + "Attention");
-    const bool bias = c.attention_bias;
-    const int q = proj(attn, "q_proj", a, C, H * D, bias);
-    const int k = proj(attn, "k_proj", a, C, Hkv * D, bias);
-    const int v = proj(attn, "v_proj", a, C, Hkv * D, bias);
     OpAttrs layer_attrs = attn_attrs;
     if (gemma2 && c.sliding_layers[static_cast<size_t>(i)])
       layer_attrs.sliding_window = c.sliding_window;
-    const int y = gb.attention(attn, {q, k, v}, H, Hkv, D, layer_attrs);
-    int attn_out = proj(attn, "o_proj", y, H * D, C, bias);
-    if (gemma2) {
-      attn_out = norm(layer, "post_attention_layernorm", attn_out);
-      x = gb.residual(layer, "residual_1", x, attn_out);
-    } else {
-      x = gb.residual(layer, "residual_1", x, attn_out);
-    }
-    const int b = norm(layer, gemma2 ? "pre_feedforward_layernorm" : "post_attention_layernorm", x);
+    int attn_out = self_attention(gb, attn, a, attn_shape, layer_attrs);
+    if (gemma2) attn_out = norm("post_attention_layernorm", attn_out);
+    x = gb.residual(layer, "residual_1", x, attn_out);
+    const int b = norm(gemma2 ? "pre_feedforward_layernorm" : "post_attention_layernorm", x);
     const int mlp = gb.add_module(layer, "mlp", P + "MLP");
-    const int gate = proj(mlp, "gate_proj", b, C, F, false);
-    const int up = proj(mlp, "up_proj", b, C, F, false);
+    const int gate = linear_module(gb, mlp, "gate_proj", b, C, F, false);
+    const int up = linear_module(gb, mlp, "up_proj", b, C, F, false);
     const int s = gb.swiglu(mlp, gate, up, gate_act);
-    int mlp_out = proj(mlp, "down_proj", s, F, C, false);
-    if (gemma2) mlp_out = norm(layer, "post_feedforward_layernorm", mlp_out);
-    x = gb.residual(layer, "residual_2", x, mlp_out);
-  }
-  x = norm(model, "norm", x);
-  int logits = gb.linear(gb.add_module(root, "lm_head", "Linear"), x, C, V, false,
-                         WeightLayout::out_in, c.tie_word_embeddings ? embed_weight : -1);
+    int mlp_out = linear_module(gb, mlp, "down_proj", s, F, C, false);
+    if (gemma2) mlp_out = norm("post_feedforward_layernorm", mlp_out);
+    return gb.residual(layer, "residual_2", x, mlp_out);
+  };
   if (gemma2 && c.final_logit_softcapping > 0)
-    logits = gb.softcap(root, "final_logit_softcapping", logits, c.final_logit_softcapping);
-  return gb.finish(gb.cross_entropy(root, logits, labels, V));
+    hooks.logits = [&](GraphBuilder& gb, int root, int logits) {
+      return gb.softcap(root, "final_logit_softcapping", logits, c.final_logit_softcapping);
+    };
+  return build_decoder(skeleton, hooks);
 }
 
 }  // namespace shardscope::plan

@@ -12,10 +12,13 @@
 // Conv1D weights are [in, out]. Ops per block, in order: ln_1, c_attn,
 // attention (packed qkv), c_proj, residual_1, ln_2, c_fc, act (gelu), c_proj,
 // residual_2.
+#include "plan/models_gpt2.h"
+
 #include <cmath>
 
 #include "plan/error.h"
-#include "plan/model_builders.h"
+#include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 
 namespace shardscope::plan {
 
@@ -83,9 +86,7 @@ Gpt2Config gpt2_config_from_hf(const nlohmann::json& config, const std::string& 
   // reorder_and_upcast_attn only changes numerics (fp32 softmax): accepted.
   if (r.get_bool("add_cross_attention", false))
     r.fail("add_cross_attention", "cross-attention (encoder-decoder GPT-2) is not supported");
-  if (c.n_embd % c.n_head != 0)
-    r.fail("n_head", "n_embd " + std::to_string(c.n_embd) + " is not divisible by n_head " +
-                         std::to_string(c.n_head));
+  r.check_divisible("n_embd", c.n_embd, "n_head", c.n_head);
   return c;
 }
 

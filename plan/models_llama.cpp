@@ -27,11 +27,13 @@
 // applies it. Ops per layer: input_layernorm, q_proj, k_proj, v_proj, attention,
 // o_proj, residual_1, post_attention_layernorm, gate_proj, up_proj, swiglu,
 // down_proj, residual_2.
-#include <cmath>
+#include "plan/models_llama.h"
 
+#include "plan/decoder_skeleton.h"
 #include "plan/error.h"
+#include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 
 namespace shardscope::plan {
 
@@ -97,13 +99,10 @@ LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string
 
 Graph build_llama(const LlamaConfig& c, const std::string& name) {
   const int64_t head_dim = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads;
-  if (c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 ||
-      c.num_attention_heads < 1 || c.num_key_value_heads < 1 || c.vocab_size < 1 ||
-      c.max_position_embeddings < 1 || head_dim < 1 ||
-      c.num_attention_heads % c.num_key_value_heads != 0)
-    throw Error("llama config for '" + name +
-                "': sizes must be positive and num_attention_heads a multiple of "
-                "num_key_value_heads");
+  check_decoder_sizes(
+      "llama", name,
+      {c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+       c.num_key_value_heads, c.vocab_size, c.max_position_embeddings, head_dim});
   if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2" &&
       c.model_type != "qwen3")
     throw Error("llama config for '" + name +
@@ -113,17 +112,12 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
                         : qwen2                   ? "Qwen2"
                         : c.model_type == "qwen3" ? "Qwen3"
                                                   : "Llama";
-  const bool qkv_bias = qwen2 || c.attention_bias, o_bias = !qwen2 && c.attention_bias;
-  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
-  const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
-  const double eps = c.rms_norm_eps;
-
-  OpAttrs attn_attrs;
-  attn_attrs.rope = true;
-  attn_attrs.rope_theta = c.rope_theta;
-  attn_attrs.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  if (!c.rope_scaling.is_null()) attn_attrs.rope_scaling = c.rope_scaling.dump();
-  if (c.sliding_window > 0) attn_attrs.sliding_window = c.sliding_window;
+  const SelfAttentionShape attn_shape{
+      c.hidden_size, c.num_attention_heads,     c.num_key_value_heads,
+      head_dim,      qwen2 || c.attention_bias, !qwen2 && c.attention_bias};
+  const int64_t C = c.hidden_size, F = c.intermediate_size;
+  const OpAttrs attn_attrs = rope_attention_attrs(c.rope_theta, static_cast<double>(head_dim),
+                                                  c.rope_scaling, c.sliding_window);
 
   // The MLP's act_fn (ACT2FN[hidden_act]): SiLU and F.gelu are fused;
   // gelu_new is NewGELUActivation's Python expression (3 more saved tensors,
@@ -140,50 +134,40 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
     throw Error("llama config for '" + name + "': unsupported hidden_act '" + c.hidden_act + "'");
   }
   const bool own_family = qwen2 || c.model_type == "qwen3";
-  GraphBuilder gb(name, own_family ? c.model_type : "llama", c.max_position_embeddings, V);
-  const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);
-  const int labels = gb.add_input("labels", {dim_b(), dim_t()}, DType::i64);
+  DecoderSkeleton skeleton;
+  skeleton.model_name = name;
+  skeleton.family = own_family ? c.model_type : "llama";
+  skeleton.class_prefix = P;
+  skeleton.hidden_size = C;
+  skeleton.vocab_size = c.vocab_size;
+  skeleton.num_hidden_layers = c.num_hidden_layers;
+  skeleton.max_position_embeddings = c.max_position_embeddings;
+  skeleton.rms_norm_eps = c.rms_norm_eps;
+  skeleton.tie_word_embeddings = c.tie_word_embeddings;
 
-  const int root = gb.add_module(-1, "", P + "ForCausalLM");
-  const int model = gb.add_module(root, "model", P + "Model");
-  int x = gb.embedding(gb.add_module(model, "embed_tokens", "Embedding"), ids, V, C);
-  const int embed_weight = gb.graph().find_param("model.embed_tokens.weight");
-
-  const int layers = gb.add_module(model, "layers", "ModuleList", true);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const int layer = gb.add_module(layers, std::to_string(i), P + "DecoderLayer");
-    const int a = gb.rmsnorm(gb.add_module(layer, "input_layernorm", P + "RMSNorm"), x, C, eps);
+  DecoderHooks hooks;
+  hooks.layer = [&](GraphBuilder& gb, int layer, int64_t, int x) {
+    const int a = decoder_norm(gb, skeleton, layer, "input_layernorm", x);
     const int attn = gb.add_module(layer, "self_attn", P + "Attention");
-    auto proj = [&](int parent, const char* local, int in_tensor, int64_t in, int64_t out,
-                    bool bias) {
-      return gb.linear(gb.add_module(parent, local, "Linear"), in_tensor, in, out, bias,
-                       WeightLayout::out_in);
-    };
     // Qwen3: q_norm / k_norm over each head's head_dim elements.
-    auto head_norm = [&](const char* local, int in, int64_t heads) {
-      if (!c.qk_norm) return in;
-      return gb.rmsnorm(gb.add_module(attn, local, P + "RMSNorm"), in, head_dim, eps, 0.0, heads);
-    };
-    const int q = head_norm("q_norm", proj(attn, "q_proj", a, C, H * head_dim, qkv_bias), H);
-    const int k = head_norm("k_norm", proj(attn, "k_proj", a, C, Hkv * head_dim, qkv_bias), Hkv);
-    const int v = proj(attn, "v_proj", a, C, Hkv * head_dim, qkv_bias);
-    const int y = gb.attention(attn, {q, k, v}, H, Hkv, head_dim, attn_attrs);
-    const int attn_out = proj(attn, "o_proj", y, H * head_dim, C, o_bias);
+    HeadNorm head_norm;
+    if (c.qk_norm)
+      head_norm = [&](const char* local, int in, int64_t heads) {
+        return gb.rmsnorm(gb.add_module(attn, local, P + "RMSNorm"), in, head_dim, c.rms_norm_eps,
+                          0.0, heads);
+      };
+    const int attn_out = self_attention(gb, attn, a, attn_shape, attn_attrs, head_norm);
     x = gb.residual(layer, "residual_1", x, attn_out);
 
-    const int b =
-        gb.rmsnorm(gb.add_module(layer, "post_attention_layernorm", P + "RMSNorm"), x, C, eps);
+    const int b = decoder_norm(gb, skeleton, layer, "post_attention_layernorm", x);
     const int mlp = gb.add_module(layer, "mlp", P + "MLP");
-    const int gate = proj(mlp, "gate_proj", b, C, F, c.mlp_bias);
-    const int up = proj(mlp, "up_proj", b, C, F, c.mlp_bias);
+    const int gate = linear_module(gb, mlp, "gate_proj", b, C, F, c.mlp_bias);
+    const int up = linear_module(gb, mlp, "up_proj", b, C, F, c.mlp_bias);
     const int s = gb.swiglu(mlp, gate, up, gated_activation, unfused_saved, unfused_bwd_temps);
-    const int mlp_out = proj(mlp, "down_proj", s, F, C, c.mlp_bias);
-    x = gb.residual(layer, "residual_2", x, mlp_out);
-  }
-  x = gb.rmsnorm(gb.add_module(model, "norm", P + "RMSNorm"), x, C, eps);
-  const int logits = gb.linear(gb.add_module(root, "lm_head", "Linear"), x, C, V, false,
-                               WeightLayout::out_in, c.tie_word_embeddings ? embed_weight : -1);
-  return gb.finish(gb.cross_entropy(root, logits, labels, V));
+    const int mlp_out = linear_module(gb, mlp, "down_proj", s, F, C, c.mlp_bias);
+    return gb.residual(layer, "residual_2", x, mlp_out);
+  };
+  return build_decoder(skeleton, hooks);
 }
 
 }  // namespace shardscope::plan

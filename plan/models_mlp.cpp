@@ -6,8 +6,10 @@
 //                      fc2 Linear ffn->hidden, + skip (op blocks.<i>.residual)
 //   head               Linear hidden->classes
 // then cross_entropy against labels [B]. MLPBlock is the class to wrap.
+#include "plan/models_mlp.h"
+
 #include "plan/error.h"
-#include "plan/model_builders.h"
+#include "plan/graph_builder.h"
 
 namespace shardscope::plan {
 

@@ -31,12 +31,15 @@
 // parameters (all experts) are the same whatever it is.
 // Refused: the router's auxiliary loss (output_router_logits: true), router
 // jitter noise, Qwen2-MoE's sliding window (use_sliding_window: true).
-#include <cmath>
+#include "plan/models_moe.h"
+
 #include <string>
 
+#include "plan/decoder_skeleton.h"
 #include "plan/error.h"
+#include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 #include "plan/model_limits.h"
 
 namespace shardscope::plan {
@@ -181,12 +184,10 @@ Graph build_moe(const MoeConfig& c, const std::string& name) {
   if (c.model_type != "mixtral" && !qwen)
     throw Error("moe config for '" + name + "': model_type must be mixtral or qwen2_moe");
   const int64_t D = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads;
-  if (c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 ||
-      c.num_attention_heads < 1 || c.num_key_value_heads < 1 || c.vocab_size < 1 ||
-      c.max_position_embeddings < 1 || D < 1 || c.num_attention_heads % c.num_key_value_heads != 0)
-    throw Error("moe config for '" + name +
-                "': sizes must be positive and num_attention_heads a multiple of "
-                "num_key_value_heads");
+  check_decoder_sizes(
+      "moe", name,
+      {c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+       c.num_key_value_heads, c.vocab_size, c.max_position_embeddings, D});
   std::vector<bool> sparse = c.sparse_layers;
   if (sparse.empty()) sparse.assign(static_cast<size_t>(c.num_hidden_layers), true);
   bool any_sparse = false;
@@ -202,57 +203,46 @@ Graph build_moe(const MoeConfig& c, const std::string& name) {
   const std::string gate_act = gated_activation(c.hidden_act, "moe", name);
 
   const std::string P = qwen ? "Qwen2Moe" : "Mixtral";
-  const int64_t C = c.hidden_size, V = c.vocab_size, E = c.num_experts, k = c.top_k;
-  const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
-  const double eps = c.rms_norm_eps;
+  const int64_t C = c.hidden_size, E = c.num_experts, k = c.top_k;
+  const OpAttrs attn_attrs =
+      rope_attention_attrs(c.rope_theta, static_cast<double>(D), c.rope_scaling, c.sliding_window);
+  const SelfAttentionShape attn_shape{
+      C, c.num_attention_heads, c.num_key_value_heads, D, c.qkv_bias, false};
 
-  OpAttrs attn_attrs;
-  attn_attrs.rope = true;
-  attn_attrs.rope_theta = c.rope_theta;
-  attn_attrs.scale = 1.0 / std::sqrt(static_cast<double>(D));
-  if (!c.rope_scaling.is_null()) attn_attrs.rope_scaling = c.rope_scaling.dump();
-  if (c.sliding_window > 0) attn_attrs.sliding_window = c.sliding_window;
+  DecoderSkeleton skeleton;
+  skeleton.model_name = name;
+  skeleton.family = c.model_type;
+  skeleton.class_prefix = P;
+  skeleton.hidden_size = C;
+  skeleton.vocab_size = c.vocab_size;
+  skeleton.num_hidden_layers = c.num_hidden_layers;
+  skeleton.max_position_embeddings = c.max_position_embeddings;
+  skeleton.rms_norm_eps = c.rms_norm_eps;
+  skeleton.tie_word_embeddings = c.tie_word_embeddings;
 
-  GraphBuilder gb(name, c.model_type, c.max_position_embeddings, V);
-  const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);
-  const int labels = gb.add_input("labels", {dim_b(), dim_t()}, DType::i64);
-
-  const int root = gb.add_module(-1, "", P + "ForCausalLM");
-  const int model = gb.add_module(root, "model", P + "Model");
-  int x = gb.embedding(gb.add_module(model, "embed_tokens", "Embedding"), ids, V, C);
-  const int embed_weight = gb.graph().find_param("model.embed_tokens.weight");
-  auto proj = [&](int parent, const char* local, int in_tensor, int64_t in, int64_t out,
-                  bool bias) {
-    return gb.linear(gb.add_module(parent, local, "Linear"), in_tensor, in, out, bias,
-                     WeightLayout::out_in);
-  };
-  // A gated MLP (gate/up -> act * up -> down) under `mlp`, named as the family names it.
-  auto gated_mlp = [&](int mlp, int in, int64_t f, const char* gate_name, const char* up_name,
-                       const char* down_name) {
-    const int g = proj(mlp, gate_name, in, C, f, false);
-    const int u = proj(mlp, up_name, in, C, f, false);
-    return proj(mlp, down_name, gb.swiglu(mlp, g, u, gate_act), f, C, false);
-  };
-
-  const int layers = gb.add_module(model, "layers", "ModuleList", true);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const int layer = gb.add_module(layers, std::to_string(i), P + "DecoderLayer");
-    const int a = gb.rmsnorm(gb.add_module(layer, "input_layernorm", P + "RMSNorm"), x, C, eps);
+  DecoderHooks hooks;
+  hooks.layer = [&](GraphBuilder& gb, int layer, int64_t i, int x) {
+    auto proj = [&](int parent, const char* local, int in_tensor, int64_t in, int64_t out) {
+      return linear_module(gb, parent, local, in_tensor, in, out, false);
+    };
+    // A gated MLP (gate/up -> act * up -> down) under `mlp`, named as the family names it.
+    auto gated_mlp = [&](int mlp, int in, int64_t f, const char* gate_name, const char* up_name,
+                         const char* down_name) {
+      const int g = proj(mlp, gate_name, in, C, f);
+      const int u = proj(mlp, up_name, in, C, f);
+      return proj(mlp, down_name, gb.swiglu(mlp, g, u, gate_act), f, C);
+    };
+    const int a = decoder_norm(gb, skeleton, layer, "input_layernorm", x);
     const int attn = gb.add_module(layer, "self_attn", P + "Attention");
-    const int q = proj(attn, "q_proj", a, C, H * D, c.qkv_bias);
-    const int kk = proj(attn, "k_proj", a, C, Hkv * D, c.qkv_bias);
-    const int v = proj(attn, "v_proj", a, C, Hkv * D, c.qkv_bias);
-    const int y = gb.attention(attn, {q, kk, v}, H, Hkv, D, attn_attrs);
-    x = gb.residual(layer, "residual_1", x, proj(attn, "o_proj", y, H * D, C, false));
-    const int b =
-        gb.rmsnorm(gb.add_module(layer, "post_attention_layernorm", P + "RMSNorm"), x, C, eps);
+    x = gb.residual(layer, "residual_1", x, self_attention(gb, attn, a, attn_shape, attn_attrs));
+    const int b = decoder_norm(gb, skeleton, layer, "post_attention_layernorm", x);
     int out = -1;
     if (!sparse[static_cast<size_t>(i)]) {
       const int mlp = gb.add_module(layer, "mlp", "Qwen2MoeMLP");
       out = gated_mlp(mlp, b, c.intermediate_size, "gate_proj", "up_proj", "down_proj");
     } else {
       const int moe = gb.add_module(layer, qwen ? "mlp" : "block_sparse_moe", P + "SparseMoeBlock");
-      const int logits = proj(moe, "gate", b, C, E, false);
+      const int logits = proj(moe, "gate", b, C, E);
       const GraphBuilder::MoeRoute route = gb.moe_router(moe, logits, E, k, c.norm_topk_prob);
       const int experts = gb.add_module(moe, "experts", "ModuleList", true);
       std::vector<int> expert_out, slots;
@@ -270,16 +260,13 @@ Graph build_moe(const MoeConfig& c, const std::string& name) {
         const int shared = gb.add_module(moe, "shared_expert", "Qwen2MoeMLP");
         const int s = gated_mlp(shared, b, c.shared_expert_intermediate_size, "gate_proj",
                                 "up_proj", "down_proj");
-        const int g = proj(moe, "shared_expert_gate", b, C, 1, false);
+        const int g = proj(moe, "shared_expert_gate", b, C, 1);
         out = gb.residual(moe, "shared_add", out, gb.sigmoid_gate(moe, "shared_gate", g, s));
       }
     }
-    x = gb.residual(layer, "residual_2", x, out);
-  }
-  x = gb.rmsnorm(gb.add_module(model, "norm", P + "RMSNorm"), x, C, eps);
-  const int logits = gb.linear(gb.add_module(root, "lm_head", "Linear"), x, C, V, false,
-                               WeightLayout::out_in, c.tie_word_embeddings ? embed_weight : -1);
-  return gb.finish(gb.cross_entropy(root, logits, labels, V));
+    return gb.residual(layer, "residual_2", x, out);
+  };
+  return build_decoder(skeleton, hooks);
 }
 
 }  // namespace shardscope::plan

@@ -29,11 +29,11 @@
 // Dropout (attention_dropout, hidden_dropout) is not modeled.
 #include "plan/models_neox.h"
 
-#include <cmath>
-
+#include "plan/decoder_skeleton.h"
 #include "plan/error.h"
+#include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 
 namespace shardscope::plan {
 
@@ -78,10 +78,7 @@ NeoxConfig neox_config_from_hf(const nlohmann::json& config, const std::string& 
   c.intermediate_size = r.require_int("intermediate_size");
   c.vocab_size = r.require_int("vocab_size");
   c.max_position_embeddings = r.require_int("max_position_embeddings");
-  if (c.hidden_size % c.num_attention_heads != 0)
-    r.fail("num_attention_heads", "hidden_size " + std::to_string(c.hidden_size) +
-                                      " is not divisible by num_attention_heads " +
-                                      std::to_string(c.num_attention_heads));
+  r.check_divisible("hidden_size", c.hidden_size, "num_attention_heads", c.num_attention_heads);
   c.rotary_pct = r.get_double("rotary_pct", c.rotary_pct);
   if (c.rotary_pct > 1.0)
     r.fail("rotary_pct", "must be in (0, 1], got " + r.get("rotary_pct")->dump());
@@ -138,13 +135,11 @@ Graph build_neox(const NeoxConfig& c, const std::string& name) {
                 "of rotary dims, got " + std::to_string(rotary));
   const double eps = c.layer_norm_eps;
 
-  OpAttrs attn_attrs;
-  attn_attrs.rope = true;
-  attn_attrs.rope_theta = c.rotary_emb_base;
-  attn_attrs.scale = 1.0 / std::sqrt(static_cast<double>(D));  // head_size ** -0.5
+  // scale head_size ** -0.5
+  OpAttrs attn_attrs =
+      rope_attention_attrs(c.rotary_emb_base, static_cast<double>(D), c.rope_scaling);
   if (rotary != D) attn_attrs.rotary_dim = rotary;
   attn_attrs.qkv_per_head = true;
-  if (!c.rope_scaling.is_null()) attn_attrs.rope_scaling = c.rope_scaling.dump();
 
   GraphBuilder gb(name, "gpt_neox", c.max_position_embeddings, V);
   const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);

@@ -1,6 +1,6 @@
 // GPT-NeoX / Pythia (Hugging Face GPTNeoXForCausalLM, model_type "gpt_neox"):
 // the config and its builder (plan/models_neox.cpp). Graph conventions and
-// cost formulas are in plan/model_builders.h.
+// cost formulas are in plan/graph_builder.h.
 #pragma once
 
 #include <cstdint>

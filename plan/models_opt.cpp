@@ -39,8 +39,9 @@
 #include <cmath>
 
 #include "plan/error.h"
+#include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 
 namespace shardscope::plan {
 
@@ -61,10 +62,7 @@ OptConfig opt_config_from_hf(const nlohmann::json& config, const std::string& so
   c.ffn_dim = r.require_int("ffn_dim");
   c.vocab_size = r.require_int("vocab_size");
   c.max_position_embeddings = r.require_int("max_position_embeddings");
-  if (c.hidden_size % c.num_attention_heads != 0)
-    r.fail("num_attention_heads", "hidden_size " + std::to_string(c.hidden_size) +
-                                      " is not divisible by num_attention_heads " +
-                                      std::to_string(c.num_attention_heads));
+  r.check_divisible("hidden_size", c.hidden_size, "num_attention_heads", c.num_attention_heads);
   c.word_embed_proj_dim = r.get_int("word_embed_proj_dim", c.hidden_size);
   c.do_layer_norm_before = r.get_bool("do_layer_norm_before", c.do_layer_norm_before);
   c.remove_final_layer_norm = r.get_bool("_remove_final_layer_norm", false);

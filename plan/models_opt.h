@@ -1,6 +1,6 @@
 // OPT (Hugging Face OPTForCausalLM, model_type "opt"): the config and its
 // builder (plan/models_opt.cpp). Graph conventions and cost formulas are in
-// plan/model_builders.h.
+// plan/graph_builder.h.
 #pragma once
 
 #include <cstdint>

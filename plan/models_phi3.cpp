@@ -17,12 +17,15 @@
 // config sets it: recorded on every attention op. partial_rotary_factor other
 // than 1 is refused. Dropouts (resid_pdrop, embd_pdrop, attention_dropout)
 // are not modelled, as for every family.
-#include <cmath>
+#include "plan/models_phi3.h"
+
 #include <string>
 
+#include "plan/decoder_skeleton.h"
 #include "plan/error.h"
+#include "plan/graph_builder.h"
+#include "plan/hf_config.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 
 namespace shardscope::plan {
 
@@ -68,54 +71,41 @@ Phi3Config phi3_config_from_hf(const nlohmann::json& config, const std::string& 
 
 Graph build_phi3(const Phi3Config& c, const std::string& name) {
   const int64_t D = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads;
-  if (c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 ||
-      c.num_attention_heads < 1 || c.num_key_value_heads < 1 || c.vocab_size < 1 ||
-      c.max_position_embeddings < 1 || D < 1 || c.num_attention_heads % c.num_key_value_heads != 0)
-    throw Error("phi3 config for '" + name +
-                "': sizes must be positive and num_attention_heads a multiple of "
-                "num_key_value_heads");
+  check_decoder_sizes(
+      "phi3", name,
+      {c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+       c.num_key_value_heads, c.vocab_size, c.max_position_embeddings, D});
   const std::string gate_act = gated_activation(c.hidden_act, "phi3", name);
-  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t C = c.hidden_size, F = c.intermediate_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
-  const double eps = c.rms_norm_eps;
+  const OpAttrs attn_attrs =
+      rope_attention_attrs(c.rope_theta, static_cast<double>(D), c.rope_scaling, c.sliding_window);
 
-  OpAttrs attn_attrs;
-  attn_attrs.rope = true;
-  attn_attrs.rope_theta = c.rope_theta;
-  attn_attrs.scale = 1.0 / std::sqrt(static_cast<double>(D));
-  if (!c.rope_scaling.is_null()) attn_attrs.rope_scaling = c.rope_scaling.dump();
-  if (c.sliding_window > 0) attn_attrs.sliding_window = c.sliding_window;
+  DecoderSkeleton skeleton;
+  skeleton.model_name = name;
+  skeleton.family = "phi3";
+  skeleton.class_prefix = "Phi3";
+  skeleton.hidden_size = C;
+  skeleton.vocab_size = c.vocab_size;
+  skeleton.num_hidden_layers = c.num_hidden_layers;
+  skeleton.max_position_embeddings = c.max_position_embeddings;
+  skeleton.rms_norm_eps = c.rms_norm_eps;
+  skeleton.tie_word_embeddings = c.tie_word_embeddings;
 
-  GraphBuilder gb(name, "phi3", c.max_position_embeddings, V);
-  const int ids = gb.add_input("input_ids", {dim_b(), dim_t()}, DType::i64);
-  const int labels = gb.add_input("labels", {dim_b(), dim_t()}, DType::i64);
-
-  const int root = gb.add_module(-1, "", "Phi3ForCausalLM");
-  const int model = gb.add_module(root, "model", "Phi3Model");
-  int x = gb.embedding(gb.add_module(model, "embed_tokens", "Embedding"), ids, V, C);
-  const int embed_weight = gb.graph().find_param("model.embed_tokens.weight");
-  auto proj = [&](int parent, const char* local, int in_tensor, int64_t in, int64_t out) {
-    return gb.linear(gb.add_module(parent, local, "Linear"), in_tensor, in, out, false,
-                     WeightLayout::out_in);
-  };
-  const int layers = gb.add_module(model, "layers", "ModuleList", true);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const int layer = gb.add_module(layers, std::to_string(i), "Phi3DecoderLayer");
-    const int a = gb.rmsnorm(gb.add_module(layer, "input_layernorm", "Phi3RMSNorm"), x, C, eps);
+  DecoderHooks hooks;
+  hooks.layer = [&](GraphBuilder& gb, int layer, int64_t, int x) {
+    const int a = decoder_norm(gb, skeleton, layer, "input_layernorm", x);
     const int attn = gb.add_module(layer, "self_attn", "Phi3Attention");
-    const int qkv = proj(attn, "qkv_proj", a, C, (H + 2 * Hkv) * D);
+    const int qkv = linear_module(gb, attn, "qkv_proj", a, C, (H + 2 * Hkv) * D, false);
     const int y = gb.attention(attn, {qkv}, H, Hkv, D, attn_attrs);
-    x = gb.residual(layer, "residual_1", x, proj(attn, "o_proj", y, H * D, C));
-    const int b =
-        gb.rmsnorm(gb.add_module(layer, "post_attention_layernorm", "Phi3RMSNorm"), x, C, eps);
+    x = gb.residual(layer, "residual_1", x, linear_module(gb, attn, "o_proj", y, H * D, C, false));
+    const int b = decoder_norm(gb, skeleton, layer, "post_attention_layernorm", x);
     const int mlp = gb.add_module(layer, "mlp", "Phi3MLP");
-    const int s = gb.swiglu_packed(mlp, proj(mlp, "gate_up_proj", b, C, 2 * F), F, gate_act);
-    x = gb.residual(layer, "residual_2", x, proj(mlp, "down_proj", s, F, C));
-  }
-  x = gb.rmsnorm(gb.add_module(model, "norm", "Phi3RMSNorm"), x, C, eps);
-  const int logits = gb.linear(gb.add_module(root, "lm_head", "Linear"), x, C, V, false,
-                               WeightLayout::out_in, c.tie_word_embeddings ? embed_weight : -1);
-  return gb.finish(gb.cross_entropy(root, logits, labels, V));
+    const int s = gb.swiglu_packed(mlp, linear_module(gb, mlp, "gate_up_proj", b, C, 2 * F, false),
+                                   F, gate_act);
+    return gb.residual(layer, "residual_2", x, linear_module(gb, mlp, "down_proj", s, F, C, false));
+  };
+  return build_decoder(skeleton, hooks);
 }
 
 }  // namespace shardscope::plan

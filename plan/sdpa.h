@@ -13,7 +13,7 @@
 //
 // Memory: the fused kernels (flash, memory-efficient, cuDNN, the CPU flash
 // kernel) keep q, k, v, their output and the log-sum-exp (the graph's
-// attention op: plan/models.cpp GraphBuilder::attention). The math fallback
+// attention op: plan/graph_builder.cpp GraphBuilder::attention). The math fallback
 // (attention.cpp _scaled_dot_product_attention_math) is a composite of
 // autograd ops, which keep instead, in fp32 (it upcasts fp16/bf16 inputs:
 // allowFP16BF16ReductionMathSDP is off by default): q * sqrt(scale) (a

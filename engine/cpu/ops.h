@@ -1,5 +1,5 @@
 // CPU ops with forward and backward for every op type of plan/'s model graphs
-// (plan/model_builders.h): fp32 math on contiguous row-major float arrays.
+// (plan/graph_builder.h): fp32 math on contiguous row-major float arrays.
 //
 // Conventions (every function below):
 //  - Shapes are given by the arguments; N = rows (product of every dim but the

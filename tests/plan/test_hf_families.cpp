@@ -11,6 +11,7 @@
 #include <string>
 
 #include "plan/error.h"
+#include "plan/hf_config.h"
 #include "plan/models.h"
 
 using namespace shardscope::plan;
@@ -85,4 +86,69 @@ TEST_CASE("Qwen2: biases on q/k/v_proj only, Qwen2 class names, no sliding windo
                     Catch::Contains("unsupported model_type 'qwen3_moe' (supported: gemma, gemma2, "
                                     "gpt2, gpt_neox, llama, mistral, mixtral, opt, phi3, qwen2, "
                                     "qwen2_moe, qwen3)"));
+}
+
+namespace {
+
+json tiny_config(const std::string& name) {
+  std::ifstream in(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/" + name + ".json");
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str());
+}
+
+std::string read_error(const json& config) {
+  try {
+    model_from_hf_config(config, "c.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("every family's reader names the divisor key and both values in a divisibility error",
+          "[plan][models][hf]") {
+  // One helper (HfConfigReader::check_divisible) behind all of them: the
+  // messages are exactly those each reader wrote before.
+  const json gpt2 = {{"model_type", "gpt2"}, {"n_layer", 2},      {"n_embd", 64},
+                     {"n_head", 5},          {"vocab_size", 512}, {"n_positions", 128}};
+  CHECK(read_error(gpt2) == "c.json: key 'n_head': n_embd 64 is not divisible by n_head 5");
+  for (const char* name : {"gpt_neox-tiny", "opt-tiny"}) {
+    json c = tiny_config(name);
+    c["num_attention_heads"] = 5;
+    CHECK(read_error(c) ==
+          "c.json: key 'num_attention_heads': hidden_size 64 is not divisible by "
+          "num_attention_heads 5");
+  }
+  for (const char* name : {"qwen2-tiny", "phi3-tiny", "mixtral-tiny"}) {
+    json c = tiny_config(name);
+    c["num_attention_heads"] = 6;
+    c["num_key_value_heads"] = 6;
+    CHECK(read_error(c) ==
+          "c.json: key 'num_attention_heads': hidden_size 64 is not divisible by "
+          "num_attention_heads 6 (and no head_dim is given)");
+  }
+  for (const char* name : {"qwen2-tiny", "phi3-tiny", "mixtral-tiny", "gemma-tiny"}) {
+    json c = tiny_config(name);
+    c["num_key_value_heads"] = 3;
+    CHECK(read_error(c) ==
+          "c.json: key 'num_key_value_heads': num_attention_heads 4 is not a multiple of "
+          "num_key_value_heads 3");
+  }
+}
+
+TEST_CASE("HfConfigReader::check_divisible passes multiples and names the divisor key",
+          "[plan][models][hf]") {
+  const json config = json::object();
+  const HfConfigReader r(config, "x.json");
+  CHECK_NOTHROW(r.check_divisible("hidden_size", 96, "num_attention_heads", 12));
+  CHECK_NOTHROW(r.check_divisible("hidden_size", 0, "num_attention_heads", 7));
+  CHECK_THROWS_WITH(r.check_divisible("hidden_size", 100, "num_attention_heads", 12),
+                    "x.json: key 'num_attention_heads': hidden_size 100 is not divisible by "
+                    "num_attention_heads 12");
+  CHECK_THROWS_WITH(r.check_divisible("a", 7, "b", 2, "is not a multiple of", " (note)"),
+                    "x.json: key 'b': a 7 is not a multiple of b 2 (note)");
 }

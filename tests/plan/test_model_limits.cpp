@@ -12,9 +12,9 @@
 #include "plan/error.h"
 #include "plan/expr.h"
 #include "plan/json_input.h"
-#include "plan/model_builders.h"
 #include "plan/model_limits.h"
 #include "plan/models.h"
+#include "plan/models_moe.h"
 #include "plan/policy.h"
 #include "tests/temp_dir.h"
 

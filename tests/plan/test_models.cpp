@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/error.h"
+#include "plan/graph_builder.h"
 #include "plan/graph_io.h"
-#include "plan/model_builders.h"
 #include "plan/models.h"
 #include "tests/temp_dir.h"
 

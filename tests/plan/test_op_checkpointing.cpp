@@ -18,6 +18,7 @@
 #include "plan/schedule_costs.h"
 #include "plan/units.h"
 #include "plan/workload_sizes.h"
+#include "tests/plan/planned.h"
 
 using namespace shardscope;
 using nlohmann::json;
@@ -28,22 +29,20 @@ plan::Policy read(const json& ac) {
   return plan::policy_from_json({{"activation_checkpointing", ac}});
 }
 
-struct Planned {
-  plan::Graph graph;
-  plan::Policy policy;
-  plan::UnitPlan units;
+// The shared fixture (no schedule) with the units checkpointing wraps and the ops it caches.
+struct Planned : test::Planned {
   std::vector<bool> checkpointed, cached;
 };
 
 Planned plan_for(const plan::Graph& g, const std::string& block, const json& ac) {
-  Planned p;
-  p.graph = g;
-  p.policy = plan::policy_from_json({{"wrap", {{"type", "class"}, {"classes", {block}}}},
-                                     {"activation_checkpointing", ac},
-                                     {"batch_size", 2},
-                                     {"seq_len", 16}});
-  const plan::World w = plan::validate_policy(p.policy, p.graph, 2);
-  p.units = plan::build_units(p.graph, p.policy, w);
+  Planned p{test::plan_units(g,
+                             {{"wrap", {{"type", "class"}, {"classes", {block}}}},
+                              {"activation_checkpointing", ac},
+                              {"batch_size", 2},
+                              {"seq_len", 16}},
+                             2),
+            {},
+            {}};
   p.checkpointed = plan::checkpointed_units(p.policy, p.units);
   p.cached = plan::cached_ops(p.policy, p.graph, p.units, p.checkpointed);
   return p;

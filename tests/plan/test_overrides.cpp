@@ -14,6 +14,7 @@
 #include "plan/models.h"
 #include "plan/overrides.h"
 #include "plan/schedule.h"
+#include "tests/plan/planned.h"
 
 using namespace shardscope;
 using nlohmann::json;
@@ -30,19 +31,11 @@ json llama_policy(json extra = json::object()) {
   return doc;
 }
 
-struct Planned {
-  plan::Graph g;
-  plan::Policy p;
-  plan::UnitPlan up;
-  plan::Schedule s;
-};
+using test::Planned;
 
 Planned plan_for(const json& doc, int64_t world) {
-  Planned r{plan::load_model("llama-tiny"), plan::policy_from_json(doc), {}, {}};
-  const plan::World w = plan::validate_policy(r.p, r.g, world);
-  r.up = plan::build_units(r.g, r.p, w);
-  r.s = plan::build_schedule(r.g, r.p, r.up, 0);
-  const std::vector<std::string> errors = plan::check_schedule(r.g, r.up, r.s);
+  Planned r = test::plan_model("llama-tiny", doc, world);
+  const std::vector<std::string> errors = plan::check_schedule(r.graph, r.units, r.schedule);
   INFO((errors.empty() ? std::string() : errors.front()));
   REQUIRE(errors.empty());
   return r;
@@ -86,33 +79,33 @@ std::string error_of(const json& doc, int64_t world = 2) {
 
 TEST_CASE("overrides: the last block not resharded (torchtitan), llama-tiny N=2", "[overrides]") {
   const Planned base = plan_for(llama_policy(), 2);
-  REQUIRE(base.up.units.size() == 3);
-  CHECK(base.up.units[2].name == "model.layers.1");
-  CHECK(base.up.units[2].padded_numel == kBlock);
-  CHECK(base.up.units[0].padded_numel == kRoot);
+  REQUIRE(base.units.units.size() == 3);
+  CHECK(base.units.units[2].name == "model.layers.1");
+  CHECK(base.units.units[2].padded_numel == kBlock);
+  CHECK(base.units.units[0].padded_numel == kRoot);
   const Planned last = plan_for(
       llama_policy(
           {{"overrides", {{{"units", {"model.layers.1"}}, {"reshard_after_forward", false}}}}}),
       2);
   // All-gathers: root once, blocks forward + backward = 5; the last block's
   // backward all-gather goes: 4.
-  CHECK(count_ops(base.s, plan::OpKind::all_gather) == 5);
-  CHECK(count_ops(last.s, plan::OpKind::all_gather) == 4);
+  CHECK(count_ops(base.schedule, plan::OpKind::all_gather) == 5);
+  CHECK(count_ops(last.schedule, plan::OpKind::all_gather) == 4);
   // Bytes per rank, (N-1)/N x 4 B x elements:
   //   base 1/2 x 4 x (65,600 + 2 x 2 x 46,208) = 500,864
   //   last 500,864 - 1/2 x 4 x 46,208         = 408,448
   // reduce-scatter unchanged: 1/2 x 4 x (65,600 + 2 x 46,208) = 316,032.
-  const plan::CommBytes cb = plan::schedule_comm_bytes(base.s),
-                        cl = plan::schedule_comm_bytes(last.s);
+  const plan::CommBytes cb = plan::schedule_comm_bytes(base.schedule),
+                        cl = plan::schedule_comm_bytes(last.schedule);
   CHECK(cb.all_gather == Approx(500864.0));
   CHECK(cl.all_gather == Approx(408448.0));
   CHECK(cl.reduce_scatter == Approx(316032.0));
-  const plan::CommBytes closed = plan::closed_form_comm_bytes(last.g, last.p, last.up);
+  const plan::CommBytes closed = plan::closed_form_comm_bytes(last.graph, last.policy, last.units);
   CHECK(closed.all_gather == Approx(408448.0));
   CHECK(closed.reduce_scatter == Approx(316032.0));
   // The block's unsharded fp32 parameters stay alive from forward into
   // backward: 46,208 x 4 B more live when backward starts.
-  CHECK(live_at_forward_end(last.s) - live_at_forward_end(base.s) == kBlock * 4);
+  CHECK(live_at_forward_end(last.schedule) - live_at_forward_end(base.schedule) == kBlock * 4);
 }
 
 TEST_CASE("overrides: an integer degree for one unit, fsdp2 N=4", "[overrides]") {
@@ -124,11 +117,11 @@ TEST_CASE("overrides: an integer degree for one unit, fsdp2 N=4", "[overrides]")
       llama_policy(
           {{"overrides", {{{"units", "model\\.layers\\.1"}, {"reshard_after_forward", 2}}}}}),
       4);
-  const plan::CommBytes c = plan::schedule_comm_bytes(p.s);
+  const plan::CommBytes c = plan::schedule_comm_bytes(p.schedule);
   CHECK(c.all_gather == Approx(705088.0));
-  CHECK(plan::closed_form_comm_bytes(p.g, p.p, p.up).all_gather == Approx(705088.0));
+  CHECK(plan::closed_form_comm_bytes(p.graph, p.policy, p.units).all_gather == Approx(705088.0));
   int reshard_groups = 0;
-  for (const plan::ProcessGroup& g : p.s.groups)
+  for (const plan::ProcessGroup& g : p.schedule.groups)
     reshard_groups += g.role == plan::GroupRole::reshard;
   CHECK(reshard_groups == 2);  // {0,1} and {2,3}
 }
@@ -139,24 +132,24 @@ TEST_CASE("overrides: an fp32 root under bf16 blocks", "[overrides]") {
                     {"overrides",
                      {{{"units", {"<root>"}}, {"mixed_precision", {{"param_dtype", "fp32"}}}}}}}),
       2);
-  const std::vector<plan::UnitSettings> us = plan::unit_settings(p.p, p.up);
+  const std::vector<plan::UnitSettings> us = plan::unit_settings(p.policy, p.units);
   CHECK(us[0].param_dtype == plan::DType::f32);
   CHECK(us[1].param_dtype == plan::DType::bf16);
   CHECK(us[1].reduce_dtype == plan::DType::f32);
   // All-gather: root 1/2 x 4 B x 65,600 = 131,200; blocks twice each at 2 B:
   // 2 x 2 x 1/2 x 2 x 46,208 = 184,832; total 316,032. Reduce-scatter all fp32:
   // 1/2 x 4 x (65,600 + 2 x 46,208) = 316,032.
-  const plan::CommBytes c = plan::schedule_comm_bytes(p.s);
+  const plan::CommBytes c = plan::schedule_comm_bytes(p.schedule);
   CHECK(c.all_gather == Approx(316032.0));
   CHECK(c.reduce_scatter == Approx(316032.0));
-  CHECK(plan::closed_form_comm_bytes(p.g, p.p, p.up).all_gather == Approx(316032.0));
+  CHECK(plan::closed_form_comm_bytes(p.graph, p.policy, p.units).all_gather == Approx(316032.0));
   // Ops compute in their unit's dtype; a tensor takes its producer's: the
   // embedding output (root) is fp32, B x T x C x 4 = 2 x 16 x 64 x 4 = 8,192 B;
   // a block's output bf16, 4,096 B; the logits (lm_head, root) fp32.
   int checked = 0;
-  for (const plan::Buffer& b : p.s.buffers) {
+  for (const plan::Buffer& b : p.schedule.buffers) {
     if (b.role != plan::BufferRole::activation || b.micro != 0) continue;
-    const plan::Tensor& t = p.g.tensors[static_cast<size_t>(b.tensor)];
+    const plan::Tensor& t = p.graph.tensors[static_cast<size_t>(b.tensor)];
     if (t.name.find("embed_tokens") != std::string::npos && plan::is_floating(t.dtype)) {
       CHECK(b.dtype == plan::DType::f32);
       CHECK(b.bytes == 8192);
@@ -169,10 +162,11 @@ TEST_CASE("overrides: an fp32 root under bf16 blocks", "[overrides]") {
     }
   }
   CHECK(checked >= 2);
-  for (const plan::ScheduleOp& op : p.s.ops)
+  for (const plan::ScheduleOp& op : p.schedule.ops)
     if (op.kind == plan::OpKind::forward)
-      CHECK(op.dtype == (p.up.op_unit[static_cast<size_t>(op.graph_op)] == 0 ? plan::DType::f32
-                                                                             : plan::DType::bf16));
+      CHECK(op.dtype == (p.units.op_unit[static_cast<size_t>(op.graph_op)] == 0
+                             ? plan::DType::f32
+                             : plan::DType::bf16));
 }
 
 TEST_CASE("overrides: a later override wins for the keys it sets", "[overrides]") {

@@ -12,6 +12,7 @@
 #include "plan/schedule.h"
 #include "plan/schedule_io.h"
 #include "plan/workload_sizes.h"
+#include "tests/plan/planned.h"
 #include "tests/plan/schedule_grid.h"
 #include "tests/plan/toy_graph.h"
 
@@ -20,19 +21,13 @@ using nlohmann::json;
 
 namespace {
 
-struct Planned {
-  plan::Graph graph;
-  plan::Policy policy;
-  plan::UnitPlan units;
+// The shared fixture with every rank's schedule (ranks[r]: rank r's), or rank 0's only.
+struct Planned : test::Planned {
   std::vector<plan::Schedule> ranks;
 };
 
 Planned make(const plan::Graph& g, const json& doc, int64_t world, bool all_ranks = false) {
-  Planned p;
-  p.graph = g;
-  p.policy = plan::policy_from_json(doc);
-  plan::World w = plan::validate_policy(p.policy, p.graph, world);
-  p.units = plan::build_units(p.graph, p.policy, w);
+  Planned p{test::plan_units(g, doc, world), {}};
   const int n = all_ranks ? static_cast<int>(world) : 1;
   for (int r = 0; r < n; ++r)
     p.ranks.push_back(plan::build_schedule(p.graph, p.policy, p.units, r));

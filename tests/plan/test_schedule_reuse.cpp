@@ -11,27 +11,17 @@
 
 #include "plan/models.h"
 #include "plan/schedule.h"
+#include "tests/plan/planned.h"
 
 using namespace shardscope;
 using nlohmann::json;
 
 namespace {
 
-struct Planned {
-  plan::Graph graph;
-  plan::Policy policy;
-  plan::UnitPlan units;
-  plan::Schedule s;
-};
+using test::Planned;
 
 Planned make(const json& doc, int64_t world) {
-  Planned p;
-  p.graph = plan::load_model("gpt2-tiny");
-  p.policy = plan::policy_from_json(doc);
-  const plan::World w = plan::validate_policy(p.policy, p.graph, world);
-  p.units = plan::build_units(p.graph, p.policy, w);
-  p.s = plan::build_schedule(p.graph, p.policy, p.units, 0);
-  return p;
+  return test::plan_model("gpt2-tiny", doc, world);
 }
 
 bool any_error_contains(const std::vector<std::string>& errors, const std::string& needle) {
@@ -66,9 +56,9 @@ int next_launch_on(const plan::Schedule& s, size_t from, int stream) {
 TEST_CASE("fsdp2 frees no buffer with pending ops, fsdp1 frees its unsharded parameters so",
           "[schedule][reuse]") {
   const Planned two = make(kFsdp2, 4);
-  REQUIRE(plan::check_schedule(two.graph, two.units, two.s).empty());
+  REQUIRE(plan::check_schedule(two.graph, two.units, two.schedule).empty());
   int frees = 0;
-  for (const plan::Action& a : two.s.actions) {
+  for (const plan::Action& a : two.schedule.actions) {
     if (a.kind != plan::ActionKind::free) continue;
     ++frees;
     CHECK(a.pending_ops.empty());
@@ -78,11 +68,11 @@ TEST_CASE("fsdp2 frees no buffer with pending ops, fsdp1 frees its unsharded par
   json fsdp1 = kFsdp2;
   fsdp1["flavor"] = "fsdp1";
   const Planned one = make(fsdp1, 4);
-  REQUIRE(plan::check_schedule(one.graph, one.units, one.s).empty());
+  REQUIRE(plan::check_schedule(one.graph, one.units, one.schedule).empty());
   int unsharded_pending = 0;
-  for (const plan::Action& a : one.s.actions)
+  for (const plan::Action& a : one.schedule.actions)
     if (a.kind == plan::ActionKind::free &&
-        one.s.buffers[static_cast<size_t>(a.buffer)].role == plan::BufferRole::unsharded &&
+        one.schedule.buffers[static_cast<size_t>(a.buffer)].role == plan::BufferRole::unsharded &&
         !a.pending_ops.empty())
       ++unsharded_pending;
   // Every unit's unsharded flat parameter, in forward and in backward: 2
@@ -93,7 +83,7 @@ TEST_CASE("fsdp2 frees no buffer with pending ops, fsdp1 frees its unsharded par
 TEST_CASE("fsdp2's copy-in and all-gather streams wait for the copy-out before reuse",
           "[schedule][reuse]") {
   const Planned p = make(kFsdp2, 4);
-  const plan::Schedule& s = p.s;
+  const plan::Schedule& s = p.schedule;
   const int copy_in = s.stream_index(plan::StreamRole::ag_copy_in);
   const int ag = s.stream_index(plan::StreamRole::all_gather);
   REQUIRE(copy_in >= 0);
@@ -129,7 +119,7 @@ TEST_CASE("fsdp2 forward keeps the previous unit's all-gather output through the
   // the function returns: the previous unit's output is freed after this
   // unit's copy-out, before this unit's first forward op.
   const Planned p = make(kFsdp2, 4);
-  const plan::Schedule& s = p.s;
+  const plan::Schedule& s = p.schedule;
   int prev_out = -1, checked = 0;
   for (size_t i = 0; i < s.actions.size(); ++i) {
     const plan::Action& a = s.actions[i];
@@ -163,7 +153,7 @@ TEST_CASE("fsdp2 backward releases a unit's all-gather output before prefetching
   // _backward_prefetch. So in backward at most one all-gather output of a
   // block is live at a time besides the one being gathered.
   const Planned p = make(kFsdp2, 4);
-  const plan::Schedule& s = p.s;
+  const plan::Schedule& s = p.schedule;
   int live = 0, most = 0;
   bool backward = false;
   for (const plan::Action& a : s.actions) {
@@ -182,7 +172,7 @@ TEST_CASE("fsdp2 backward releases a unit's all-gather output before prefetching
 TEST_CASE("check_schedule rejects reuse of a freed block before another stream's use ends",
           "[schedule][reuse]") {
   Planned p = make(kFsdp2, 4);
-  plan::Schedule& s = p.s;
+  plan::Schedule& s = p.schedule;
   const int copy_in = s.stream_index(plan::StreamRole::ag_copy_in);
   // Drop the copy-out wait that the free of the first backward all-gather
   // output put on the next copy-in: the next output, allocated from the same
@@ -235,18 +225,18 @@ TEST_CASE("fsdp2 unsharded gradients are per parameter and appear with their fir
   p.graph = plan::load_model("llama-tiny");
   p.policy = plan::policy_from_json({{"wrap", wrap}});
   p.units = plan::build_units(p.graph, p.policy, plan::validate_policy(p.policy, p.graph, 2));
-  p.s = plan::build_schedule(p.graph, p.policy, p.units, 0);
-  REQUIRE(plan::check_schedule(p.graph, p.units, p.s).empty());
+  p.schedule = plan::build_schedule(p.graph, p.policy, p.units, 0);
+  REQUIRE(plan::check_schedule(p.graph, p.units, p.schedule).empty());
   const int embed = p.graph.find_param("model.embed_tokens.weight");
   const int head = p.graph.find_param("lm_head.weight");
   REQUIRE(embed >= 0);
   REQUIRE(head >= 0);
   int pieces = 0;
   size_t embed_alloc = 0, head_alloc = 0, embed_backward = 0, head_backward = 0;
-  for (size_t i = 0; i < p.s.actions.size(); ++i) {
-    const plan::Action& a = p.s.actions[i];
+  for (size_t i = 0; i < p.schedule.actions.size(); ++i) {
+    const plan::Action& a = p.schedule.actions[i];
     if (a.kind == plan::ActionKind::alloc) {
-      const plan::Buffer& b = p.s.buffers[static_cast<size_t>(a.buffer)];
+      const plan::Buffer& b = p.schedule.buffers[static_cast<size_t>(a.buffer)];
       if (b.role != plan::BufferRole::unsharded_grad) continue;
       ++pieces;
       REQUIRE(b.param >= 0);
@@ -255,7 +245,7 @@ TEST_CASE("fsdp2 unsharded gradients are per parameter and appear with their fir
       if (b.param == head) head_alloc = i;
     }
     if (a.kind == plan::ActionKind::launch) {
-      const plan::ScheduleOp& op = p.s.ops[static_cast<size_t>(a.op)];
+      const plan::ScheduleOp& op = p.schedule.ops[static_cast<size_t>(a.op)];
       if (op.kind != plan::OpKind::backward) continue;
       const std::string& name = p.graph.ops[static_cast<size_t>(op.graph_op)].name;
       if (name == "model.embed_tokens") embed_backward = i;
@@ -269,16 +259,16 @@ TEST_CASE("fsdp2 unsharded gradients are per parameter and appear with their fir
   // allocation and that op: every layer's backward ran before.
   CHECK(embed_alloc > head_backward);
   for (size_t i = embed_alloc + 1; i < embed_backward; ++i)
-    CHECK(p.s.actions[i].kind != plan::ActionKind::launch);
+    CHECK(p.schedule.actions[i].kind != plan::ActionKind::launch);
 
   Planned one;
   one.graph = p.graph;
   one.policy = plan::policy_from_json({{"flavor", "fsdp1"}, {"wrap", wrap}});
   one.units =
       plan::build_units(one.graph, one.policy, plan::validate_policy(one.policy, one.graph, 2));
-  one.s = plan::build_schedule(one.graph, one.policy, one.units, 0);
+  one.schedule = plan::build_schedule(one.graph, one.policy, one.units, 0);
   int flat = 0;
-  for (const plan::Buffer& b : one.s.buffers) {
+  for (const plan::Buffer& b : one.schedule.buffers) {
     if (b.role != plan::BufferRole::unsharded_grad) continue;
     ++flat;
     CHECK(b.param == -1);

@@ -9,27 +9,17 @@
 
 #include "plan/models.h"
 #include "plan/schedule.h"
+#include "tests/plan/planned.h"
 
 using namespace shardscope;
 using nlohmann::json;
 
 namespace {
 
-struct Planned {
-  plan::Graph graph;
-  plan::Policy policy;
-  plan::UnitPlan units;
-  plan::Schedule s;
-};
+using test::Planned;
 
 Planned make(const std::string& model, const json& doc, int64_t world, int rank = 0) {
-  Planned p;
-  p.graph = plan::load_model(model);
-  p.policy = plan::policy_from_json(doc);
-  const plan::World w = plan::validate_policy(p.policy, p.graph, world);
-  p.units = plan::build_units(p.graph, p.policy, w);
-  p.s = plan::build_schedule(p.graph, p.policy, p.units, rank);
-  return p;
+  return test::plan_model(model, doc, world, rank);
 }
 
 bool any_error_contains(const std::vector<std::string>& errors, const std::string& needle) {
@@ -50,9 +40,9 @@ const json kBf16 = {{"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype
 TEST_CASE("buffer dtypes follow the policy's mixed precision by role", "[schedule][roles]") {
   // fsdp2, bf16 params, fp32 reduction, gpt2-tiny on 2 ranks.
   const Planned p = make("gpt2-tiny", kBf16, 2);
-  REQUIRE(plan::check_schedule(p.graph, p.units, p.s).empty());
+  REQUIRE(plan::check_schedule(p.graph, p.units, p.schedule).empty());
   int seen = 0;
-  for (const plan::Buffer& b : p.s.buffers) {
+  for (const plan::Buffer& b : p.schedule.buffers) {
     const bool int_tensor =
         b.tensor >= 0 && !plan::is_floating(p.graph.tensors[static_cast<size_t>(b.tensor)].dtype);
     switch (b.role) {
@@ -95,10 +85,10 @@ TEST_CASE("buffer dtypes follow the policy's mixed precision by role", "[schedul
   }
   CHECK(seen > 20);
   // The unsharded parameters of a unit: bf16, two bytes per element.
-  const int u = first_buffer(p.s, plan::BufferRole::unsharded);
+  const int u = first_buffer(p.schedule, plan::BufferRole::unsharded);
   REQUIRE(u >= 0);
-  CHECK(p.s.buffers[static_cast<size_t>(u)].bytes % 2 == 0);
-  CHECK(plan::buffer_name(p.graph, p.s.buffers[static_cast<size_t>(u)]).find(".unsharded") !=
+  CHECK(p.schedule.buffers[static_cast<size_t>(u)].bytes % 2 == 0);
+  CHECK(plan::buffer_name(p.graph, p.schedule.buffers[static_cast<size_t>(u)]).find(".unsharded") !=
         std::string::npos);
 }
 
@@ -120,13 +110,13 @@ TEST_CASE("loss scaling and clipping: grad_scale purposes in order, scalar all-r
               {"loss_scale", "dynamic"},
               {"grad_clip_norm", 1.0}};
   const Planned p = make("gpt2-tiny", doc, 4);
-  REQUIRE(plan::check_schedule(p.graph, p.units, p.s).empty());
+  REQUIRE(plan::check_schedule(p.graph, p.units, p.schedule).empty());
   std::vector<plan::OpPurpose> scales, scalars;
-  for (const plan::ScheduleOp& op : p.s.ops) {
+  for (const plan::ScheduleOp& op : p.schedule.ops) {
     if (op.kind == plan::OpKind::grad_scale) scales.push_back(op.purpose);
     if (op.kind == plan::OpKind::all_reduce && op.buffers.empty()) {
       scalars.push_back(op.purpose);
-      const plan::GroupRole role = p.s.groups[static_cast<size_t>(op.group)].role;
+      const plan::GroupRole role = p.schedule.groups[static_cast<size_t>(op.group)].role;
       CHECK(role == (op.purpose == plan::OpPurpose::inf_flag ? plan::GroupRole::world
                                                              : plan::GroupRole::shard));
     }
@@ -141,17 +131,17 @@ TEST_CASE("loss scaling and clipping: grad_scale purposes in order, scalar all-r
 TEST_CASE("hybrid sharding: every rank is in one group of each role", "[schedule][roles]") {
   // 8 ranks, shard groups of 4, 2 replicas; rank 5 is index 1 of shard1 and of replica1.
   const Planned p = make("gpt2-tiny", {{"shard_group_size", 4}}, 8, 5);
-  REQUIRE(plan::check_schedule(p.graph, p.units, p.s).empty());
+  REQUIRE(plan::check_schedule(p.graph, p.units, p.schedule).empty());
   std::vector<std::string> mine;
-  for (const plan::ProcessGroup& g : p.s.groups)
+  for (const plan::ProcessGroup& g : p.schedule.groups)
     if (std::find(g.ranks.begin(), g.ranks.end(), 5) != g.ranks.end())
       mine.push_back(std::string(plan::group_role_name(g.role)) + ":" + g.name);
   CHECK(mine == std::vector<std::string>{"world:world", "shard:shard1", "replica:replica1"});
-  for (const plan::ScheduleOp& op : p.s.ops) {
+  for (const plan::ScheduleOp& op : p.schedule.ops) {
     if (op.kind == plan::OpKind::all_gather || op.kind == plan::OpKind::reduce_scatter)
-      CHECK(p.s.groups[static_cast<size_t>(op.group)].role == plan::GroupRole::shard);
+      CHECK(p.schedule.groups[static_cast<size_t>(op.group)].role == plan::GroupRole::shard);
     if (op.kind == plan::OpKind::all_reduce && !op.buffers.empty())
-      CHECK(p.s.groups[static_cast<size_t>(op.group)].role == plan::GroupRole::replica);
+      CHECK(p.schedule.groups[static_cast<size_t>(op.group)].role == plan::GroupRole::replica);
   }
 }
 
@@ -159,65 +149,65 @@ TEST_CASE("check_schedule refuses roles that disagree with the rest", "[schedule
   const json clip = {{"grad_clip_norm", 1.0}};
   SECTION("a buffer whose category is not its role's") {
     Planned p = make("gpt2-tiny", kBf16, 2);
-    const int b = first_buffer(p.s, plan::BufferRole::rs_in);
+    const int b = first_buffer(p.schedule, plan::BufferRole::rs_in);
     REQUIRE(b >= 0);
-    p.s.buffers[static_cast<size_t>(b)].category = plan::BufferCategory::activations;
-    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.s),
+    p.schedule.buffers[static_cast<size_t>(b)].category = plan::BufferCategory::activations;
+    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.schedule),
                              "(rs_in) has category activations, its role's is comm_buffers"));
   }
   SECTION("a param-dtype buffer in another dtype than the others") {
     Planned p = make("gpt2-tiny", kBf16, 2);
-    const int b = first_buffer(p.s, plan::BufferRole::unsharded);
+    const int b = first_buffer(p.schedule, plan::BufferRole::unsharded);
     REQUIRE(b >= 0);
-    p.s.buffers[static_cast<size_t>(b)].dtype = plan::DType::f16;
-    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.s),
+    p.schedule.buffers[static_cast<size_t>(b)].dtype = plan::DType::f16;
+    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.schedule),
                              "(unsharded) is f16 where other param-dtype buffers of unit"));
   }
   SECTION("a persistent shard that is not fp32") {
     Planned p = make("gpt2-tiny", kBf16, 2);
-    const int b = first_buffer(p.s, plan::BufferRole::grad_shard);
-    p.s.buffers[static_cast<size_t>(b)].dtype = plan::DType::bf16;
-    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.s),
+    const int b = first_buffer(p.schedule, plan::BufferRole::grad_shard);
+    p.schedule.buffers[static_cast<size_t>(b)].dtype = plan::DType::bf16;
+    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.schedule),
                              "(grad_shard) is bf16, not f32"));
   }
   SECTION("an activation buffer without its tensor") {
     Planned p = make("gpt2-tiny", json::object(), 2);
-    const int b = first_buffer(p.s, plan::BufferRole::activation);
-    p.s.buffers[static_cast<size_t>(b)].tensor = -1;
-    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.s),
+    const int b = first_buffer(p.schedule, plan::BufferRole::activation);
+    p.schedule.buffers[static_cast<size_t>(b)].tensor = -1;
+    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.schedule),
                              "names no tensor against its role"));
   }
   SECTION("a grad_scale without a purpose") {
     Planned p = make("gpt2-tiny", clip, 2);
-    for (plan::ScheduleOp& op : p.s.ops)
+    for (plan::ScheduleOp& op : p.schedule.ops)
       if (op.kind == plan::OpKind::grad_scale) op.purpose = plan::OpPurpose::none;
-    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.s),
+    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.schedule),
                              "a grad_scale is an unscale or a clip"));
   }
   SECTION("a scalar all-reduce whose purpose names the wrong producer") {
     Planned p = make("gpt2-tiny", clip, 2);
-    for (plan::ScheduleOp& op : p.s.ops)
+    for (plan::ScheduleOp& op : p.schedule.ops)
       if (op.purpose == plan::OpPurpose::norm_sq) op.purpose = plan::OpPurpose::inf_flag;
-    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.s),
+    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.schedule),
                              "does not wait on the inf_check it reduces"));
   }
   SECTION("a purpose on an op kind that has none") {
     Planned p = make("gpt2-tiny", json::object(), 2);
-    p.s.ops[0].purpose = plan::OpPurpose::clip;
-    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.s),
+    p.schedule.ops[0].purpose = plan::OpPurpose::clip;
+    CHECK(any_error_contains(plan::check_schedule(p.graph, p.units, p.schedule),
                              "only grad_scale and scalar all-reduces have a purpose"));
   }
   SECTION("an all-gather on a group of the wrong role") {
     Planned p = make("gpt2-tiny", json::object(), 2);
-    for (plan::ProcessGroup& g : p.s.groups)
+    for (plan::ProcessGroup& g : p.schedule.groups)
       if (g.role == plan::GroupRole::shard) g.role = plan::GroupRole::replica;
-    const std::vector<std::string> errors = plan::check_schedule(p.graph, p.units, p.s);
+    const std::vector<std::string> errors = plan::check_schedule(p.graph, p.units, p.schedule);
     CHECK(any_error_contains(errors, "(all_gather, none) runs on a replica group"));
   }
   SECTION("a rank in two groups of one role") {
     Planned p = make("gpt2-tiny", json::object(), 2);
-    p.s.groups[0].role = plan::GroupRole::shard;  // the world and shard0 both hold rank 0
-    const std::vector<std::string> errors = plan::check_schedule(p.graph, p.units, p.s);
+    p.schedule.groups[0].role = plan::GroupRole::shard;  // the world and shard0 both hold rank 0
+    const std::vector<std::string> errors = plan::check_schedule(p.graph, p.units, p.schedule);
     CHECK(any_error_contains(errors, "group 0 is not the world group"));
     CHECK(any_error_contains(errors, "is in two groups of role 'shard'"));
   }

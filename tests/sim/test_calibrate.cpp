@@ -17,6 +17,7 @@
 #include "sim/nccl_tests.h"
 #include "sim/simulator.h"
 #include "tests/cli/run_cli.h"
+#include "tests/plan/planned.h"
 #include "tests/temp_dir.h"
 #include "traces/trace_io.h"
 
@@ -91,23 +92,12 @@ std::vector<Scenario> scenarios() {
   };
 }
 
-struct Planned {
-  plan::Graph graph;
-  plan::Policy policy;
-  plan::UnitPlan units;
-  plan::Schedule schedule;
+struct Planned : test::Planned {
   std::string policy_json;
 };
 
 Planned plan_for(const Scenario& s) {
-  Planned p;
-  p.graph = plan::load_model(s.model);
-  p.policy = plan::policy_from_json(s.policy);
-  const plan::World w = plan::validate_policy(p.policy, p.graph, s.world);
-  p.units = plan::build_units(p.graph, p.policy, w);
-  p.schedule = plan::build_schedule(p.graph, p.policy, p.units, 0);
-  p.policy_json = s.policy.dump();
-  return p;
+  return {test::plan_model(s.model, s.policy, s.world), s.policy.dump()};
 }
 
 sim::SimResult simulate(const Planned& p, const sim::HardwareModel& hw) {

@@ -9,6 +9,7 @@
 #include "plan/models.h"
 #include "plan/schedule.h"
 #include "sim/simulator.h"
+#include "tests/plan/planned.h"
 #include "tests/temp_dir.h"
 #include "traces/trace_io.h"
 
@@ -17,21 +18,10 @@ using nlohmann::json;
 
 namespace {
 
-struct Planned {
-  plan::Graph graph;
-  plan::Policy policy;
-  plan::UnitPlan units;
-  plan::Schedule schedule;
-};
+using test::Planned;
 
 Planned plan_for(const json& doc, int64_t world) {
-  Planned p;
-  p.graph = plan::load_model("gpt2-tiny");
-  p.policy = plan::policy_from_json(doc);
-  plan::World w = plan::validate_policy(p.policy, p.graph, world);
-  p.units = plan::build_units(p.graph, p.policy, w);
-  p.schedule = plan::build_schedule(p.graph, p.policy, p.units, 0);
-  return p;
+  return test::plan_model("gpt2-tiny", doc, world);
 }
 
 sim::SimResult simulate(const Planned& p, const sim::HardwareModel& hw) {

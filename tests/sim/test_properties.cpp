@@ -35,6 +35,7 @@
 #include "plan/models.h"
 #include "plan/schedule.h"
 #include "sim/simulator.h"
+#include "tests/plan/planned.h"
 #include "tests/sim/policy_grid.h"
 #include "tests/temp_dir.h"
 #include "traces/trace_io.h"
@@ -81,19 +82,10 @@ sim::HardwareModel doubled_links(sim::HardwareModel hw) {
   return hw;
 }
 
-struct Planned {
-  plan::Policy policy;
-  plan::UnitPlan units;
-  plan::Schedule schedule;
-};
+using test::Planned;
 
 Planned plan_for(const plan::Graph& graph, const json& doc, int64_t world) {
-  Planned p;
-  p.policy = plan::policy_from_json(doc);
-  const plan::World w = plan::validate_policy(p.policy, graph, world);
-  p.units = plan::build_units(graph, p.policy, w);
-  p.schedule = plan::build_schedule(graph, p.policy, p.units, 0);
-  return p;
+  return test::plan_model(graph, doc, world);
 }
 
 sim::SimOptions fast_options() {

@@ -1,8 +1,8 @@
 // GraphBuilder ops added for the Gemma, Gemma 2 and Phi-3 families: the
 // embedding normalizer (scale), logit soft-capping (softcap) and Phi-3's
-// packed gate_up gated MLP. Costs as documented in plan/model_builders.h.
+// packed gate_up gated MLP. Costs as documented in plan/graph_builder.h.
 #include "plan/error.h"
-#include "plan/model_builders.h"
+#include "plan/graph_builder.h"
 
 namespace shardscope::plan {
 

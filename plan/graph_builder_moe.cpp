@@ -1,7 +1,7 @@
 // GraphBuilder ops of the mixture-of-experts families (Mixtral, Qwen2-MoE):
 // the router, the per-expert dispatch (a gather of the expert's tokens), the
 // weighted combine (a scatter-add back to the tokens) and Qwen2-MoE's
-// sigmoid-gated shared expert. Costs as documented in plan/model_builders.h.
+// sigmoid-gated shared expert. Costs as documented in plan/graph_builder.h.
 //
 // What autograd saves, as transformers 4.57's MixtralSparseMoeBlock /
 // Qwen2MoeSparseMoeBlock write it:
@@ -18,7 +18,7 @@
 //  - an expert no token reaches is skipped by transformers; here its
 //    tensors are empty (0 rows: the allocator's minimum block each).
 #include "plan/error.h"
-#include "plan/model_builders.h"
+#include "plan/graph_builder.h"
 
 namespace shardscope::plan {
 

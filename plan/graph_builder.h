@@ -55,7 +55,7 @@
 //                     skip and branch gradients)
 //      embedding      fwd 0 (a gather), bwd N*C (scatter-add into the table)
 //      cross_entropy  fwd 5*N*V (max, subtract, exp, sum, log), bwd 3*N*V
-//    Mixture of experts (plan/model_builder_moe.cpp), with E experts, top-k,
+//    Mixture of experts (plan/graph_builder_moe.cpp), with E experts, top-k,
 //    R_e = B*routed(e,E,k) rows of expert e (plan/expr.h):
 //      moe_router     fwd 5*N*E (softmax) + 2*N*k with norm_topk_prob (sum,
 //                     divide); bwd 4*N*E (softmax backward) + 4*N*k with it;
@@ -77,199 +77,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "plan/graph.h"
 
 namespace shardscope::plan {
-
-// ---- configurations -----------------------------------------------------------
-
-// Hugging Face GPT2Config (GPT2LMHeadModel).
-struct Gpt2Config {
-  int64_t n_layer = 12;
-  int64_t n_embd = 768;
-  int64_t n_head = 12;
-  int64_t n_positions = 1024;
-  int64_t vocab_size = 50257;
-  int64_t n_inner = 0;  // 0: 4 * n_embd
-  double layer_norm_epsilon = 1e-5;
-  std::string activation = "gelu_new";           // gelu_new | gelu_pytorch_tanh | gelu | relu
-  bool scale_attn_weights = true;                // divide scores by sqrt(head_dim)
-  bool scale_attn_by_inverse_layer_idx = false;  // further divide by (layer index + 1)
-  bool tie_word_embeddings = true;               // lm_head uses transformer.wte.weight
-};
-
-// Hugging Face LlamaConfig / MistralConfig (LlamaForCausalLM, MistralForCausalLM).
-struct LlamaConfig {
-  // "llama" | "mistral" | "qwen2": picks the class names; qwen2 also fixes
-  // the biases (q/k/v_proj with bias, o_proj and the MLP without).
-  std::string model_type = "llama";
-  int64_t hidden_size = 4096;
-  int64_t intermediate_size = 11008;
-  int64_t num_hidden_layers = 32;
-  int64_t num_attention_heads = 32;
-  int64_t num_key_value_heads = 32;
-  int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads
-  int64_t vocab_size = 32000;
-  int64_t max_position_embeddings = 2048;
-  double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;
-  nlohmann::json rope_scaling = nullptr;  // recorded in the attention attrs
-  int64_t sliding_window = 0;             // Mistral; 0 = none; recorded in attrs
-  bool attention_bias = false;            // bias on q/k/v/o_proj (llama, mistral)
-  bool mlp_bias = false;                  // bias on gate/up/down_proj
-  bool tie_word_embeddings = false;
-  std::string hidden_act = "silu";  // silu | gelu | gelu_pytorch_tanh | gelu_new
-  // qwen3: RMSNorm over head_dim on every query and key head before RoPE
-  // (self_attn.q_norm, self_attn.k_norm, weight [head_dim]).
-  bool qk_norm = false;
-};
-
-// Hugging Face GemmaConfig / Gemma2Config (GemmaForCausalLM, Gemma2ForCausalLM),
-// see plan/models_gemma.cpp.
-struct GemmaConfig {
-  std::string model_type = "gemma";  // "gemma" | "gemma2"
-  int64_t hidden_size = 3072;
-  int64_t intermediate_size = 24576;
-  int64_t num_hidden_layers = 28;
-  int64_t num_attention_heads = 16;
-  int64_t num_key_value_heads = 16;
-  int64_t head_dim = 256;  // explicit: H * head_dim need not be hidden_size
-  int64_t vocab_size = 256000;
-  int64_t max_position_embeddings = 8192;
-  double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;
-  nlohmann::json rope_scaling = nullptr;         // recorded in the attention attrs
-  std::string hidden_act = "gelu_pytorch_tanh";  // the MLP gate: gelu | gelu_pytorch_tanh
-  bool attention_bias = false;                   // bias on q/k/v/o_proj
-  bool tie_word_embeddings = true;
-  // Gemma 2 only (0: off).
-  double query_pre_attn_scalar = 0;  // attention scale query_pre_attn_scalar^-0.5 (0: head_dim)
-  int64_t sliding_window = 0;        // window of the layers marked sliding
-  std::vector<bool> sliding_layers;  // per layer (layer_types "sliding_attention")
-  double final_logit_softcapping = 0;
-  double attn_logit_softcapping = 0;
-};
-
-// Hugging Face Phi3Config (Phi3ForCausalLM), see plan/models_phi3.cpp.
-struct Phi3Config {
-  int64_t hidden_size = 3072;
-  int64_t intermediate_size = 8192;
-  int64_t num_hidden_layers = 32;
-  int64_t num_attention_heads = 32;
-  int64_t num_key_value_heads = 32;
-  int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads
-  int64_t vocab_size = 32064;
-  int64_t max_position_embeddings = 4096;
-  double rms_norm_eps = 1e-5;
-  double rope_theta = 10000.0;
-  nlohmann::json rope_scaling = nullptr;  // recorded in the attention attrs
-  int64_t sliding_window = 0;             // every layer; 0 = none
-  std::string hidden_act = "silu";        // silu | gelu | gelu_pytorch_tanh
-  bool tie_word_embeddings = false;
-};
-
-// Hugging Face MixtralConfig / Qwen2MoeConfig (MixtralForCausalLM,
-// Qwen2MoeForCausalLM), see plan/models_moe.cpp.
-struct MoeConfig {
-  std::string model_type = "mixtral";  // "mixtral" | "qwen2_moe"
-  int64_t hidden_size = 4096;
-  int64_t intermediate_size = 14336;  // Mixtral: each expert's; Qwen2-MoE: the dense layers'
-  int64_t num_hidden_layers = 32;
-  int64_t num_attention_heads = 32;
-  int64_t num_key_value_heads = 8;
-  int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads
-  int64_t vocab_size = 32000;
-  int64_t max_position_embeddings = 131072;
-  double rms_norm_eps = 1e-5;
-  double rope_theta = 1e6;
-  nlohmann::json rope_scaling = nullptr;  // recorded in the attention attrs
-  int64_t sliding_window = 0;             // Mixtral, every layer; 0 = none
-  std::string hidden_act = "silu";        // silu | gelu | gelu_pytorch_tanh
-  bool tie_word_embeddings = false;
-  bool qkv_bias = false;              // Qwen2-MoE: bias on q/k/v_proj (default true)
-  int64_t num_experts = 8;            // num_local_experts (Mixtral) / num_experts
-  int64_t top_k = 2;                  // num_experts_per_tok
-  int64_t moe_intermediate_size = 0;  // Qwen2-MoE: each routed expert's (Mixtral: intermediate)
-  int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert; 0 = none
-  bool norm_topk_prob = true;                   // Mixtral always; Qwen2-MoE's key (default false)
-  // Per layer: routed experts (true) or a dense MLP of intermediate_size
-  // (Qwen2-MoE's decoder_sparse_step and mlp_only_layers). Empty: all routed.
-  std::vector<bool> sparse_layers;
-};
-
-// The `mlp` preset: a residual MLP classifier small enough to train on CPU.
-// input_proj Linear(in, hidden) -> n_blocks x MLPBlock(LayerNorm, fc1
-// Linear(hidden, ffn), ReLU, fc2 Linear(ffn, hidden), + skip) -> head
-// Linear(hidden, classes) -> cross_entropy. Inputs x [B, in] f32, labels [B] i64.
-struct MlpConfig {
-  int64_t in_features = 64;
-  int64_t hidden = 256;
-  int64_t ffn = 512;
-  int64_t n_blocks = 4;
-  int64_t classes = 10;
-  double layer_norm_epsilon = 1e-5;
-};
-
-Graph build_gpt2(const Gpt2Config& config, const std::string& name);
-Graph build_llama(const LlamaConfig& config, const std::string& name);
-Graph build_mlp(const MlpConfig& config, const std::string& name);
-Graph build_gemma(const GemmaConfig& config, const std::string& name);
-Graph build_phi3(const Phi3Config& config, const std::string& name);
-Graph build_moe(const MoeConfig& config, const std::string& name);
-// The number of graph ops build_moe makes from `config` (sizes within
-// hf_size_limit): what moe_config_from_hf checks against kMaxGraphOps.
-int64_t moe_graph_ops(const MoeConfig& config);
-
-// Hugging Face config.json contents -> config. `source` (the file) is named in
-// errors: a missing or mistyped required key, a value out of range, or a
-// feature that would change the math and is not modeled.
-Gpt2Config gpt2_config_from_hf(const nlohmann::json& config, const std::string& source);
-LlamaConfig llama_config_from_hf(const nlohmann::json& config, const std::string& source);
-GemmaConfig gemma_config_from_hf(const nlohmann::json& config, const std::string& source);
-Phi3Config phi3_config_from_hf(const nlohmann::json& config, const std::string& source);
-MoeConfig moe_config_from_hf(const nlohmann::json& config, const std::string& source);
-
-// Typed access to a config.json object; errors name the key and the file.
-// Unknown extra keys are fine (HF configs carry many). get_int and
-// require_int refuse a size key above its limit (plan/model_limits.h),
-// naming the key, the value and the limit.
-class HfConfigReader {
- public:
-  HfConfigReader(const nlohmann::json& config, std::string source);
-
-  bool has(const char* key) const;  // present and not null
-  int64_t require_int(const char* key, int64_t min_value = 1) const;
-  int64_t get_int(const char* key, int64_t fallback, int64_t min_value = 1) const;
-  double get_double(const char* key, double fallback) const;  // must be > 0
-  bool get_bool(const char* key, bool fallback) const;
-  std::string get_string(const char* key, const std::string& fallback) const;
-  const nlohmann::json* get(const char* key) const;  // nullptr when absent or null
-  [[noreturn]] void fail(const char* key, const std::string& what) const;
-  // Attention shape checks shared by the Llama-like readers: fail naming
-  // num_key_value_heads unless it divides num_attention_heads; with no
-  // head_dim (0: derived), fail naming num_attention_heads unless it divides
-  // hidden_size.
-  void check_kv_heads(int64_t heads, int64_t kv_heads) const;
-  // With a head_dim (> 0) it also checks num_attention_heads x head_dim.
-  void check_derived_head_dim(int64_t hidden, int64_t heads, int64_t head_dim) const;
-  // Fails naming head_dim when num_attention_heads x head_dim exceeds
-  // kMaxAttentionWidth (plan/model_limits.h).
-  void check_attention_width(int64_t heads, int64_t head_dim) const;
-
- private:
-  const nlohmann::json& config_;
-  std::string source_;
-};
-
-// The gated MLP activation of a Hugging Face `hidden_act`: "silu", "gelu" or
-// "gelu_tanh" (from gelu_pytorch_tanh). Anything else throws Error
-// "<family> config for '<name>': unsupported hidden_act '<value>'".
-std::string gated_activation(const std::string& hidden_act, const char* family,
-                             const std::string& name);
-
-// ---- shared builder ------------------------------------------------------------
 
 // Dimension shorthands for tensor shapes.
 Poly dim_b();
@@ -301,7 +111,7 @@ class GraphBuilder {
   int embedding(int module, int ids, int64_t rows, int64_t dim, int64_t padding_idx = -1);
   // Position embedding (ids are offset + arange(T), no input tensor) -> [T, dim].
   // `module_buffer_bytes`: the model's non-parameter buffers, counted from
-  // here to this op's backward (see models.cpp). `offset`: the first row read
+  // here to this op's backward (see graph_builder.cpp). `offset`: the first row read
   // (OPTLearnedPositionalEmbedding: 2).
   int position_embedding(int module, int64_t rows, int64_t dim, int64_t module_buffer_bytes = 0,
                          int64_t offset = 0);
@@ -344,7 +154,7 @@ class GraphBuilder {
   // Mean cross entropy of logits [.., classes] against labels [..] -> scalar loss.
   int cross_entropy(int module, int logits, int labels, int64_t classes);
 
-  // Mixture of experts (plan/model_builder_moe.cpp). Router logits [B, T, E]
+  // Mixture of experts (plan/graph_builder_moe.cpp). Router logits [B, T, E]
   // -> the top-k weights [B, T, k] (compute dtype) and expert indices
   // [B, T, k] (i64), from a softmax in fp32 (renormalised over the k when
   // `norm_topk_prob`).
