@@ -171,7 +171,7 @@ void Builder::sum_shared_grads(const std::vector<std::pair<int, int>>& shared) {
 // order decides which cached blocks and segments PyTorch's allocator uses
 // (docs/schedule.md); the live bytes at every moment equal one block of all
 // temporaries followed by the results.
-int Builder::alloc_temps(int o, OpKind kind, int unit) {
+int Builder::alloc_temps(int o, OpKind kind, int unit, SmallVector<int, 8>& live) {
   const std::vector<int64_t>& temps = kind == OpKind::backward ? bwd_temps_[o] : fwd_temps_[o];
   int last = -1;
   for (int64_t bytes : temps) {
@@ -179,6 +179,12 @@ int Builder::alloc_temps(int o, OpKind kind, int unit) {
     if (b < 0) continue;
     free_buf(last);
     last = b;
+  }
+  // A composite kernel's tensors (math SDPA: scores, probabilities, ...),
+  // each its own block, all live until the op's results exist.
+  for (int64_t bytes : kind == OpKind::backward ? bwd_live_temps_[o] : fwd_live_temps_[o]) {
+    const int b = alloc_named(BufferRole::workspace, micro_, -1, o, bytes, compute_, unit);
+    if (b >= 0) live.push_back(b);
   }
   return last;
 }
@@ -195,7 +201,8 @@ void Builder::compute_op(int o, OpKind kind) {
   int ws = alloc_named(BufferRole::workspace, micro_, -1, o, workspace_bytes_[o] * bp(ou) / 4,
                        compute_, ou);
   bufs.push_back(ws);
-  const int last_temp = alloc_temps(o, kind, ou);
+  SmallVector<int, 8> live_temps;
+  const int last_temp = alloc_temps(o, kind, ou, live_temps);
   std::vector<std::pair<int, int>> shared;  // (parameter, this op's own gradient of it)
   if (kind == OpKind::backward) {
     for (int b : ensure_grad_buffers(o, shared)) bufs.push_back(b);
@@ -235,6 +242,7 @@ void Builder::compute_op(int o, OpKind kind) {
     }
   }
   free_buf(last_temp);
+  for (int b : live_temps) free_buf(b);
   ScheduleOp sop;
   sop.kind = kind;
   sop.stream = compute_;
@@ -467,6 +475,8 @@ Schedule Builder::build(bool persistent_only) {
   workspace_bytes_ = sizes->workspace_bytes;
   fwd_temps_.assign(g_.ops.size(), {});
   bwd_temps_.assign(g_.ops.size(), {});
+  fwd_live_temps_.assign(g_.ops.size(), {});
+  bwd_live_temps_.assign(g_.ops.size(), {});
   for (size_t o = 0; o < g_.ops.size(); ++o) {
     const int ou = up_.op_unit[o];
     for (auto [temps, out] : {std::pair{&g_.ops[o].fwd_temps, &fwd_temps_[o]},
@@ -491,9 +501,12 @@ Schedule Builder::build(bool persistent_only) {
     const MathSdpaBytes m =
         math_sdpa_bytes(sdpa_call(op, pdt(ou), s_.workload.seq), s_.workload.batch, bp(ou));
     kernel_saved_bytes_[static_cast<size_t>(o)] = m.saved;
-    // One block each, after the op's own temporaries (a fused attention op has none).
-    if (m.forward_temps > 0) fwd_temps_[static_cast<size_t>(o)].push_back(m.forward_temps);
-    if (m.backward_temps > 0) bwd_temps_[static_cast<size_t>(o)].push_back(m.backward_temps);
+    // One block per tensor, live together (a fused attention op has no
+    // temporaries of its own): PyTorch allocates them one by one.
+    for (int64_t b : m.forward_pieces)
+      if (b > 0) fwd_live_temps_[static_cast<size_t>(o)].push_back(b);
+    for (int64_t b : m.backward_pieces)
+      if (b > 0) bwd_live_temps_[static_cast<size_t>(o)].push_back(b);
     for (int t : op.outputs)
       if (g_.tensors[static_cast<size_t>(t)].precision == Precision::fp32)
         act_bytes_[static_cast<size_t>(t)] = 0;  // the log-sum-exp

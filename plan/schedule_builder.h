@@ -275,8 +275,9 @@ class Builder {
   void backward_pass();
   void recompute_block(int block);
   void compute_op(int o, OpKind kind);
-  // Allocates op o's temporaries; returns the last one, for the caller to free.
-  int alloc_temps(int o, OpKind kind, int unit);
+  // Allocates op o's temporaries; returns the last one, for the caller to free,
+  // and appends the ones live together (fwd_live_temps_) to `live`.
+  int alloc_temps(int o, OpKind kind, int unit, SmallVector<int, 8>& live);
   // The buffer each of op o's parameters' gradients is written into (in
   // op.params order), allocating what is missing; a parameter whose gradient
   // an earlier producer already holds gets a fresh piece, listed in `shared`.
@@ -339,6 +340,9 @@ class Builder {
   std::vector<int64_t> workspace_bytes_;  // graph op -> fp32 workspace bytes at the workload
   // graph op -> its temporaries' bytes, in allocation order (zero-sized left out)
   std::vector<std::vector<int64_t>> fwd_temps_, bwd_temps_;
+  // graph op -> temporaries live together for the whole op, one block each,
+  // freed with the last of fwd_temps_ / bwd_temps_ (the math SDPA kernel's)
+  std::vector<std::vector<int64_t>> fwd_live_temps_, bwd_live_temps_;
   // SDPA kernels (plan/sdpa.h), per graph op: the math fallback keeps
   // kernel_saved_bytes_[o] (> 0) in a kernel_saved buffer from its forward
   // (or recompute) to its backward; in a checkpointed block's first forward

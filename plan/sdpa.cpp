@@ -263,21 +263,24 @@ MathSdpaBytes math_sdpa_bytes(const SdpaCall& c, int64_t batch, int compute_byte
   // q * s, k^T * s, probabilities, v expanded (or upcast, or repeat_kv's copy).
   m.saved = checked_mul(checked_add(checked_mul(2, bhtd), bhtt), acc);
   if (!m.keeps_graph_v) m.saved = checked_add(m.saved, checked_mul(bhtd, acc));
-  int64_t fwd =
-      checked_mul(checked_add(bhtd, checked_mul(2, bhtt)), acc);   // q * s, scores, softmax
-  if (gqa_repeat) fwd = checked_add(fwd, checked_mul(bhtd, acc));  // k expanded
+  std::vector<int64_t>& fwd = m.forward_pieces;
+  fwd = {checked_mul(bhtd, acc), checked_mul(bhtt, acc),
+         checked_mul(bhtt, acc)};                         // q * s, scores, softmax
+  if (gqa_repeat) fwd.push_back(checked_mul(bhtd, acc));  // k expanded
   const int64_t tt = checked_mul(c.seq_len, c.seq_len);
-  fwd = checked_add(fwd, c.explicit_mask ? checked_mul(checked_mul(batch, tt), compute_bytes)
-                                         : checked_mul(tt, acc));
+  fwd.push_back(c.explicit_mask ? checked_mul(checked_mul(batch, tt), compute_bytes)
+                                : checked_mul(tt, acc));
   if (lowp) {
-    fwd = checked_add(fwd, checked_mul(checked_add(bhtd, bkvtd), acc));  // q, k upcast
-    if (gqa_repeat) fwd = checked_add(fwd, checked_mul(bkvtd, acc));     // v upcast, then repeated
+    fwd.push_back(checked_mul(bhtd, acc));                   // q upcast
+    fwd.push_back(checked_mul(bkvtd, acc));                  // k upcast
+    if (gqa_repeat) fwd.push_back(checked_mul(bkvtd, acc));  // v upcast, then repeated
   }
   if (c.repeated_kv) {
-    fwd = checked_add(fwd, checked_mul(bhtd, compute_bytes));            // repeat_kv's k
-    if (lowp) fwd = checked_add(fwd, checked_mul(bhtd, compute_bytes));  // and v, upcast after
+    fwd.push_back(checked_mul(bhtd, compute_bytes));            // repeat_kv's k
+    if (lowp) fwd.push_back(checked_mul(bhtd, compute_bytes));  // and v, upcast after
   }
-  m.forward_temps = fwd;
+  for (int64_t b : m.forward_pieces) m.forward_temps = checked_add(m.forward_temps, b);
+  m.backward_pieces = {checked_mul(bhtt, acc), checked_mul(bhtt, acc)};
   m.backward_temps = checked_mul(checked_mul(2, bhtt), acc);
   return m;
 }

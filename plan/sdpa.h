@@ -105,6 +105,11 @@ struct MathSdpaBytes {
   // Live during backward on top of the saved ones: the probabilities'
   // gradient and the scores' gradient (_softmax_backward_data) at once.
   int64_t backward_temps = 0;
+  // The same bytes as the tensors PyTorch allocates one by one (each a
+  // caching-allocator block: the scores of a small model go to the small
+  // pool where one block of their sum would open a 20 MiB segment); the
+  // sums are forward_temps and backward_temps.
+  std::vector<int64_t> forward_pieces, backward_pieces;
   // v at SDPA is the graph's v itself (no repeat, no upcast): the graph's v
   // input (the packed qkv for a packed op) stays saved.
   bool keeps_graph_v = false;

@@ -90,7 +90,6 @@ traces::MemorySnapshot memory_snapshot(const AllocatorHistory& history, const pl
         break;
       }
       case alloc::EventKind::segment_alloc: {
-        out.action = "segment_alloc";
         out.size = e.bytes;
         out.frames = frames_of(buffer);
         // The pool of the request that made it: small for blocks <= 1 MiB.
@@ -98,13 +97,36 @@ traces::MemorySnapshot memory_snapshot(const AllocatorHistory& history, const pl
         if (buffer >= 0 && static_cast<size_t>(buffer) < schedule.buffers.size())
           small = alloc::is_small_size(alloc::round_size(
               static_cast<uint64_t>(schedule.buffers[static_cast<size_t>(buffer)].bytes)));
+        if (history.expandable_segments) {
+          // Pages mapped at the end of the segment at e.segment_base
+          // (PyTorch's SEGMENT_MAP): one snapshot segment per mapped range.
+          out.action = "segment_map";
+          auto it = segments.find(e.segment_base);
+          if (it == segments.end())
+            it = segments.emplace(e.segment_base, LiveSegment{0, out.stream, small, out.frames})
+                     .first;
+          it->second.bytes = e.address + e.bytes - e.segment_base;
+          break;
+        }
+        out.action = "segment_alloc";
         segments[e.address] = LiveSegment{e.bytes, out.stream, small, out.frames};
         break;
       }
       case alloc::EventKind::segment_release: {
-        out.action = "segment_free";
         out.size = e.bytes;
         out.frames = frames_of(buffer);
+        if (history.expandable_segments) {
+          // Pages unmapped at the segment's end: it now ends at e.address
+          // (PyTorch's SEGMENT_UNMAP); a segment with none mapped is gone.
+          out.action = "segment_unmap";
+          const auto it = segments.find(e.segment_base);
+          if (it != segments.end()) {
+            it->second.bytes = e.address - e.segment_base;
+            if (it->second.bytes == 0) segments.erase(it);
+          }
+          break;
+        }
+        out.action = "segment_free";
         segments.erase(e.address);
         break;
       }
@@ -130,6 +152,7 @@ traces::MemorySnapshot memory_snapshot(const AllocatorHistory& history, const pl
     s.total_size = seg.bytes;
     s.stream = seg.stream;
     s.segment_type = seg.small ? "small" : "large";
+    s.is_expandable = history.expandable_segments;
     s.frames = seg.frames;
     std::map<uint64_t, const LiveBlock*> inside;
     for (const auto& [addr, b] : blocks)

@@ -22,11 +22,17 @@ struct AllocatorHistory {
   std::vector<int32_t> buffers;
   static constexpr int32_t kBlasWorkspace = -2;
   uint64_t capacity_bytes = 0;  // the allocator's device capacity; 0 = unlimited
+  // allocator.expandable_segments: segment events map and unmap pages at the
+  // end of a segment (AllocatorEvent::segment_base) instead of whole segments.
+  bool expandable_segments = false;
 };
 
 // Device 0's trace (alloc, free_requested, free_completed, segment_alloc,
-// segment_free, oom; time_us = simulated ns / 1000, rounded down) and the
-// segments as the history leaves them. Every entry and block carries a
+// segment_free, oom; with expandable segments segment_map and segment_unmap
+// instead of segment_alloc and segment_free, and one segment per mapped
+// range, is_expandable, as CUDACachingAllocator's snapshot() reports them;
+// time_us = simulated ns / 1000, rounded down) and the segments as the
+// history leaves them. Every entry and block carries a
 // one-frame stack: filename "shardscope <category>", line 0, name
 // "<buffer name> [unit <unit>]" (plan::buffer_name), so memory_viz names
 // what holds each block. Streams are the schedule's stream indices

@@ -61,6 +61,7 @@ class Executor final : public alloc::EventSource {
   void record_allocator(AllocatorHistory* history) {
     history_observer_.history = history;
     history->capacity_bytes = backing_.capacity_bytes();
+    history->expandable_segments = sched_.expandable_segments;
     allocator_.set_observer(&history_observer_);
   }
 

@@ -202,6 +202,44 @@ MODELS = {
                                    rms_norm_eps=1e-05, hidden_act="silu", sliding_window=2047,
                                    tie_word_embeddings=False, pad_token_id=32000,
                                    bos_token_id=1, eos_token_id=32000)),
+    # Mistral 7B v0.1 (untied, GQA 32/8, window 4096 > T: no mask), Mixtral 8x7B
+    # (8 experts of Mistral's MLP, top-2; one layer: 1.4 G parameters per layer),
+    # Qwen1.5-MoE-A2.7B (60 experts top-4 of width 1408, a gated shared expert of
+    # 5632; one layer) and Gemma 2B (multi-query, head_dim 256, tied 256000 vocab).
+    "mistral-7b-l2": ("mistral", dict(hidden_size=4096, intermediate_size=14336,
+                                      num_hidden_layers=2, num_attention_heads=32,
+                                      num_key_value_heads=8, vocab_size=32000,
+                                      max_position_embeddings=32768, rope_theta=10000.0,
+                                      rms_norm_eps=1e-05, hidden_act="silu",
+                                      sliding_window=4096, tie_word_embeddings=False)),
+    "mixtral-8x7b-l1": ("mixtral", dict(hidden_size=4096, intermediate_size=14336,
+                                        num_hidden_layers=1, num_attention_heads=32,
+                                        num_key_value_heads=8, vocab_size=32000,
+                                        max_position_embeddings=32768, rope_theta=1000000.0,
+                                        rms_norm_eps=1e-05, num_local_experts=8,
+                                        num_experts_per_tok=2, sliding_window=None,
+                                        router_aux_loss_coef=0.02, output_router_logits=False,
+                                        tie_word_embeddings=False)),
+    "qwen1.5-moe-a2.7b-l1": ("qwen2_moe", dict(hidden_size=2048, intermediate_size=5632,
+                                               num_hidden_layers=1, num_attention_heads=16,
+                                               num_key_value_heads=16, vocab_size=151936,
+                                               max_position_embeddings=8192,
+                                               rope_theta=1000000.0, rms_norm_eps=1e-06,
+                                               decoder_sparse_step=1, mlp_only_layers=[],
+                                               moe_intermediate_size=1408,
+                                               shared_expert_intermediate_size=5632,
+                                               num_experts=60, num_experts_per_tok=4,
+                                               norm_topk_prob=False, output_router_logits=False,
+                                               router_aux_loss_coef=0.001,
+                                               use_sliding_window=False,
+                                               tie_word_embeddings=False)),
+    "gemma-2b-l2": ("gemma", dict(hidden_size=2048, intermediate_size=16384,
+                                  num_hidden_layers=2, num_attention_heads=8,
+                                  num_key_value_heads=1, head_dim=256, vocab_size=256000,
+                                  max_position_embeddings=8192, rope_theta=10000.0,
+                                  rms_norm_eps=1e-06, hidden_act="gelu_pytorch_tanh",
+                                  hidden_activation="gelu_pytorch_tanh",
+                                  attention_bias=False)),
 }
 
 # (model, flavor, param_dtype, reduce_dtype, world, batch, seq, reshard, ac)
@@ -281,6 +319,14 @@ _RUNS = [
     ("pythia-410m-l2", "fsdp2", "fp32", "fp32", 8, 2, 128, True, "full"),
     ("opt-350m-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, 4, "none"),
     ("phi-3-mini-l2", "fsdp2", "bf16", "fp32", 8, 1, 128, False, "none"),
+    # Published sizes, 2026-11-29: Mistral bf16 with checkpointing and fp32 without
+    # (untied), Mixtral and Qwen1.5-MoE (one layer; Mixtral with bf16 reduce to halve
+    # the 1.4 G-element gradients' buffers), Gemma bf16 tied with checkpointing.
+    ("mistral-7b-l2", "fsdp2", "bf16", "fp32", 8, 1, 128, True, "full"),
+    ("mistral-7b-l2", "fsdp2", "fp32", "fp32", 8, 1, 64, False, "none"),
+    ("mixtral-8x7b-l1", "fsdp2", "bf16", "bf16", 8, 1, 64, True, "none"),
+    ("qwen1.5-moe-a2.7b-l1", "fsdp2", "bf16", "fp32", 8, 2, 64, True, "none"),
+    ("gemma-2b-l2", "fsdp2", "bf16", "fp32", 8, 2, 64, True, "full"),
 ]
 
 # Per-unit overrides (fsdp2: each fully_shard call its own arguments), named by a

@@ -137,6 +137,27 @@ TEST_CASE("sdpa: the math fallback's saved bytes and temporaries, by hand", "[pl
   CHECK(lowp.forward_temps == (32768 + 2 * 131072) * 4 + 128 * 128 * 4 + (32768 + 32768) * 4);
 }
 
+TEST_CASE("sdpa: the math fallback's temporaries are one block per tensor PyTorch allocates",
+          "[plan][sdpa]") {
+  // B 2, H 4, Hkv 2, T 128, D 32, fp32 (as above): q*s 131,072 B, scores and
+  // softmax 524,288 B each, k expanded 131,072 B, the causal mask 65,536 B.
+  // Their sum (1.31 MiB) as one block would be a large-pool request (a 20 MiB
+  // segment on the H200); each alone fits the small pool, as in PyTorch.
+  const plan::MathSdpaBytes m = plan::math_sdpa_bytes(call(4, 2, 32, plan::DType::f32), 2, 4);
+  CHECK(m.forward_pieces == std::vector<int64_t>{131072, 524288, 524288, 131072, 65536});
+  // The probabilities' and the scores' gradients.
+  CHECK(m.backward_pieces == std::vector<int64_t>{524288, 524288});
+  int64_t fwd = 0, bwd = 0;
+  for (int64_t b : m.forward_pieces) fwd += b;
+  for (int64_t b : m.backward_pieces) bwd += b;
+  CHECK(fwd == m.forward_temps);
+  CHECK(bwd == m.backward_temps);
+  // bf16: the upcast copies of q (4 heads) and k (2 heads) are blocks too.
+  const plan::MathSdpaBytes lowp = plan::math_sdpa_bytes(call(4, 2, 32, plan::DType::bf16), 2, 2);
+  CHECK(lowp.forward_pieces ==
+        std::vector<int64_t>{131072, 524288, 524288, 131072, 65536, 131072, 65536, 65536});
+}
+
 TEST_CASE("sdpa: a math plan keeps kernel_saved buffers and no log-sum-exp, a CPU plan none",
           "[plan][sdpa][schedule]") {
   // llama-tiny: 2 layers, 4 heads over 2 KV heads, head_dim 16, fp32.

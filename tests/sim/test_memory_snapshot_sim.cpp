@@ -3,6 +3,7 @@
 // with the keys memory_viz reads, its segments equal to the allocator's end
 // state, and imported back with the simulator's own peaks.
 #include <catch2/catch.hpp>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -111,4 +112,52 @@ TEST_CASE("simulate's memory snapshot: memory_viz's keys, the allocator's end st
   // on h200-sxm, placed by the warm-up) too: torch.cuda's max_memory_allocated.
   REQUIRE(r.blas_workspace_bytes == 2 * (int64_t{32} << 20));
   CHECK(m.total.peak_allocated_bytes == r.peak_allocated_bytes + r.blas_workspace_bytes);
+}
+
+TEST_CASE(
+    "simulate's memory snapshot with expandable segments: map/unmap events, one "
+    "segment per mapped range, tiled by its blocks") {
+  // gpt2-tiny on 2 ranks: its stream's small-pool segment grows by several
+  // 2 MiB pages. CUDACachingAllocator records them as segment_map and
+  // snapshot() reports one segment per contiguous mapped range
+  // (is_expandable); a segment per page would leave blocks crossing its end,
+  // which memory_viz's segment view cannot draw.
+  const plan::Graph graph = plan::load_model("gpt2-tiny");
+  const nlohmann::json doc = {{"allocator", {{"expandable_segments", true}}}};
+  const plan::Policy policy = plan::policy_from_json(doc);
+  const plan::World world = plan::validate_policy(policy, graph, 2);
+  const plan::UnitPlan units = plan::build_units(graph, policy, world);
+  const plan::Schedule sched = plan::build_schedule(graph, policy, units, 0);
+  REQUIRE(sched.expandable_segments);
+  sim::AllocatorHistory history;
+  sim::SimOptions options;
+  options.allocator_history = &history;
+  REQUIRE(sim::simulate(graph, units, sched, sim::hardware_preset("h200-sxm"), options).fits);
+  CHECK(history.expandable_segments);
+
+  const traces::MemorySnapshot snap = sim::memory_snapshot(history, graph, units, sched);
+  int maps = 0;
+  for (const traces::SnapshotEvent& e : snap.device_traces.at(0)) {
+    CHECK(e.action != "segment_alloc");
+    CHECK(e.action != "segment_free");
+    if (e.action == "segment_map") ++maps;
+  }
+  // More pages mapped than segments: some segment grew.
+  CHECK(maps > static_cast<int>(snap.segments.size()));
+  uint64_t reserved = 0;
+  for (const traces::SnapshotSegment& s : snap.segments) {
+    INFO("segment at " << s.address << ", " << s.total_size << " B");
+    CHECK(s.is_expandable);
+    // Whole pages: 2 MiB (small pool) or 20 MiB (large).
+    CHECK(s.total_size % (s.segment_type == "small" ? (2u << 20) : (20u << 20)) == 0);
+    uint64_t at = s.address;
+    for (const traces::SnapshotBlock& b : s.blocks) {
+      CHECK(b.address == at);
+      at += b.size;
+    }
+    CHECK(at == s.address + s.total_size);
+    reserved += s.total_size;
+  }
+  // The segments hold what the allocator has reserved at the end.
+  CHECK(reserved == history.events.back().counters.reserved.current);
 }
