@@ -4,7 +4,8 @@
 // linked by correlation ids), then imports the files with import_kineto
 // (`--threads`, 0 = one per hardware thread) and prints the wall time,
 // MB/s of JSON, events kept and the peak RSS of the process (getrusage),
-// measured after the files are written and closed. Figures are recorded in
+// measured after the files are written and closed; for one file read on
+// one thread, also the parser's and the reading thread's CPU time. Figures are recorded in
 // docs/benchmarks.md ("Kineto import at scale").
 //
 // With --gzip the files are gzip-compressed (`.json.gz`) before the import,

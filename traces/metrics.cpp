@@ -602,8 +602,8 @@ Metrics MetricsAccumulator::finish() const {
     };
     // Sums are of integers (durations, integer weights), so the order of
     // lanes does not change them.
-    for (const auto& [lane, recs] : r.lanes) {
-      (void)lane;
+    for (const auto& lane_records : r.lanes) {
+      const std::vector<SelfRecord>& recs = lane_records.second;  // a binding cannot be captured
       add_lane(
           recs.size(),
           [&recs](uint32_t i) { return std::pair<int64_t, int64_t>(recs[i].start, recs[i].end); },
