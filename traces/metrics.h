@@ -160,8 +160,10 @@ class StepRuleError : public std::invalid_argument {
 
 struct MetricsOptions {
   // Per-unit / per-op breakdowns keep 40 bytes per event until finish() (to
-  // find nesting for self time); sweeps that only need the totals turn them
-  // off and keep memory proportional to the busy-interval unions.
+  // find nesting for self time; 4 when the events are lent with
+  // breakdown_reads, as compute_metrics does); sweeps that only need the
+  // totals turn them off and keep memory proportional to the busy-interval
+  // unions.
   bool breakdown = true;
   // compute_metrics: which step rule. launch on a trace without launch
   // flows is an error (StepRuleError), never a quiet fallback.
