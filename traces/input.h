@@ -83,7 +83,10 @@ std::string read_json_text(const std::string& path, const InputLimits& limits = 
 // (JsonScanner::Source): each call appends up to `n` bytes to `out` and
 // returns how many, 0 at the end. Every chunk passes a JsonGuard as it is
 // read, and at the end its finish(), so the stream fails where
-// read_json_text would, holding one chunk instead of the text. `head`
+// read_json_text would, holding a few chunks instead of the text. Reading,
+// inflating and the guard run on a second thread, at most ~1 MiB ahead of
+// the reader (so parsing overlaps them); its errors reach the reader in
+// stream order, after the bytes before them. `head`
 // (bytes already read from `in`, which the reader is given too) is checked
 // first, here. `in` must outlive the source.
 std::function<size_t(std::string& out, size_t n)> json_text_source(InputFile& in,

@@ -352,10 +352,29 @@ void MetricsAccumulator::add_event(int32_t rank, LaneKind lane_kind, const Event
     w.device.add(e.start_ns, end);
     ++w.device_events;
   }
-  if (options_.breakdown) {
+  if (options_.breakdown && r.events) {
+    if (r.event_window.size() >= r.events->size())
+      throw std::invalid_argument("rank " + std::to_string(rank) +
+                                  ": more events than breakdown_reads was given");
+    r.event_window.push_back(index);
+  } else if (options_.breakdown) {
     r.lanes[e.lane].push_back(SelfRecord{e.start_ns, end, wait, e.unit,
                                          e.op != kNoString ? e.op : e.name, index, e.category});
   }
+}
+
+void MetricsAccumulator::breakdown_reads(int32_t rank, const std::vector<Event>* events,
+                                         const std::vector<int64_t>* transfer_start) {
+  RankState& r = rank_state(rank);
+  if (!r.lanes.empty() || !r.event_window.empty())
+    throw std::invalid_argument("rank " + std::to_string(rank) +
+                                ": breakdown_reads after the rank's first event");
+  if (transfer_start && events && transfer_start->size() != events->size())
+    throw std::invalid_argument("rank " + std::to_string(rank) +
+                                ": breakdown_reads: one transfer start per event");
+  r.events = events;
+  r.transfer_start = transfer_start;
+  if (options_.breakdown && events) r.event_window.reserve(events->size());
 }
 
 void MetricsAccumulator::add_memory(int32_t rank, const MemoryEvent& m) {
@@ -386,7 +405,9 @@ Metrics MetricsAccumulator::finish() const {
   std::vector<std::pair<Values, double>> rank_values;
   std::map<int64_t, std::vector<std::pair<Values, double>>> step_values;
   std::map<int64_t, bool> step_reported;
-  std::unordered_map<uint32_t, RowAcc> by_unit_id, by_op_id;  // by string id
+  // Indexed by string id (ids are dense); an id that is never counted keeps
+  // count 0 and makes no row.
+  std::vector<RowAcc> by_unit_id(strings_.size()), by_op_id(strings_.size());
   RowAcc by_category[kCategoryCount];
   double world = 0;
 
@@ -508,29 +529,65 @@ Metrics MetricsAccumulator::finish() const {
     rank_values.emplace_back(rv, weight);
 
     if (!options_.breakdown) continue;
-    for (const auto& [lane, recs] : r.lanes) {
-      (void)lane;
-      std::vector<SelfRecord> sorted = recs;
-      std::sort(sorted.begin(), sorted.end(), [](const SelfRecord& a, const SelfRecord& b) {
-        if (a.start != b.start) return a.start < b.start;
-        return a.end > b.end;
-      });
-      // Self time: subtract each event from its direct parent (the innermost
-      // open event containing it). A partial overlap closes the open chain.
-      std::vector<uint64_t> self(sorted.size());
-      std::vector<size_t> open;
-      for (size_t i = 0; i < sorted.size(); ++i) {
-        const SelfRecord& e = sorted[i];
-        self[i] = Interval{e.start, e.end}.length();
-        while (!open.empty() && sorted[open.back()].end <= e.start) open.pop_back();
-        if (!open.empty() && e.end > sorted[open.back()].end) open.clear();
-        if (!open.empty()) self[open.back()] -= self[i];
-        open.push_back(i);
+    // One lane's records, at(i) for i < n in the order they were added.
+    // start_end(i): the record's {start, end} (what the order needs).
+    auto add_lane = [&](size_t n, const auto& start_end, const auto& at) {
+      // Visit order: start ascending, end descending. A lane already in
+      // strict order (no two events with the same start and end: the usual
+      // case) is visited as it is, which is what a sort would give; else
+      // std::sort of {start, end, index} keys under the same comparison
+      // gives the permutation a sort of the records themselves would (its
+      // moves depend on comparison results only), so equal events nest as
+      // they always did. 4 bytes per record of the lane (24 while sorting).
+      std::vector<uint32_t> order(n);
+      bool strict = true;
+      for (size_t i = 0; i < n; ++i) {
+        order[i] = static_cast<uint32_t>(i);
+        if (i > 0 && strict) {
+          const auto [prev_start, prev_end] = start_end(static_cast<uint32_t>(i - 1));
+          const auto [start, end] = start_end(static_cast<uint32_t>(i));
+          strict = prev_start < start || (prev_start == start && prev_end > end);
+        }
       }
-      for (size_t i = 0; i < sorted.size(); ++i) {
-        const SelfRecord& e = sorted[i];
+      if (!strict) {
+        struct Key {
+          int64_t start;
+          int64_t end;
+          uint32_t index;  // of the record
+        };
+        std::vector<Key> keys(n);
+        for (size_t i = 0; i < n; ++i) {
+          const auto [start, end] = start_end(static_cast<uint32_t>(i));
+          keys[i] = Key{start, end, static_cast<uint32_t>(i)};
+        }
+        std::sort(keys.begin(), keys.end(), [](const Key& x, const Key& y) {
+          if (x.start != y.start) return x.start < y.start;
+          return x.end > y.end;
+        });
+        for (size_t i = 0; i < n; ++i) order[i] = keys[i].index;
+      }
+      // Self time, by position in `order`: subtract each event from its
+      // direct parent (the innermost open event containing it). A partial
+      // overlap closes the open chain. `open` holds positions and ends.
+      std::vector<uint64_t> self(n);
+      std::vector<std::pair<size_t, int64_t>> open;
+      for (size_t i = 0; i < n; ++i) {
+        const auto [start, end] = start_end(order[i]);
+        self[i] = Interval{start, end}.length();
+        while (!open.empty() && open.back().second <= start) open.pop_back();
+        if (!open.empty() && end > open.back().second) open.clear();
+        if (!open.empty()) self[open.back().first] -= self[i];
+        open.emplace_back(i, end);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const SelfRecord e = at(order[i]);
         if (!reported(e.window)) continue;
         const uint64_t dur = Interval{e.start, e.end}.length();
+        const uint32_t top = std::max(e.unit, e.op);
+        if (top >= by_unit_id.size()) {
+          by_unit_id.resize(size_t{top} + 1);
+          by_op_id.resize(size_t{top} + 1);
+        }
         for (RowAcc* a :
              {&by_unit_id[e.unit], &by_op_id[e.op], &by_category[static_cast<int>(e.category)]}) {
           ++a->count;
@@ -542,6 +599,69 @@ Metrics MetricsAccumulator::finish() const {
           a->weighted_wait_ns += weight * static_cast<double>(e.wait);
         }
       }
+    };
+    // Sums are of integers (durations, integer weights), so the order of
+    // lanes does not change them.
+    for (const auto& lane_records : r.lanes) {
+      const std::vector<SelfRecord>& recs = lane_records.second;  // a binding cannot be captured
+      add_lane(
+          recs.size(),
+          [&recs](uint32_t i) { return std::pair<int64_t, int64_t>(recs[i].start, recs[i].end); },
+          [&recs](uint32_t i) -> const SelfRecord& { return recs[i]; });
+    }
+    if (!r.events) continue;
+    // breakdown_reads: the events in place, grouped by lane in index order
+    // (what `lanes` would hold), 4 bytes per event.
+    const std::vector<Event>& events = *r.events;
+    const size_t fed = r.event_window.size();
+    // Lane ids index `lane_range` (lanes of a trace are few; an id past
+    // 2^16 falls back to a map).
+    uint32_t max_lane = 0;
+    for (size_t i = 0; i < fed; ++i) max_lane = std::max(max_lane, events[i].lane);
+    std::vector<std::pair<size_t, size_t>> lane_range;  // by lane: [begin, end) in by_lane
+    std::map<uint32_t, size_t> lane_slot;               // lane -> index in lane_range
+    const bool dense = max_lane < (1u << 16);
+    if (dense) {
+      lane_range.resize(size_t{max_lane} + 1);
+    } else {
+      for (size_t i = 0; i < fed; ++i) lane_slot.emplace(events[i].lane, 0);
+      for (auto& [lane, slot] : lane_slot) {
+        (void)lane;
+        slot = lane_range.size();
+        lane_range.emplace_back();
+      }
+    }
+    auto slot_of = [&](uint32_t lane) { return dense ? size_t{lane} : lane_slot.at(lane); };
+    for (size_t i = 0; i < fed; ++i) ++lane_range[slot_of(events[i].lane)].second;
+    size_t filled = 0;
+    for (auto& range : lane_range) {
+      range.first = filled;
+      filled += range.second;
+      range.second = range.first;  // advanced below to the range's end
+    }
+    std::vector<uint32_t> by_lane(fed);
+    for (size_t i = 0; i < fed; ++i)
+      by_lane[lane_range[slot_of(events[i].lane)].second++] = static_cast<uint32_t>(i);
+    for (const auto& range : lane_range) {
+      if (range.second == range.first) continue;
+      const uint32_t* ids = by_lane.data() + range.first;
+      auto start_end = [&events, ids](uint32_t k) {
+        const Event& e = events[ids[k]];
+        return std::pair<int64_t, int64_t>(e.start_ns, e.start_ns + e.dur_ns);
+      };
+      add_lane(range.second - range.first, start_end, [&, ids](uint32_t k) {
+        const uint32_t i = ids[k];
+        const Event& e = events[i];
+        const int64_t end = e.start_ns + e.dur_ns;
+        int64_t wait = 0;
+        if (is_comm(e.category)) {
+          const int64_t ts = r.transfer_start ? (*r.transfer_start)[i] : e.start_ns;
+          wait = std::min(std::max(ts, e.start_ns), end) - e.start_ns;
+        }
+        return SelfRecord{
+            e.start_ns,        end,       wait, e.unit, e.op != kNoString ? e.op : e.name,
+            r.event_window[i], e.category};
+      });
     }
   }
 
@@ -566,9 +686,12 @@ Metrics MetricsAccumulator::finish() const {
   add_notes(out);
   if (options_.breakdown) {
     std::map<std::string, RowAcc> by_unit, by_op;
-    for (const auto& [id, a] : by_unit_id)
-      by_unit[id == kNoString ? std::string("(none)") : std::string(strings_.get(id))] = a;
-    for (const auto& [id, a] : by_op_id) by_op[std::string(strings_.get(id))] = a;
+    for (uint32_t id = 0; id < by_unit_id.size(); ++id) {
+      if (by_unit_id[id].count)
+        by_unit[id == kNoString ? std::string("(none)") : std::string(strings_.get(id))] =
+            by_unit_id[id];
+      if (by_op_id[id].count) by_op[std::string(strings_.get(id))] = by_op_id[id];
+    }
     out.by_unit = to_rows(by_unit, out.rank_steps);
     out.by_op = to_rows(by_op, out.rank_steps);
     std::map<std::string, RowAcc> cats;
@@ -620,6 +743,7 @@ Metrics compute_metrics(const Trace& t, MetricsOptions options) {
     const auto split = collectives.transfer_start.find(r.rank);
     const std::vector<int64_t>* transfer_start =
         split == collectives.transfer_start.end() ? nullptr : &split->second;
+    acc.breakdown_reads(r.rank, &r.events, transfer_start);
     for (size_t i = 0; i < r.events.size(); ++i) {
       const Event& e = r.events[i];
       const LaneKind kind = e.lane < r.lanes.size() ? r.lanes[e.lane].kind : LaneKind::other;

@@ -160,8 +160,10 @@ class StepRuleError : public std::invalid_argument {
 
 struct MetricsOptions {
   // Per-unit / per-op breakdowns keep 40 bytes per event until finish() (to
-  // find nesting for self time); sweeps that only need the totals turn them
-  // off and keep memory proportional to the busy-interval unions.
+  // find nesting for self time; 4 when the events are lent with
+  // breakdown_reads, as compute_metrics does); sweeps that only need the
+  // totals turn them off and keep memory proportional to the busy-interval
+  // unions.
   bool breakdown = true;
   // compute_metrics: which step rule. launch on a trace without launch
   // flows is an error (StepRuleError), never a quiet fallback.
@@ -210,6 +212,14 @@ class MetricsAccumulator {
   // (whose comm is all transfer) gets no note.
   void set_comm_split(bool split, const std::string& not_split_reason = "", int64_t unmatched = 0);
   void add_memory(int32_t rank, const MemoryEvent& m);
+  // Optional, before the rank's first event (compute_metrics does it): the
+  // rank's events are `events`, fed in index order, each once, and both
+  // arrays outlive finish(). The breakdown then reads them in place and
+  // keeps 4 bytes per event (its step) instead of a 40-byte record.
+  // `transfer_start`: each event's transfer start, as given to add_event
+  // (nullptr: the event's start).
+  void breakdown_reads(int32_t rank, const std::vector<Event>* events,
+                       const std::vector<int64_t>* transfer_start);
 
   Metrics finish() const;
 
@@ -244,6 +254,10 @@ class MetricsAccumulator {
     Window before;               // before the first step; the only window when no steps
     int64_t latest = INT64_MIN;  // latest event start / memory time added
     std::unordered_map<uint32_t, std::vector<SelfRecord>> lanes;
+    // breakdown_reads: the events (instead of `lanes`) and each one's window.
+    const std::vector<Event>* events = nullptr;
+    const std::vector<int64_t>* transfer_start = nullptr;
+    std::vector<int32_t> event_window;
   };
 
   RankState& rank_state(int32_t rank);

@@ -11,6 +11,7 @@
 #include "traces/error.h"
 #include "traces/file_io.h"
 #include "traces/gzip.h"
+#include "traces/input.h"
 #include "traces/json_format.h"
 #include "traces/json_guard.h"
 #include "traces/trace_io.h"
@@ -223,4 +224,35 @@ TEST_CASE("error messages quote at most ~200 bytes of input", "[input]") {
   // Any TraceError: position and detail are cut as a last guard.
   const TraceError e(ErrorKind::schema, "f", "/" + big, big);
   CHECK(std::string(e.what()).size() < 1400);
+}
+
+TEST_CASE(
+    "Kineto gzip streamed with a reading thread: a lexical error deep in the file is "
+    "reported at the byte the whole-text guard gives, after the events before it",
+    "[input][gzip]") {
+  const shardscope::test::TempDir dir("shardscope_input");
+  const std::string path = (dir.path / "deep.json.gz").string();
+  // ~3 MiB of valid events (many 256 KiB reading chunks), then a control
+  // character inside a name: only the guard refuses it.
+  std::string text = "{\"traceEvents\":[";
+  const std::string event =
+      "{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"aten::mm\",\"pid\":1,"
+      "\"tid\":1,\"ts\":1.0,\"dur\":1.0},";
+  while (text.size() < (size_t{3} << 20)) text += event;
+  text += "{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"a\x01\"}]}";
+  const size_t bad = text.find('\x01');  // the control byte inside the last name
+  REQUIRE(bad > (size_t{3} << 20));
+  write_file(path, gzip_of(text));
+  const LoadResult r = load_error(path);
+  CHECK(r.kind == ErrorKind::malformed);
+  CHECK(r.position == "byte " + std::to_string(bad));
+  std::string whole_text_position;
+  try {
+    (void)read_json_text(path);
+    FAIL("the guard accepted a control character in a string");
+  } catch (const TraceError& e) {
+    whole_text_position = e.position();
+  }
+  CHECK(r.position == whole_text_position);
+  CHECK(r.stats.text_bytes == text.size());  // the reading thread read to the bad byte's chunk
 }

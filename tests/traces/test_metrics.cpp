@@ -496,3 +496,57 @@ TEST_CASE("end_step: a streamed step ended late equals the trace's step", "[metr
   launch.add_step(0, Step{1, 0, 0});
   CHECK_THROWS_AS(launch.end_step(0, 10), std::invalid_argument);
 }
+
+TEST_CASE("breakdown read in place: out-of-order lanes and equal events nest as in records",
+          "[metrics]") {
+  OneRank o;
+  RankTrace& r = *o.r;
+  // Host lane out of order (a child before its parent) and two equal events
+  // [200, 300) with one child [210, 230); compute lane in order.
+  ev(o.t, r, o.host, "inner", Category::compute, 45, 5, "h.0", "add");
+  ev(o.t, r, o.host, "fc2", Category::compute, 40, 20, "h.0", "matmul");
+  ev(o.t, r, o.host, "a", Category::compute, 200, 100, "h.1", "op_a");
+  ev(o.t, r, o.host, "c", Category::compute, 210, 20, "h.1", "op_c");
+  ev(o.t, r, o.host, "b", Category::compute, 200, 100, "h.1", "op_b");
+  ev(o.t, r, o.compute, "k0", Category::compute, 0, 30, "h.2", "kernel");
+  ev(o.t, r, o.compute, "k1", Category::compute, 30, 30, "h.2", "kernel");
+  const Metrics m = compute_metrics(o.t);
+  auto find = [&m](const std::string& key) {
+    auto it = std::find_if(m.by_op.begin(), m.by_op.end(),
+                           [&](const BreakdownRow& b) { return b.key == key; });
+    REQUIRE(it != m.by_op.end());
+    return *it;
+  };
+  CHECK(find("matmul").self_ms == Approx(15 * kNsToMs));  // 20 - the nested 5
+  CHECK(find("add").self_ms == Approx(5 * kNsToMs));
+  CHECK(find("op_c").self_ms == Approx(20 * kNsToMs));
+  // One of the equal events is the other's parent: self 0 and 100 - 20.
+  const double a = find("op_a").self_ms, b = find("op_b").self_ms;
+  CHECK(std::min(a, b) == Approx(0).margin(1e-12));
+  CHECK(std::max(a, b) == Approx(80 * kNsToMs));
+  CHECK(find("kernel").self_ms == Approx(60 * kNsToMs));
+
+  // The same events fed to an accumulator that keeps a record each, in the
+  // trace's order: the same rows, the equal events included.
+  MetricsAccumulator acc(o.t.strings);
+  const CollectiveMatch collectives = match_collectives(o.t);
+  acc.set_comm_split(collectives.split, collectives.reason, collectives.unmatched);
+  acc.set_source(o.t.meta.source);
+  acc.set_world_size(o.t.meta.world_size);
+  acc.add_rank(0);
+  for (const Event& e : r.events) acc.add_event(0, r.lanes[e.lane].kind, e);
+  CHECK(metrics_to_json(acc.finish(), -1) == metrics_to_json(m, -1));
+}
+
+TEST_CASE("breakdown_reads is refused after the rank's first event", "[metrics]") {
+  OneRank o;
+  ev(o.t, *o.r, o.compute, "k", Category::compute, 0, 10);
+  MetricsAccumulator acc(o.t.strings);
+  acc.add_event(0, LaneKind::compute, o.r->events[0]);
+  CHECK_THROWS_WITH(acc.breakdown_reads(0, &o.r->events, nullptr),
+                    Catch::Contains("rank 0: breakdown_reads after the rank's first event"));
+  MetricsAccumulator short_of(o.t.strings);
+  const std::vector<int64_t> starts(2, 0);
+  CHECK_THROWS_WITH(short_of.breakdown_reads(0, &o.r->events, &starts),
+                    Catch::Contains("one transfer start per event"));
+}
