@@ -385,21 +385,13 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
           gemm_terms_dropped = true;
         }
         // Likewise a fitted attention efficiency holds the kernel's rate at
-        // the traced shapes; the base's per-kernel fractions of the same
-        // direction (op_level.attention_efficiency) would take precedence.
-        if (type == "attention" || type == "attention.backward") {
-          auto& fractions = hw.op_level.attention_efficiency;
-          const bool backward = type == "attention.backward";
-          for (auto it = fractions.begin(); it != fractions.end();) {
-            const std::string& k = it->first;
-            const bool key_backward = k.size() > 9 && k.compare(k.size() - 9, 9, ".backward") == 0;
-            if (key_backward != backward) {
-              ++it;
-              continue;
-            }
-            it = fractions.erase(it);
-            attention_terms_dropped = true;
-          }
+        // the traced shapes, and the other direction takes it when it has no
+        // fit of its own (below): the base's per-kernel fractions
+        // (op_level.attention_efficiency) would take precedence over both.
+        if ((type == "attention" || type == "attention.backward") &&
+            !hw.op_level.attention_efficiency.empty()) {
+          hw.op_level.attention_efficiency.clear();
+          attention_terms_dropped = true;
         }
         // A base curve (a preset's published one) would take precedence
         // over the fitted scalar: the fit replaces it.
@@ -472,8 +464,8 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
   }
   if (attention_terms_dropped)
     rep.notes.push_back(
-        "attention fitted: the base's per-kernel attention fractions (op_level."
-        "attention_efficiency) of the fitted direction are dropped, the fit holds them");
+        "attention fitted: the base's per-kernel attention fractions "
+        "(op_level.attention_efficiency) are dropped, the fit holds their effect");
   if (gemm_terms_dropped)
     rep.notes.push_back(
         "linear fitted: the base's GEMM shape terms (op_level.gemm: unaligned dimensions, wave "

@@ -9,10 +9,12 @@
 
 #include "plan/models.h"
 #include "plan/schedule.h"
+#include "sim/calibrate.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
 #include "tests/plan/toy_graph.h"
 #include "tests/sim/sim_fixtures.h"
+#include "traces/trace.h"
 
 using namespace shardscope;
 using nlohmann::json;
@@ -226,4 +228,33 @@ TEST_CASE("op_level attention keys: JSON round trip and errors naming key and va
   CHECK(error({{"attention_efficiency", {{"flash.hd64", "fast"}}}}) ==
         "hw.json: hardware key 'op_level.attention_efficiency.flash.hd64' must be a number, got "
         "\"fast\"");
+}
+
+TEST_CASE("a calibration that fits attention drops the base's per-kernel fractions",
+          "[sim][calibrate][op_level][attention]") {
+  // Three compute-bound attention forwards of 1e6 FLOPs in 1000 ns each: the
+  // fit holds the kernel's rate, so h200-sxm's cudnn.hd64 fractions (which
+  // would take precedence for cuDNN ops) are not kept; the backward takes
+  // the forward's fit, so its fraction goes too.
+  traces::Trace t;
+  t.meta.source = traces::Source::kineto;
+  traces::RankTrace& r = t.add_rank(0);
+  const uint32_t compute = t.add_lane(r, "compute", traces::LaneKind::compute);
+  for (int64_t i = 0; i < 3; ++i) {
+    traces::Event& e = traces::add_event(r, compute, t.intern("attn.forward"),
+                                         traces::Category::compute, 2000 * (i + 1), 1000);
+    e.op = t.intern("attention");
+    e.flops = 1000000;
+  }
+  sim::CalibrationOptions o;
+  o.base = sim::hardware_preset("h200-sxm");
+  o.group_size = 1;
+  REQUIRE(o.base.op_level.attention_efficiency.size() == 2);
+  const sim::CalibrationResult res = sim::calibrate({{"attention", &t}}, {}, o);
+  INFO(sim::format_calibration_report(res.report));
+  CHECK(res.hw.op_level.attention_efficiency.empty());
+  CHECK_THAT(sim::format_calibration_report(res.report),
+             Catch::Contains("attention fitted: the base's per-kernel attention fractions"));
+  // The math kernel's model is not a fraction: it stays.
+  CHECK(res.hw.op_level.math_attention);
 }
