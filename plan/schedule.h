@@ -220,6 +220,10 @@ struct Schedule {
   std::vector<Buffer> buffers;       // persistent ones first
   std::vector<ScheduleOp> ops;
   std::vector<Action> actions;  // the step, in host issue order (persistent buffers excluded)
+  // Per graph op: the SDPA kernel PyTorch runs for each attention op under the
+  // policy's device and sdpa_backend (plan/sdpa.h), SdpaKernel::none for
+  // other ops; empty for a schedule not built by build_schedule.
+  std::vector<SdpaKernel> attention_kernels;
 
   int stream_index(StreamRole role) const;  // -1 if the schedule has no such stream
   int64_t persistent_device_bytes() const;

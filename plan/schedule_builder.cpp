@@ -78,6 +78,8 @@ void Builder::setup_checkpointing() {
   checkpointed_ = checkpointed_units(p_, up_);
   cached_ = cached_ops(p_, g_, up_, checkpointed_);
   sdpa_ = sdpa_kernels(g_, p_, up_);
+  s_.attention_kernels.clear();
+  for (const SdpaChoice& c : sdpa_) s_.attention_kernels.push_back(c.kernel);
   const int64_t seq = resolve_seq_len(p_, g_);
   for (size_t o = 0; o < g_.ops.size(); ++o) {
     if (sdpa_[o].kernel != SdpaKernel::math) continue;

@@ -335,6 +335,7 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
   hw.fitted.calibrated = true;
   bool anything = false;
   bool gemm_terms_dropped = false;
+  bool attention_terms_dropped = false;
   const auto is_linear_key = [](const std::string& k) {
     return k == "linear" || k == efficiency_key("linear", true);
   };
@@ -382,6 +383,15 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
         if (is_linear_key(type) && !base.op_level.gemm.is_off()) {
           hw.op_level.gemm.switch_off();
           gemm_terms_dropped = true;
+        }
+        // Likewise a fitted attention efficiency holds the kernel's rate at
+        // the traced shapes, and the other direction takes it when it has no
+        // fit of its own (below): the base's per-kernel fractions
+        // (op_level.attention_efficiency) would take precedence over both.
+        if ((type == "attention" || type == "attention.backward") &&
+            !hw.op_level.attention_efficiency.empty()) {
+          hw.op_level.attention_efficiency.clear();
+          attention_terms_dropped = true;
         }
         // A base curve (a preset's published one) would take precedence
         // over the fitted scalar: the fit replaces it.
@@ -452,6 +462,10 @@ CalibrationResult calibrate(const std::vector<CalibrationTrace>& traces,
                           " fit ran at " + fmt("%.3g", er.speed_vs_base) + " x the base's speed)");
     }
   }
+  if (attention_terms_dropped)
+    rep.notes.push_back(
+        "attention fitted: the base's per-kernel attention fractions "
+        "(op_level.attention_efficiency) are dropped, the fit holds their effect");
   if (gemm_terms_dropped)
     rep.notes.push_back(
         "linear fitted: the base's GEMM shape terms (op_level.gemm: unaligned dimensions, wave "

@@ -195,6 +195,40 @@ double CostModel::linear_compute_s(const plan::Op& g, double op_flops, double pe
          at(op_flops / 2, static_cast<double>(out), static_cast<double>(in));
 }
 
+bool CostModel::attention_s(const plan::Op& g, const plan::ScheduleOp& op, double op_flops,
+                            double peak, double* compute_s, double* total_s) const {
+  const OpLevelModel& level = hw_.op_level;
+  const auto o = static_cast<size_t>(op.graph_op);
+  if (o >= schedule_.attention_kernels.size() || !g.attrs.head_dim) return false;
+  const plan::SdpaKernel kernel = schedule_.attention_kernels[o];
+  const bool backward = op.kind == plan::OpKind::backward;
+  if (kernel == plan::SdpaKernel::math) {
+    if (!level.math_attention) return false;
+    // Shapes at SDPA: q [B, H, T, D] (k, v repeated to H heads), scores and
+    // probabilities [B, H, T, T] in fp32 whatever the compute dtype.
+    const double heads_t2 = static_cast<double>(sizes_->workload.batch) *
+                            static_cast<double>(g.attrs.n_head.value_or(1)) *
+                            static_cast<double>(sizes_->workload.seq) *
+                            static_cast<double>(sizes_->workload.seq);
+    const double bmm_flops = 2 * heads_t2 * static_cast<double>(*g.attrs.head_dim);
+    const double fp32_peak = hw_.peak_flops(plan::DType::f32) * level.sustained_clock_fraction;
+    const double bmms = backward ? 4 : 2;
+    const double passes = backward ? 7 : 6;
+    const double gemm_s =
+        bmms * bmm_flops / (fp32_peak * hw_.efficiency_of("linear", plan::DType::f32, bmm_flops));
+    const double pass_s =
+        passes * heads_t2 * 4 /
+        (hw_.hbm_bytes_per_s *
+         level.memory_efficiency_of(backward ? "attention.backward" : "attention"));
+    *total_s = gemm_s + pass_s;
+    return true;
+  }
+  const double e = level.attention_efficiency_of(kernel, *g.attrs.head_dim, backward);
+  if (e <= 0) return false;
+  *compute_s = op_flops / (peak * e);
+  return true;
+}
+
 TimeNs CostModel::duration(int index) const {
   const plan::ScheduleOp& op = schedule_.ops.at(static_cast<size_t>(index));
   if (plan::is_collective(op.kind))
@@ -233,8 +267,11 @@ TimeNs CostModel::duration(int index) const {
   double compute_s = op_flops / (peak * hw_.efficiency_of(key, op.dtype, op_flops));
   if (g.type == plan::OpType::linear && g.attrs.in_features && g.attrs.out_features)
     compute_s = linear_compute_s(g, op_flops, peak, key, op.dtype, backward, compute_s);
+  double total_s = -1;  // >= 0: the op's time without the roofline's max (math SDPA)
+  if (g.type == plan::OpType::attention) attention_s(g, op, op_flops, peak, &compute_s, &total_s);
   const double memory_s = bytes(index) / (hw_.hbm_bytes_per_s * level.memory_efficiency_of(key));
-  cached.ns = bounded(compute_s > memory_s ? compute_s : memory_s, hw_, "op '" + g.name + "'",
+  const double seconds = total_s >= 0 ? total_s : (compute_s > memory_s ? compute_s : memory_s);
+  cached.ns = bounded(seconds, hw_, "op '" + g.name + "'",
                       std::string("peak_flops_") +
                           (op.dtype == plan::DType::bf16  ? "bf16"
                            : op.dtype == plan::DType::f16 ? "fp16"

@@ -7,7 +7,10 @@
 //     clock, mem_eff: hw.op_level (1 by default); linear ops with
 //     hw.op_level.gemm: an unaligned 16-bit GEMM at a fixed fraction of peak,
 //     else eff times the wave-quantization term of its output shape
-//     (backward: input- and weight-gradient GEMMs apart); docs/simulator.md
+//     (backward: input- and weight-gradient GEMMs apart); attention ops by the
+//     SDPA kernel the schedule records: a fused kernel at its (kernel, head_dim,
+//     direction) fraction of peak, the math kernel as its GEMMs + T x T passes
+//     (OpLevelModel::math_attention); docs/simulator.md
 //   other device ops (casts, copy-out, grad cast/accumulate/norm/scale, optimizer):
 //     t = bytes / HBM bw;   on the host stream: bytes / host memory bw
 //   h2d, d2h: bytes / PCIe bw
@@ -83,6 +86,14 @@ class CostModel {
   /// dimensions, wave quantization); `curve_s` when neither applies.
   double linear_compute_s(const plan::Op& g, double op_flops, double peak, const std::string& key,
                           plan::DType dtype, bool backward, double curve_s) const;
+
+  /// Seconds of an attention op under hw.op_level's per-kernel terms: the
+  /// fused kernel's fraction at its head_dim (`*compute_s`), or the math
+  /// kernel's GEMMs plus T x T passes (`*total_s`, no roofline max: they are
+  /// separate kernels). False when neither applies (no kernel recorded, no
+  /// entry for it): the efficiency curve prices the op.
+  bool attention_s(const plan::Op& g, const plan::ScheduleOp& op, double op_flops, double peak,
+                   double* compute_s, double* total_s) const;
 
   const HardwareModel& hw_;
   const plan::Graph& graph_;

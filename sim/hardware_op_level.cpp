@@ -59,7 +59,35 @@ void read_host_map(const nlohmann::json& x, const std::string& at, const std::st
   }
 }
 
+// "<kernel>.hd<head_dim>[.backward]" with a fused CUDA kernel and head_dim
+// written as attention_efficiency_key writes it (no sign, no leading zero).
+bool is_attention_efficiency_key(const std::string& key) {
+  std::string rest = key;
+  const std::string suffix = ".backward";
+  if (rest.size() > suffix.size() &&
+      rest.compare(rest.size() - suffix.size(), suffix.size(), suffix) == 0)
+    rest.resize(rest.size() - suffix.size());
+  const size_t dot = rest.find(".hd");
+  if (dot == std::string::npos) return false;
+  const std::string kernel = rest.substr(0, dot), digits = rest.substr(dot + 3);
+  if (kernel != "flash" && kernel != "cudnn" && kernel != "efficient") return false;
+  return !digits.empty() && digits.size() <= 4 && digits[0] != '0' &&
+         digits.find_first_not_of("0123456789") == std::string::npos;
+}
+
 }  // namespace
+
+std::string attention_efficiency_key(plan::SdpaKernel kernel, int64_t head_dim, bool backward) {
+  return std::string(plan::sdpa_kernel_name(kernel)) + ".hd" + std::to_string(head_dim) +
+         (backward ? ".backward" : "");
+}
+
+double OpLevelModel::attention_efficiency_of(plan::SdpaKernel kernel, int64_t head_dim,
+                                             bool backward) const {
+  if (attention_efficiency.empty()) return 0;
+  const auto it = attention_efficiency.find(attention_efficiency_key(kernel, head_dim, backward));
+  return it == attention_efficiency.end() ? 0 : it->second;
+}
 
 int64_t OpLevelModel::host_dispatch_ns_of(const std::string& key, bool forward_graph_op,
                                           int64_t params) const {
@@ -122,7 +150,9 @@ nlohmann::json op_level_to_json(const OpLevelModel& m) {
           {"memory_efficiency", m.memory_efficiency},
           {"upcast_bytes", m.upcast_bytes},
           {"host_dispatch_ns", m.host_dispatch_ns},
-          {"host_dispatch_per_param_ns", m.host_dispatch_per_param_ns}};
+          {"host_dispatch_per_param_ns", m.host_dispatch_per_param_ns},
+          {"attention_efficiency", m.attention_efficiency},
+          {"math_attention", m.math_attention}};
 }
 
 void op_level_from_json(const nlohmann::json& v, const std::string& source, OpLevelModel* m) {
@@ -167,6 +197,23 @@ void op_level_from_json(const nlohmann::json& v, const std::string& source, OpLe
                       "with '.backward')");
         m->memory_efficiency[type] = read_double(y, field, source);
       }
+    } else if (key == "math_attention") {
+      if (!x.is_boolean())
+        throw Error(source + ": hardware key '" + at + "' must be true or false, got " + x.dump());
+      m->math_attention = x.get<bool>();
+    } else if (key == "attention_efficiency") {
+      if (!x.is_object()) throw Error(source + ": hardware key '" + at + "' must be an object");
+      // Replaces the base's entries as a whole ({} clears them: the curve again).
+      m->attention_efficiency.clear();
+      for (const auto& [name, y] : x.items()) {
+        const std::string field = at + "." + name;
+        if (!is_attention_efficiency_key(name))
+          throw Error(source + ": hardware key '" + field + "': '" + name +
+                      "' is not '<kernel>.hd<head_dim>' with kernel flash, cudnn or efficient, "
+                      "optionally with '.backward' (cudnn.hd64, flash.hd128.backward; the math "
+                      "kernel is costed by math_attention)");
+        m->attention_efficiency[name] = read_double(y, field, source);
+      }
     } else if (key == "host_dispatch_ns") {
       read_host_map(x, at, source, &m->host_dispatch_ns);
     } else if (key == "host_dispatch_per_param_ns") {
@@ -174,7 +221,8 @@ void op_level_from_json(const nlohmann::json& v, const std::string& source, OpLe
     } else {
       throw Error(source + ": unknown hardware key '" + at +
                   "' (sustained_clock_fraction, gemm, memory_efficiency, upcast_bytes, "
-                  "host_dispatch_ns, host_dispatch_per_param_ns)");
+                  "host_dispatch_ns, host_dispatch_per_param_ns, attention_efficiency, "
+                  "math_attention)");
     }
   }
 }
@@ -200,6 +248,8 @@ void validate_op_level(const OpLevelModel& m, const std::string& hardware_name) 
   count(m.gemm.tile_n, "gemm.tile_n", 1);
   count(m.gemm.alignment_elements, "gemm.alignment_elements", 1);
   for (const auto& [type, v] : m.memory_efficiency) fraction(v, "memory_efficiency." + type, false);
+  for (const auto& [key, v] : m.attention_efficiency)
+    fraction(v, "attention_efficiency." + key, false);
   const auto host = [&](const std::map<std::string, int64_t>& map, const std::string& name) {
     for (const auto& [key, v] : map)
       if (v < 0 || v > kMaxLatencyNs)

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/graph.h"
+#include "plan/sdpa.h"
 
 namespace shardscope::sim {
 
@@ -74,11 +75,34 @@ struct OpLevelModel {
   /// and copies each parameter (cast_params on the ag_copy_in stream); any
   /// other op, FSDP1's flat parameter included, counts one. [0, kMaxLatencyNs].
   std::map<std::string, int64_t> host_dispatch_per_param_ns;
+  /// Attention by the fused SDPA kernel PyTorch runs (plan::Schedule::
+  /// attention_kernels) and head_dim: the fraction of peak (x the sustained
+  /// clock) at which the op's FLOPs run, as the plan counts them (causal
+  /// 4 B T^2 H D forward, 2.5x that backward, the masked half included).
+  /// Keys "<kernel>.hd<head_dim>" and "<kernel>.hd<head_dim>.backward",
+  /// kernel flash, cudnn or efficient (attention_efficiency_key); a backward
+  /// key does not fall back to the forward's. Absent: "attention"'s
+  /// efficiency curve or scalar, as without it. Each in (0, 1].
+  std::map<std::string, double> attention_efficiency;
+  /// The math SDPA kernel (plan::SdpaKernel::math) costed as what it runs,
+  /// instead of as a fused kernel: its batched GEMMs in fp32 (the inputs
+  /// upcast below fp32), forward q k^T and p v, backward four, each
+  /// 2 B H T^2 D FLOPs at "linear"'s fp32 efficiency; plus the fp32 T x T
+  /// passes between them at HBM bandwidth x memory_efficiency_of("attention"
+  /// or "attention.backward"): forward 6 (scores written, the mask added in
+  /// place, softmax read and written, probabilities read), backward 7 (the
+  /// probabilities' gradient written, softmax backward reading two and
+  /// writing one, the scores' gradient read twice, the probabilities read
+  /// once). Kernels run one after another: the terms add.
+  bool math_attention = false;
 
   bool is_default() const {
     return sustained_clock_fraction == 1.0 && gemm.is_off() && memory_efficiency.empty() &&
-           !upcast_bytes && host_dispatch_ns.empty() && host_dispatch_per_param_ns.empty();
+           !upcast_bytes && host_dispatch_ns.empty() && host_dispatch_per_param_ns.empty() &&
+           attention_efficiency.empty() && !math_attention;
   }
+  /// attention_efficiency of (kernel, head_dim, direction); 0 when absent.
+  double attention_efficiency_of(plan::SdpaKernel kernel, int64_t head_dim, bool backward) const;
   /// memory_efficiency for `key` ("TYPE" or "TYPE.backward"), else 1.
   double memory_efficiency_of(const std::string& key) const;
   /// Host ns before launching an op of `key` (an efficiency key or op kind
@@ -88,6 +112,9 @@ struct OpLevelModel {
   /// params x host_dispatch_per_param_ns[key].
   int64_t host_dispatch_ns_of(const std::string& key, bool forward_graph_op, int64_t params) const;
 };
+
+/// "<kernel>.hd<head_dim>" (+ ".backward"): an attention_efficiency key.
+std::string attention_efficiency_key(plan::SdpaKernel kernel, int64_t head_dim, bool backward);
 
 /// tiles / (ceil(tiles / sm_count) x sm_count) for an m x n output; 1 when
 /// the model has no SM count or a dimension is not positive.
@@ -100,7 +127,8 @@ double gemm_unaligned_efficiency(const GemmShapeModel& gemm, plan::DType dtype, 
 
 nlohmann::json op_level_to_json(const OpLevelModel& m);
 /// Reads `v` (the value of key "op_level") over `*m`: keys given replace
-/// the base's, memory_efficiency entries merge. Throws Error naming the key.
+/// the base's (attention_efficiency as a whole: {} clears it),
+/// memory_efficiency entries merge. Throws Error naming the key.
 void op_level_from_json(const nlohmann::json& v, const std::string& source, OpLevelModel* m);
 /// Throws Error naming the first field out of range, with its value.
 void validate_op_level(const OpLevelModel& m, const std::string& hardware_name);

@@ -148,6 +148,18 @@ OpLevelModel hopper_op_level(int64_t sm_count) {
   // FSDP2's copy-in: a cast and a copy per parameter (bfloat16_copy_kernel,
   // Memcpy DtoD), 28.7 us apart per parameter.
   m.host_dispatch_per_param_ns = {{"cast_params", 28'700}};
+  // Attention by the SDPA kernel PyTorch picks (plan/sdpa.h: cuDNN on sm_90
+  // for fp16/bf16): the eager profile's cuDNN kernels at head_dim 64, B = 48,
+  // H = 12, T = 1024, per layer, FLOPs as the plan counts them (4 B T^2 H D =
+  // 1.546e11 forward, 2.5x backward) over 989 TFLOP/s. Forward
+  // (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_*): 230.41 us, 671
+  // TFLOP/s; backward (compute_dot_do_o 82.86 + flash_bprop 618.96 +
+  // convert_dq_to_16bits 66.10 us): 767.92 us, 503 TFLOP/s. Other kernels
+  // and head dims keep the FlashAttention-2 curves above.
+  m.attention_efficiency = {{"cudnn.hd64", 0.6785}, {"cudnn.hd64.backward", 0.5090}};
+  // The math fallback (fp32 with grouped KV heads on sm_90) as its fp32 GEMMs
+  // and T x T passes, not at a fused kernel's rate.
+  m.math_attention = true;
   return m;
 }
 

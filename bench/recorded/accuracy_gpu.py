@@ -52,7 +52,8 @@ OFF = {"op_level": {"sustained_clock_fraction": 1.0,
                     "host_dispatch_ns": {k: 0 for k in [
                         "layernorm", "linear", "attention", "residual", "default",
                         "cast_params"]},
-                    "host_dispatch_per_param_ns": {"cast_params": 0}},
+                    "host_dispatch_per_param_ns": {"cast_params": 0},
+                    "attention_efficiency": {}, "math_attention": False},
        "contention_factor": 1.1}
 # Only host dispatch switched off (the op-level model as it was before it).
 NO_HOST = {"op_level": {k: OFF["op_level"][k]

@@ -5,11 +5,13 @@
 // same comparison class by class; docs/accuracy.md holds the figures.
 //
 // The bound is 15% uncalibrated, its goal 10%. Eager B = 48 is
-// +2.0% (held at 15%); one-GPU FSDP2 B = 8 is -3.9% since host dispatch is
-// modelled (its forward is host-bound: kernels 38.4 of 51.6 ms), held at the
-// goal's 10%; -22.4% before that, -61% and -63% before the op-level model.
-// The host figures were read off the FSDP2 profile's forward, so that bound
-// is not an independent check (docs/accuracy.md). The calibrated bound (5%)
+// +0.9%; one-GPU FSDP2 B = 8 is -10.7% since attention is costed by the
+// cuDNN kernel PyTorch runs (-3.9% before: the FlashAttention-2 curve priced
+// its attention at +191%, hiding the rest of the gap); both held at the
+// issue's 15%. -22.4% before host dispatch was modelled, -61% and -63%
+// before the op-level model. The host figures were read off the FSDP2
+// profile's forward and the attention figures off the eager profile, so
+// neither bound is an independent check (docs/accuracy.md). The calibrated bound (5%)
 // has no test: calibrate needs FLOPs, and these profiles have no shapes.
 #include <catch2/catch.hpp>
 
@@ -55,14 +57,14 @@ TEST_CASE("uncalibrated h200-sxm predicts PyTorch eager GPT-2 B=48 within 15%",
   CHECK(std::fabs(e) < 0.15);
 }
 
-TEST_CASE("uncalibrated h200-sxm on PyTorch one-GPU FSDP2 B=8 (host-bound) within 10%",
+TEST_CASE("uncalibrated h200-sxm on PyTorch one-GPU FSDP2 B=8 (host-bound) within 15%",
           "[recorded][h200][accuracy]") {
   const double e = step_error("profile-torch-fsdp2-b8.trace.gz",
                               "--set mixed_precision.param_dtype=bf16 --set batch_size=8 --set "
                               "seq_len=1024 --set wrap.type=class --set "
                               "'wrap.classes=[\"GPT2Block\"]'");
   INFO("error " << 100 * e << "%");
-  CHECK(std::fabs(e) < 0.10);
+  CHECK(std::fabs(e) < 0.15);
 }
 
 TEST_CASE("calibrate on a profile without shapes says why it cannot fit",
