@@ -65,6 +65,14 @@ json parse_json_streaming(std::string_view text, const std::string& file,
     }
     return true;
   };
+  // nlohmann's lexer ends the input at a raw NUL byte, so a document followed
+  // by NULs and anything else would read; the JSON guard (json_guard.h), which
+  // load_trace runs on the same text, refuses them. A raw NUL is never valid
+  // JSON (in a string it must be escaped), so it is refused here, at its byte
+  // offset from the start (0-based, as the guard counts).
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    throw TraceError(ErrorKind::malformed, file, "byte " + std::to_string(nul),
+                     "invalid JSON: a NUL byte (never valid in JSON text)");
   try {
     return json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true);
   } catch (const json::parse_error& e) {

@@ -256,3 +256,25 @@ TEST_CASE(
   CHECK(r.position == whole_text_position);
   CHECK(r.stats.text_bytes == text.size());  // the reading thread read to the bad byte's chunk
 }
+
+TEST_CASE("a native JSON trace followed by NUL bytes is refused by the reader as by the guard",
+          "[input]") {
+  // Found by fuzz_native_json (2026-11-29): nlohmann's lexer stops at a NUL,
+  // so read_trace_json read what the guard refused as trailing bytes. Both
+  // name the NUL's offset from the start (0-based, as the guard counts).
+  const std::string doc =
+      "{\"format\":\"shardscope.trace\",\"version\":1,\"metadata\":{\"source\":\"simulator\"},"
+      "\"ranks\":[]}";
+  REQUIRE_NOTHROW(read_trace_json(doc, "t.json"));
+  const std::string text = doc + std::string(3, '\0') + "garbage";
+  try {
+    read_trace_json(text, "t.json");
+    FAIL("accepted a document followed by NUL bytes");
+  } catch (const TraceError& e) {
+    CHECK(e.kind() == ErrorKind::malformed);
+    CHECK_THAT(e.what(), Catch::Contains("byte " + std::to_string(doc.size()) +
+                                         ": invalid JSON: a NUL byte"));
+  }
+  CHECK_THAT(guard_error(text), Catch::Contains("byte " + std::to_string(doc.size()) +
+                                                ": invalid JSON: trailing bytes"));
+}
