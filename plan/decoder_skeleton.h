@@ -39,6 +39,26 @@ struct DecoderSkeleton {
   bool tie_word_embeddings = false;
 };
 
+// The skeleton's fields every decoder family's config names the same way
+// (hidden_size, vocab_size, num_hidden_layers, max_position_embeddings,
+// rms_norm_eps, tie_word_embeddings); the family sets rms_weight_offset itself
+// where it differs.
+template <class Config>
+DecoderSkeleton skeleton_of(const Config& c, const std::string& model_name,
+                            const std::string& family, const std::string& class_prefix) {
+  DecoderSkeleton s;
+  s.model_name = model_name;
+  s.family = family;
+  s.class_prefix = class_prefix;
+  s.hidden_size = c.hidden_size;
+  s.vocab_size = c.vocab_size;
+  s.num_hidden_layers = c.num_hidden_layers;
+  s.max_position_embeddings = c.max_position_embeddings;
+  s.rms_norm_eps = c.rms_norm_eps;
+  s.tie_word_embeddings = c.tie_word_embeddings;
+  return s;
+}
+
 struct DecoderHooks {
   // Layer `index`: `layer` is model.layers.<index> (PDecoderLayer), x [B, T, C]
   // its input; returns its output [B, T, C]. Required.

@@ -155,17 +155,8 @@ Graph build_gemma(const GemmaConfig& c, const std::string& name) {
   const SelfAttentionShape attn_shape{C, c.num_attention_heads, c.num_key_value_heads,
                                       D, c.attention_bias,      c.attention_bias};
 
-  DecoderSkeleton skeleton;
-  skeleton.model_name = name;
-  skeleton.family = c.model_type;
-  skeleton.class_prefix = P;
-  skeleton.hidden_size = C;
-  skeleton.vocab_size = c.vocab_size;
-  skeleton.num_hidden_layers = c.num_hidden_layers;
-  skeleton.max_position_embeddings = c.max_position_embeddings;
-  skeleton.rms_norm_eps = c.rms_norm_eps;
+  DecoderSkeleton skeleton = skeleton_of(c, name, c.model_type, P);
   skeleton.rms_weight_offset = 1.0;  // (1 + weight)
-  skeleton.tie_word_embeddings = c.tie_word_embeddings;
 
   DecoderHooks hooks;
   hooks.after_embedding = [&](GraphBuilder& gb, int model, int x) {

@@ -134,16 +134,7 @@ Graph build_llama(const LlamaConfig& c, const std::string& name) {
     throw Error("llama config for '" + name + "': unsupported hidden_act '" + c.hidden_act + "'");
   }
   const bool own_family = qwen2 || c.model_type == "qwen3";
-  DecoderSkeleton skeleton;
-  skeleton.model_name = name;
-  skeleton.family = own_family ? c.model_type : "llama";
-  skeleton.class_prefix = P;
-  skeleton.hidden_size = C;
-  skeleton.vocab_size = c.vocab_size;
-  skeleton.num_hidden_layers = c.num_hidden_layers;
-  skeleton.max_position_embeddings = c.max_position_embeddings;
-  skeleton.rms_norm_eps = c.rms_norm_eps;
-  skeleton.tie_word_embeddings = c.tie_word_embeddings;
+  const DecoderSkeleton skeleton = skeleton_of(c, name, own_family ? c.model_type : "llama", P);
 
   DecoderHooks hooks;
   hooks.layer = [&](GraphBuilder& gb, int layer, int64_t, int x) {

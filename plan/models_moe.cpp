@@ -209,16 +209,7 @@ Graph build_moe(const MoeConfig& c, const std::string& name) {
   const SelfAttentionShape attn_shape{
       C, c.num_attention_heads, c.num_key_value_heads, D, c.qkv_bias, false};
 
-  DecoderSkeleton skeleton;
-  skeleton.model_name = name;
-  skeleton.family = c.model_type;
-  skeleton.class_prefix = P;
-  skeleton.hidden_size = C;
-  skeleton.vocab_size = c.vocab_size;
-  skeleton.num_hidden_layers = c.num_hidden_layers;
-  skeleton.max_position_embeddings = c.max_position_embeddings;
-  skeleton.rms_norm_eps = c.rms_norm_eps;
-  skeleton.tie_word_embeddings = c.tie_word_embeddings;
+  const DecoderSkeleton skeleton = skeleton_of(c, name, c.model_type, P);
 
   DecoderHooks hooks;
   hooks.layer = [&](GraphBuilder& gb, int layer, int64_t i, int x) {

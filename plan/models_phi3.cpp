@@ -81,16 +81,7 @@ Graph build_phi3(const Phi3Config& c, const std::string& name) {
   const OpAttrs attn_attrs =
       rope_attention_attrs(c.rope_theta, static_cast<double>(D), c.rope_scaling, c.sliding_window);
 
-  DecoderSkeleton skeleton;
-  skeleton.model_name = name;
-  skeleton.family = "phi3";
-  skeleton.class_prefix = "Phi3";
-  skeleton.hidden_size = C;
-  skeleton.vocab_size = c.vocab_size;
-  skeleton.num_hidden_layers = c.num_hidden_layers;
-  skeleton.max_position_embeddings = c.max_position_embeddings;
-  skeleton.rms_norm_eps = c.rms_norm_eps;
-  skeleton.tie_word_embeddings = c.tie_word_embeddings;
+  const DecoderSkeleton skeleton = skeleton_of(c, name, "phi3", "Phi3");
 
   DecoderHooks hooks;
   hooks.layer = [&](GraphBuilder& gb, int layer, int64_t, int x) {
