@@ -91,7 +91,32 @@ def op_class(op):
 
 
 def cli(binary, *args):
-    return subprocess.run([binary, *args], check=True, capture_output=True, text=True).stdout
+    r = subprocess.run([binary, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"accuracy_gpu.py: {' '.join([binary, *args])} failed "
+                 f"(exit {r.returncode}):\n{r.stderr.strip()}")
+    return r.stdout
+
+
+def variant(hw, changes):
+    """A hardware JSON document: `hw` (a preset name, or a hardware JSON file,
+    whose keys are kept) with `changes` applied, nested objects merged key by
+    key (the file's other op_level fields stay)."""
+    if os.path.isfile(hw):
+        with open(hw) as f:
+            doc = json.load(f)
+    else:
+        doc = {"base": hw}
+
+    def merge(into, over):
+        for k, v in over.items():
+            if isinstance(v, dict) and v and isinstance(into.get(k), dict):
+                merge(into[k], v)
+            else:
+                into[k] = v
+        return into
+
+    return merge(doc, json.loads(json.dumps(changes)))
 
 
 def chrome_events(binary, trace, tmp):
@@ -141,10 +166,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         off = os.path.join(tmp, "op-level-off.json")
         with open(off, "w") as f:
-            json.dump(dict(OFF, base=a.hw), f)
+            json.dump(variant(a.hw, OFF), f)
         no_host = os.path.join(tmp, "host-dispatch-off.json")
         with open(no_host, "w") as f:
-            json.dump(dict(NO_HOST, base=a.hw), f)
+            json.dump(variant(a.hw, NO_HOST), f)
         for name, profile, sets in POLICIES:
             path = os.path.join(RECORDED, profile)
             measured, step = per_step(chrome_events(a.shardscope, path, tmp),
