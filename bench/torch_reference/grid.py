@@ -396,6 +396,13 @@ _NO_BUILDER_RUNS = [
     ("olmoe-1b-7b-l1", "fsdp2", "fp32", "fp32", 8, 1, 64, True, "full"),
     ("olmo2-1124-7b-l2", "fsdp2", "bf16", "fp32", 8, 1, 64, True, "full"),
     ("olmo2-1124-7b-l2", "fsdp2", "fp32", "fp32", 8, 1, 64, True, "none"),
+    # The other two of each causal LM's {bf16, fp32} x {no, full checkpointing}
+    ("stablelm-2-1.6b-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "none"),
+    ("stablelm-2-1.6b-l2", "fsdp2", "fp32", "fp32", 8, 1, 128, True, "full"),
+    ("olmoe-1b-7b-l1", "fsdp2", "bf16", "fp32", 8, 1, 64, True, "full"),
+    ("olmoe-1b-7b-l1", "fsdp2", "fp32", "fp32", 8, 1, 64, True, "none"),
+    ("olmo2-1124-7b-l2", "fsdp2", "bf16", "fp32", 8, 1, 64, True, "none"),
+    ("olmo2-1124-7b-l2", "fsdp2", "fp32", "fp32", 8, 1, 64, True, "full"),
 ]
 
 # Per-unit overrides (fsdp2: each fully_shard call its own arguments), named by a
