@@ -126,6 +126,8 @@ def main(argv=None):
     if not a.only:
         for sub in sorted(set(subdirs.values())):
             d = os.path.join(a.out_dir, sub)
+            if not os.path.isdir(d):
+                continue
             names = {n + ".json" for n, s in subdirs.items() if s == sub}
             stale = sorted(f for f in os.listdir(d) if f.endswith(".json") and f not in names)
             for f in stale:
