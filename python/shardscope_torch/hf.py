@@ -71,16 +71,24 @@ def export_args(raw, cfg, layers=None, attn_implementation="sdpa"):
 def no_padding_assumed():
     """While tracing: transformers' SDPA mask skip sees no padding mask (module docstring)."""
     from transformers import masking_utils
+    from transformers.modeling_attn_mask_utils import AttentionMaskConverter
     original = masking_utils._ignore_causal_mask_sdpa
+    # The older path (OPT and others still on modeling_attn_mask_utils): the same test.
+    original_converter = AttentionMaskConverter._ignore_causal_mask_sdpa
 
     def without_padding(padding_mask, *args, **kwargs):
         return original(None, *args, **kwargs)
 
+    def converter_without_padding(attention_mask, *args, **kwargs):
+        return original_converter(None, *args, **kwargs)
+
     masking_utils._ignore_causal_mask_sdpa = without_padding
+    AttentionMaskConverter._ignore_causal_mask_sdpa = staticmethod(converter_without_padding)
     try:
         yield
     finally:
         masking_utils._ignore_causal_mask_sdpa = original
+        AttentionMaskConverter._ignore_causal_mask_sdpa = staticmethod(original_converter)
 
 
 def no_split_modules(model_cls_name, cfg):
