@@ -26,7 +26,7 @@ bytes in fp32 units (numel * 4), as the graph format wants them.
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 
 class ExportError(RuntimeError):
@@ -81,7 +81,30 @@ class TracedOp:
         self.name = None
 
 
+def _gqa_shape(query, t):
+    """t's shape with its heads (dim 1) widened to query's: grouped-query attention costs
+    what attention over the query's heads costs."""
+    return (t.shape[0], query.shape[1], t.shape[2], t.shape[3])
+
+
+def _cpu_flash_flops(func, args):
+    """flop_counter's SDPA formulas for PyTorch's CPU flash kernel, which its registry lacks
+    (the kernel fake CPU tensors dispatch to). None for any other op."""
+    name = func._overloadpacket.__name__
+    if name == "_scaled_dot_product_flash_attention_for_cpu":
+        q, k, v = args[:3]
+        return sdpa_flop_count(q.shape, _gqa_shape(q, k), _gqa_shape(q, v))
+    if name == "_scaled_dot_product_flash_attention_for_cpu_backward":
+        grad_out, q, k, v = args[:4]
+        return sdpa_backward_flop_count(grad_out.shape, q.shape, _gqa_shape(q, k),
+                                        _gqa_shape(q, v))
+    return None
+
+
 def _flops(func, args, kwargs, out):
+    special = _cpu_flash_flops(func, args)
+    if special is not None:
+        return int(special)
     fn = flop_registry.get(func._overloadpacket)
     if fn is None:
         return 0

@@ -183,3 +183,32 @@ def test_cli_bad_config_exits_2(tmp_path):
                        cwd=os.path.dirname(os.path.dirname(__file__)))
     assert p.returncode == 2
     assert "missing key 'model_type'" in p.stderr
+
+
+class Attn(torch.nn.Module):
+    """Grouped-query causal SDPA: 4 query heads over 2 key/value heads of dim 8."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = torch.nn.Linear(32, 32, bias=False)
+        self.kv = torch.nn.Linear(32, 32, bias=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, 4, 8).transpose(1, 2)
+        k, v = self.kv(x).view(b, t, 2, 2, 8).permute(2, 0, 3, 1, 4)
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                             enable_gqa=True)
+        return o.float().sum()
+
+
+def test_cpu_flash_attention_flops_count_every_query_head():
+    g = export(Attn, lambda b, t: torch.randn(b, t, 32), sizes=SIZES)
+    (sdpa,) = [o for o in g["ops"] if o["attrs"]["kind"] == "attention"]
+    assert sdpa["attrs"]["aten"] == "aten._scaled_dot_product_flash_attention_for_cpu.default"
+    # forward: 2 bmm of B*4 heads x T x T x 8 = 2 * 2*4*8 * B*T^2; backward: 5 of them
+    assert sdpa["fwd_flops"] == "128*B*T^2"
+    assert sdpa["bwd_flops"] == "320*B*T^2"
+    # k and v are views of one kv projection output: one storage, one graph tensor
+    assert len(sdpa["inputs"]) == 2
+    assert sorted(sdpa["saved"]) == sorted(sdpa["inputs"] + sdpa["outputs"])
