@@ -44,6 +44,11 @@ def export_args(raw, cfg, layers=None, attn_implementation="sdpa"):
         for key in ("layer_types",):  # Gemma 2 and later: one entry per layer
             if isinstance(getattr(cfg, key, None), list):
                 setattr(cfg, key, getattr(cfg, key)[:layers])
+    if getattr(cfg, "layerdrop", 0) or getattr(cfg, "decoder_layerdrop", 0):
+        # A random set of layers per step: the exporter reads random draws as 0.5
+        # (tracer.RANDOM_DRAW_VALUE), which is right only when no layer can be dropped.
+        raise ValueError("layerdrop %s: a random subset of layers runs each step; only "
+                         "layerdrop 0 can be exported" % getattr(cfg, "layerdrop", 0))
     cfg._attn_implementation = attn_implementation
     vocab = int(getattr(cfg, "vocab_size"))
 

@@ -38,6 +38,28 @@ GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "convolution", "_conv
 
 DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
           torch.int64: "i64", torch.int32: "i32", torch.bool: "bool", torch.uint8: "u8"}
+# A one-element torch.rand draw is traced as the value RANDOM_DRAW_VALUE, the
+# stated assumption of docs/export.md: OPT's LayerDrop test
+# `torch.rand([]) < layerdrop` then keeps every layer when layerdrop is 0 (every
+# published config), whatever the draw. Any other value read is an error.
+RANDOM_DRAW_VALUE = 0.5
+
+
+def _fake_constant(value, shape, dtype):
+    """A fake tensor whose value FakeTensorMode knows (it propagates such constants)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    with unset_fake_temporarily():
+        real = torch.full(shape, value, dtype=dtype)
+    return mode.fake_tensor_converter.from_real_tensor(mode, real, make_constant=True)
+
+
+def _numel(size):
+    n = 1
+    for d in size:
+        n *= int(d)
+    return n
+
 INT_DTYPES = {"i64": 8, "i32": 4, "bool": 1, "u8": 1}
 
 
@@ -199,7 +221,13 @@ class Trace(TorchDispatchMode):
             return self._backward(func, args, kwargs)
         self._flush_pending()
         try:
-            out = func(*args, **kwargs)
+            if func is torch.ops.aten.rand.default and _numel(args[0]) == 1:
+                # A fake tensor with a known value: FakeTensorMode propagates constants, so a
+                # test on the draw (rand < layerdrop) reads a value instead of failing.
+                out = _fake_constant(RANDOM_DRAW_VALUE, list(args[0]),
+                                     kwargs.get("dtype") or torch.get_default_dtype())
+            else:
+                out = func(*args, **kwargs)
         except Exception as e:  # data-dependent shapes or values under fake tensors
             name = type(e).__name__
             if "DataDependent" in name or "DynamicOutputShape" in name:

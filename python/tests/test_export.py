@@ -212,3 +212,25 @@ def test_cpu_flash_attention_flops_count_every_query_head():
     # k and v are views of one kv projection output: one storage, one graph tensor
     assert len(sdpa["inputs"]) == 2
     assert sorted(sdpa["saved"]) == sorted(sdpa["inputs"] + sdpa["outputs"])
+
+
+class LayerDrop(torch.nn.Module):
+    """OPT's LayerDrop test, with layerdrop 0: every layer runs whatever the draw."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(2)])
+        self.layerdrop = 0.0
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.training and torch.rand([]) < self.layerdrop:
+                continue
+            x = layer(x)
+        return x.float().sum()
+
+
+def test_a_random_draw_is_traced_as_one_half_so_layerdrop_zero_keeps_every_layer():
+    g = export(LayerDrop, lambda b, t: torch.randn(b, t, 8), sizes=SIZES)
+    assert [o["name"] for o in g["ops"] if o["attrs"]["kind"] == "gemm"] == [
+        "layers.0.addmm", "layers.1.addmm"]
