@@ -6,7 +6,8 @@
 // and is simulated with.
 //
 //  - Communication: `plan --json`'s per-rank all-gather, reduce-scatter and
-//    all-reduce bytes and the units (names, parameter counts, shards) of the
+//    all-reduce bytes and the units (names, parameter counts, shards: not the
+//    module counts, the exported tree being the model's whole one) of the
 //    exported graph equal the native builder's exactly: the exporter recorded
 //    every parameter with its Hugging Face name, shape and module.
 //  - Peak memory: simulate's peak_requested_bytes on the exported graph within
@@ -56,10 +57,19 @@ std::vector<std::string> exported_names() {
   return out;
 }
 
-// Known gaps: reference name -> the largest |exported / native - 1| accepted,
-// with the reason in docs/export.md ("Validation").
+// Where the exported graph and the native builder disagree by more than 1%:
+// reference name -> the largest |exported / native - 1| accepted. In each the
+// native builder is the one off (docs/export.md, "Validation"): with a sliding
+// window below T, transformers builds an explicit [B, 1, T, T] mask in the
+// compute dtype that SDPA saves in every layer, and repeats k and v to every
+// query head (repeat_kv copies, also saved); the builders model neither,
+// and the exported graph is within 0.03% of the measured peak where the
+// native one is 1.6-2.5% low.
 const std::map<std::string, double>& known_gaps() {
-  static const std::map<std::string, double> gaps = {};
+  static const std::map<std::string, double> gaps = {
+      {"gemma2-h128-l2-gqa2-sw64-fsdp2-bf16-w8-b2-t128-rafT-ac0", 0.02},
+      {"mistral-h128-l2-gqa4-sw64-fsdp2-bf16-w8-b2-t128-rafT-ac0", 0.02},
+      {"phi3-h128-l2-gqa2-sw64-fsdp2-bf16-w8-b2-t128-rafT-ac0", 0.03}};
   return gaps;
 }
 
@@ -69,7 +79,8 @@ struct Predicted {
 
 Predicted predict(const std::string& model, const std::string& args) {
   Predicted p;
-  const auto plan = shardscope::test::run_cli("plan --model " + shell_quote(model) + args + " --json");
+  const auto plan =
+      shardscope::test::run_cli("plan --model " + shell_quote(model) + args + " --json");
   INFO(plan.output);
   REQUIRE(plan.status == 0);
   p.plan = json::parse(plan.output);
@@ -101,7 +112,15 @@ TEST_CASE("exported graphs of the reference models match the native builders",
     const Predicted native = predict(config, args);
     const Predicted exported = predict(graph, args);
     CHECK(exported.plan.at("params_total") == native.plan.at("params_total"));
-    CHECK(exported.plan.at("units") == native.plan.at("units"));
+    // The exported module tree is the real one (act_fn, rotary_emb, ... that the
+    // builders leave out), so units differ in "modules" only.
+    auto sharding = [](const json& units) {
+      json out = json::array();
+      for (const json& u : units)
+        out.push_back({u.at("name"), u.at("params"), u.at("shard_numel"), u.at("padded_numel")});
+      return out;
+    };
+    CHECK(sharding(exported.plan.at("units")) == sharding(native.plan.at("units")));
     CHECK(exported.plan.at("comm_bytes_per_rank") == native.plan.at("comm_bytes_per_rank"));
 
     const double nat = native.sim.at("peak_requested_bytes").get<double>();
@@ -116,6 +135,7 @@ TEST_CASE("exported graphs of the reference models match the native builders",
       ++within;
     } else {
       CHECK(std::fabs(err) <= gap->second);
+      CHECK(std::fabs(err_measured) <= 0.001);  // the exported graph is the accurate one
     }
   }
   CHECK(within + static_cast<int>(known_gaps().size()) == static_cast<int>(names.size()));
