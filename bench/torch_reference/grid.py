@@ -3,14 +3,17 @@
 Plain data, no torch import. A configuration ("spec") is a dict:
 
   family      "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "phi3"
-              | "gpt_neox" | "opt" | "mixtral" | "qwen2_moe"
-              (the Hugging Face model_type)
-  model       keyword arguments of GPT2Config / LlamaConfig / MistralConfig
-              (dropout probabilities are forced to 0 by the harness)
+              | "gpt_neox" | "opt" | "mixtral" | "qwen2_moe" | "olmoe" | "stablelm" | "olmo2"
+              (causal LMs) | "vit" (image classification): the Hugging Face model_type;
+              or "custom" (a model of models_custom.py)
+  model       keyword arguments of the family's config class (GPT2Config, ...,
+              ViTConfig; dropout probabilities are forced to 0 by the harness), or for
+              "custom" {"class": "UNet", "args": {constructor keyword arguments}}
   model_name  short label of the model, used in the file name
   flavor      "fsdp2" (fully_shard) | "fsdp1" (FullyShardedDataParallel)
   world       W, the fake process group's size (the run is rank 0 of W)
-  batch, seq  micro-batch size B and sequence length T
+  batch, seq  micro-batch size B and sequence length T (seq: causal LMs only; an image
+              model's input size is its own)
   param_dtype, reduce_dtype   "fp32" | "bf16"
   reshard     True | False | int k (fsdp2 only: reshard to k ranks after forward)
   ac          "none" | "full" (non-reentrant checkpoint of every decoder layer) |
@@ -22,6 +25,8 @@ Plain data, no torch import. A configuration ("spec") is a dict:
   overrides   (optional, fsdp2) [{"units": [unit names], "reshard", "param_dtype",
               "reduce_dtype"}]: per-unit fully_shard arguments, later entries winning
               (unit names: decoder-layer module paths, "<root>" for the root)
+  subdir      (optional) "no-builder": written to tests/reference/no-builder/ (models
+              shardscope has no builder for; the C++ test reads tests/reference/*.json)
 
 The models are small (hidden 128-256, 2-4 layers, vocab 1000-2051) with the
 ratios of the real families: GPT-2 MLP 4x, Llama/Mistral SwiGLU ~8/3 x
@@ -240,6 +245,55 @@ MODELS = {
                                   rms_norm_eps=1e-06, hidden_act="gelu_pytorch_tanh",
                                   hidden_activation="gelu_pytorch_tanh",
                                   attention_bias=False)),
+    # ---- Families shardscope has no builder for (tests/reference/no-builder/): the
+    # published config.json values of each model, fewer layers where noted.
+    # allenai/OLMoE-1B-7B-0924 (16 layers): q_norm/k_norm RMSNorm over the whole
+    # projection, 64 experts of width 1024, top-8, no shared expert, untied.
+    "olmoe-1b-7b-l1": ("olmoe", dict(hidden_size=2048, intermediate_size=1024,
+                                     num_hidden_layers=1, num_attention_heads=16,
+                                     num_key_value_heads=16, vocab_size=50304,
+                                     max_position_embeddings=4096, rope_theta=10000.0,
+                                     rope_scaling=None, rms_norm_eps=1e-05, hidden_act="silu",
+                                     attention_bias=False, clip_qkv=None, num_experts=64,
+                                     num_experts_per_tok=8, norm_topk_prob=False,
+                                     output_router_logits=False, router_aux_loss_coef=0.01,
+                                     initializer_range=0.02, pad_token_id=1,
+                                     bos_token_id=None, eos_token_id=50279,
+                                     tie_word_embeddings=False)),
+    # stabilityai/stablelm-2-1_6b (24 layers): LayerNorm with bias, q/k/v biases,
+    # partial rotary 0.25, sequential residual, untied 100352 vocabulary.
+    "stablelm-2-1.6b-l2": ("stablelm", dict(hidden_size=2048, intermediate_size=5632,
+                                            num_hidden_layers=2, num_attention_heads=32,
+                                            num_key_value_heads=32, vocab_size=100352,
+                                            max_position_embeddings=4096, rope_theta=10000,
+                                            partial_rotary_factor=0.25, layer_norm_eps=1e-05,
+                                            hidden_act="silu", use_qkv_bias=True,
+                                            qk_layernorm=False, use_parallel_residual=False,
+                                            initializer_range=0.02, bos_token_id=100257,
+                                            eos_token_id=100257, tie_word_embeddings=False)),
+    # allenai/OLMo-2-1124-7B (32 layers): post-sublayer RMSNorm (no pre-norm),
+    # q_norm/k_norm over the whole projection, untied 100352 vocabulary.
+    "olmo2-1124-7b-l2": ("olmo2", dict(hidden_size=4096, intermediate_size=11008,
+                                       num_hidden_layers=2, num_attention_heads=32,
+                                       num_key_value_heads=32, vocab_size=100352,
+                                       max_position_embeddings=4096, rope_theta=500000,
+                                       rope_scaling=None, rms_norm_eps=1e-06, hidden_act="silu",
+                                       attention_bias=False, initializer_range=0.02,
+                                       pad_token_id=100277, bos_token_id=None,
+                                       eos_token_id=100257, tie_word_embeddings=False)),
+    # google/vit-base-patch16-224 (all 12 layers): 196 patches + [CLS], pre-LN,
+    # GELU MLP 4x, q/k/v biases, a 1000-class head on [CLS] (no pooler).
+    "vit-base-p16-224": ("vit", dict(hidden_size=768, num_hidden_layers=12,
+                                     num_attention_heads=12, intermediate_size=3072,
+                                     hidden_act="gelu", layer_norm_eps=1e-12, image_size=224,
+                                     patch_size=16, num_channels=3, qkv_bias=True,
+                                     initializer_range=0.02, num_labels=1000)),
+    # models_custom.UNet: a DDPM-style diffusion UNet on 32 x 32 RGB, channels
+    # 128/256/256, attention at 8 x 8 (24,520,195 parameters).
+    "unet-c128-m122-s32": ("custom", {"class": "UNet",
+                                      "args": dict(in_channels=3, out_channels=3, image_size=32,
+                                                   base_channels=128, channel_mult=[1, 2, 2],
+                                                   num_res_blocks=2, num_heads=4, groups=32)}),
 }
 
 # (model, flavor, param_dtype, reduce_dtype, world, batch, seq, reshard, ac)
@@ -329,6 +383,21 @@ _RUNS = [
     ("gemma-2b-l2", "fsdp2", "bf16", "fp32", 8, 2, 64, True, "full"),
 ]
 
+# Families shardscope has no builder for, written to tests/reference/no-builder/
+# (the C++ test reads tests/reference/*.json only). seq None: an image model.
+_NO_BUILDER_RUNS = [
+    ("unet-c128-m122-s32", "fsdp2", "bf16", "fp32", 8, 2, None, True, "none"),
+    ("unet-c128-m122-s32", "fsdp2", "fp32", "fp32", 4, 4, None, True, "full"),
+    ("vit-base-p16-224", "fsdp2", "bf16", "fp32", 8, 2, None, True, "none"),
+    ("vit-base-p16-224", "fsdp2", "fp32", "fp32", 4, 2, None, True, "full"),
+    ("stablelm-2-1.6b-l2", "fsdp2", "bf16", "fp32", 8, 2, 128, True, "full"),
+    ("stablelm-2-1.6b-l2", "fsdp2", "fp32", "fp32", 8, 1, 128, True, "none"),
+    ("olmoe-1b-7b-l1", "fsdp2", "bf16", "fp32", 8, 1, 64, True, "none"),
+    ("olmoe-1b-7b-l1", "fsdp2", "fp32", "fp32", 8, 1, 64, True, "full"),
+    ("olmo2-1124-7b-l2", "fsdp2", "bf16", "fp32", 8, 1, 64, True, "full"),
+    ("olmo2-1124-7b-l2", "fsdp2", "fp32", "fp32", 8, 1, 64, True, "none"),
+]
+
 # Per-unit overrides (fsdp2: each fully_shard call its own arguments), named by a
 # label appended to the configuration's name: (label, run as in _RUNS, overrides).
 _OVERRIDE_RUNS = [
@@ -357,12 +426,14 @@ def _raf_label(reshard):
 
 def spec_name(spec):
     """gpt2-h128-l2-fsdp2-bf16-w8-b2-t128-rafT-ac0 (reduce dtype only when it differs
-    from fp32; ac as _ac_label writes it)."""
+    from fp32; ac as _ac_label writes it; no -t for image models, whose input size is
+    in the model name)."""
     dt = spec["param_dtype"]
     if spec["reduce_dtype"] != "fp32":
         dt += "-r" + spec["reduce_dtype"]
-    return "%s-%s-%s-w%d-b%d-t%d-%s-%s" % (
-        spec["model_name"], spec["flavor"], dt, spec["world"], spec["batch"], spec["seq"],
+    seq = "-t%d" % spec["seq"] if "seq" in spec else ""
+    return "%s-%s-%s-w%d-b%d%s-%s-%s" % (
+        spec["model_name"], spec["flavor"], dt, spec["world"], spec["batch"], seq,
         _raf_label(spec["reshard"]), _ac_label(spec["ac"]))
 
 
@@ -379,12 +450,18 @@ def make_spec(model_name, flavor, param_dtype, reduce_dtype, world, batch, seq, 
     spec = dict(family=family, model=dict(model), model_name=model_name, flavor=flavor,
                 world=world, batch=batch, seq=seq, param_dtype=param_dtype,
                 reduce_dtype=reduce_dtype, reshard=reshard, ac=ac, steps=steps)
+    if seq is None:  # an image model: its input size is its own
+        del spec["seq"]
     spec["name"] = spec_name(spec)
     return spec
 
 
 def grid():
     specs = [make_spec(*r) for r in _RUNS]
+    for run in _NO_BUILDER_RUNS:
+        spec = make_spec(*run)
+        spec["subdir"] = "no-builder"
+        specs.append(spec)
     for label, run, overrides in _OVERRIDE_RUNS:
         spec = make_spec(*run)
         spec["overrides"] = overrides

@@ -34,6 +34,9 @@ import sys
 import traceback
 import warnings
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import workloads  # noqa: E402
+
 FORMAT = "shardscope.torch_reference"
 VERSION = 1
 
@@ -64,10 +67,18 @@ FAMILIES = {
                 {"attention_dropout": 0.0, "router_jitter_noise": 0.0}),
     "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", "Qwen2MoeDecoderLayer",
                   {"attention_dropout": 0.0}),
+    # Families shardscope has no builder for (references under tests/reference/no-builder/)
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", "OlmoeDecoderLayer",
+              {"attention_dropout": 0.0}),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", "StableLmDecoderLayer",
+                 {"attention_dropout": 0.0, "hidden_dropout": 0.0}),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", "Olmo2DecoderLayer",
+              {"attention_dropout": 0.0}),
 }
 # Mixture-of-experts families: the router is the `gate` Linear of each sparse MoE
 # block; its top-k decides how many tokens every expert computes (recorded per layer).
-MOE_BLOCKS = {"mixtral": "MixtralSparseMoeBlock", "qwen2_moe": "Qwen2MoeSparseMoeBlock"}
+MOE_BLOCKS = {"mixtral": "MixtralSparseMoeBlock", "qwen2_moe": "Qwen2MoeSparseMoeBlock",
+              "olmoe": "OlmoeSparseMoeBlock"}
 FLAVORS = ("fsdp1", "fsdp2")
 DTYPE_KEYS = ("fp32", "bf16")
 # "torchtitan": torchtitan v0.2.2's op-level selective checkpointing
@@ -108,11 +119,16 @@ def ac_wrapper(torch_reference_dir, ac):
                                  early_stop=False)
     return functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 SPEC_KEYS = {"name", "family", "model", "model_name", "flavor", "world", "batch", "seq",
-             "param_dtype", "reduce_dtype", "reshard", "ac", "steps", "overrides"}
+             "param_dtype", "reduce_dtype", "reshard", "ac", "steps", "overrides", "subdir"}
 # One entry of a spec's "overrides" (fsdp2 only): the fully_shard arguments of the
 # units it names (decoder-layer paths, "<root>" for the root), in list order, a
 # later entry winning for the keys it sets.
 OVERRIDE_KEYS = {"units", "reshard", "param_dtype", "reduce_dtype"}
+
+
+# Folders under tests/reference/ a spec may be written to (run_grid.py): "no-builder"
+# holds models shardscope has no builder for, which the C++ test does not build.
+SUBDIRS = ("no-builder",)
 
 
 class SpecError(Exception):
@@ -230,17 +246,32 @@ def check_spec(spec):
     unknown = sorted(set(spec) - SPEC_KEYS)
     if unknown:
         bad("unknown key(s) %s (known: %s)" % (unknown, sorted(SPEC_KEYS)))
-    for k in ("name", "family", "model", "flavor", "world", "batch", "seq", "param_dtype",
+    for k in ("name", "family", "model", "flavor", "world", "batch", "param_dtype",
               "reduce_dtype", "reshard", "ac"):
         if k not in spec:
             bad("missing key '%s'" % k)
-    if spec["family"] not in FAMILIES:
-        bad("unknown model family '%s' (known: %s)" % (spec["family"], ", ".join(FAMILIES)))
+    kind = workloads.kind_of(spec["family"], FAMILIES)
+    if kind is None:
+        bad("unknown model family '%s' (known: %s)" % (
+            spec["family"], ", ".join(list(FAMILIES) + list(workloads.VISION_FAMILIES)
+                                      + [workloads.CUSTOM_FAMILY])))
     if not isinstance(spec["model"], dict):
-        bad("'model' must be an object of %s keyword arguments" % FAMILIES[spec["family"]][0])
+        bad("'model' must be an object (%s)" % (
+            "%s keyword arguments" % FAMILIES[spec["family"]][0] if kind == "causal_lm" else
+            "%s keyword arguments" % workloads.VISION_FAMILIES[spec["family"]][0]
+            if kind == "image_classification" else '{"class": ..., "args": {...}}'))
+    # A causal LM's sequence length is the spec's; an image model's input size is its
+    # config's (image_size), so a seq there would be ignored: refused instead.
+    if kind == "causal_lm" and "seq" not in spec:
+        bad("missing key 'seq'")
+    if kind != "causal_lm" and "seq" in spec:
+        bad("'seq' is for causal LMs; family '%s' takes its input size from the model "
+            "(image_size)" % spec["family"])
+    if "subdir" in spec and spec["subdir"] not in SUBDIRS:
+        bad("'subdir' must be one of %s, got %r" % (SUBDIRS, spec["subdir"]))
     if spec["flavor"] not in FLAVORS:
         bad("unknown flavor '%s' (known: fsdp1, fsdp2)" % spec["flavor"])
-    for k in ("world", "batch", "seq"):
+    for k in ("world", "batch") + (("seq",) if kind == "causal_lm" else ()):
         if not isinstance(spec[k], int) or isinstance(spec[k], bool) or spec[k] < 1:
             bad("'%s' must be a positive integer, got %r" % (k, spec[k]))
     if "steps" in spec and (not isinstance(spec["steps"], int) or spec["steps"] < 2):
@@ -302,21 +333,23 @@ def unit_fsdp_args(spec, unit_names):
     return out
 
 
-def shardscope_args(spec, wrap_class):
-    """The flags that describe the same run to `shardscope simulate --model CONFIG.json`."""
+def shardscope_args(spec, wrap_classes):
+    """The flags that describe the same run to `shardscope simulate --model CONFIG.json`
+    (no seq_len for models whose input size is their own)."""
     r = spec["reshard"]
     raf = "true" if r is True else "false" if r is False else str(r)
     args = ["--world", str(spec["world"]),
             "--set", "flavor=" + spec["flavor"],
             "--set", "wrap.type=class",
-            "--set", 'wrap.classes=["%s"]' % wrap_class,
+            "--set", "wrap.classes=" + json.dumps(wrap_classes, separators=(",", ":")),
             "--set", "reshard_after_forward=" + raf,
             "--set", "mixed_precision.param_dtype=" + spec["param_dtype"],
             "--set", "mixed_precision.reduce_dtype=" + spec["reduce_dtype"],
             "--set", "activation_checkpointing=" + ac_policy_value(spec["ac"]),
             "--set", "optimizer=adamw",
-            "--set", "batch_size=%d" % spec["batch"],
-            "--set", "seq_len=%d" % spec["seq"]]
+            "--set", "batch_size=%d" % spec["batch"]]
+    if "seq" in spec:
+        args += ["--set", "seq_len=%d" % spec["seq"]]
     if spec.get("overrides"):
         ov = []
         for o in spec["overrides"]:
@@ -421,30 +454,18 @@ def run(spec, device="cpu", snapshot_path=None):
     check_private_api(torch.__version__)
     dev = cuda_device(torch) if cuda else torch.device("cpu")
     family = spec["family"]
-    cfg_cls_name, lm_cls_name, block_cls_name, zero_dropout = FAMILIES[family]
     flavor = spec["flavor"]
-    W, B, T = spec["world"], spec["batch"], spec["seq"]
+    W = spec["world"]
     steps = spec.get("steps", 3)
     name = spec["name"]
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     pdt, rdt = dtypes[spec["param_dtype"]], dtypes[spec["reduce_dtype"]]
 
-    # -- the Hugging Face config, written as config.json would be, and rebuilt from it
-    kwargs = dict(spec["model"])
-    kwargs.update(zero_dropout)
-    kwargs["use_cache"] = False  # training: no KV cache kept alive during forward
-    try:
-        cfg0 = getattr(transformers, cfg_cls_name)(**kwargs)
-    except Exception as e:  # noqa: BLE001 - reported with the configuration's name
-        raise SpecError("configuration '%s': %s(**model) failed: %s: %s"
-                        % (name, cfg_cls_name, type(e).__name__, e))
-    config = cfg0.to_diff_dict()
-    config.pop("transformers_version", None)
-    config["architectures"] = [lm_cls_name]
-    # to_diff_dict drops values equal to PretrainedConfig's defaults; this one matters
-    config["tie_word_embeddings"] = bool(cfg0.tie_word_embeddings)
-    rebuilt = dict(config)
-    cfg = transformers.AutoConfig.for_model(rebuilt.pop("model_type"), **rebuilt)
+    # -- the model's description (a Hugging Face config, written as config.json would be,
+    # or a custom model's constructor), its inputs and its loss: workloads.py
+    work = workloads.make(spec, transformers, FAMILIES, SpecError)
+    config = work.config
+    block_cls_names = work.block_class_names
 
     # -- fake process group: this process is rank 0 of W
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -467,13 +488,14 @@ def run(spec, device="cpu", snapshot_path=None):
         # Profiler memory accounting starts here, before the model exists, so its
         # running total is absolute for everything this run allocates.
         torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
-        if model.config._attn_implementation != "sdpa":
+        model = work.build()
+        if config is not None and model.config._attn_implementation != "sdpa":
             raise RefusedError("configuration '%s': transformers chose attention '%s', not sdpa"
                                % (name, model.config._attn_implementation))
         model.train()
         params_total = sum(p.numel() for p in model.parameters())
-        block_cls = type(next(m for m in model.modules() if type(m).__name__ == block_cls_name))
+        block_cls = tuple(type(next(m for m in model.modules() if type(m).__name__ == n))
+                          for n in block_cls_names)
         # Routing. With the fake process group the all-gathered weights are
         # uninitialized, so the router's own logits are meaningless (on CPU they
         # send every token to the same two experts). The router's output is
@@ -484,7 +506,7 @@ def run(spec, device="cpu", snapshot_path=None):
         # MoE layer in the measured step are recorded (top-k of what the block sees).
         routing = {}
         if family in MOE_BLOCKS:
-            top_k = int(cfg.num_experts_per_tok)
+            top_k = int(work.cfg.num_experts_per_tok)
             for mname, mod in model.named_modules():
                 if type(mod).__name__ != MOE_BLOCKS[family]:
                     continue
@@ -526,15 +548,9 @@ def run(spec, device="cpu", snapshot_path=None):
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                                       weight_decay=0.01, foreach=True)
         gen = torch.Generator().manual_seed(1)
-        x = torch.randint(0, cfg.vocab_size, (B, T), generator=gen)
-        # An all-ones attention mask, as a tokenizer gives for unpadded text. Without it
-        # transformers 4.57 (use_cache=False, position_ids derived) checks for packed
-        # sequences and materializes a B x 1 x T x T mask, which also turns off SDPA's
-        # native GQA (K/V get repeated); with it, SDPA runs with is_causal=True and no
-        # mask (except where a sliding window shorter than T needs one).
-        mask = torch.ones(B, T, dtype=torch.int64)
+        inputs = work.inputs(torch, gen)
         if cuda:
-            x, mask = x.to(dev), mask.to(dev)
+            inputs = {k: v.to(dev) for k, v in inputs.items()}
             # Release what building the whole model on the GPU and sharding it left in
             # the cache: steps 1 and 2 then fill the cache as training does, and the
             # measured step 3 sees the steady state.
@@ -548,7 +564,8 @@ def run(spec, device="cpu", snapshot_path=None):
             measured = step == steps - 1
             if measured:
                 gc.collect()
-                tracker = make_tracker(torch, flavor, model, optimizer, (x, mask), recorder, dev)
+                tracker = make_tracker(torch, flavor, model, optimizer, tuple(inputs.values()),
+                                       recorder, dev)
                 tracker.__enter__()
                 step_start_snapshot = tracker.snapshot_total()
                 if cuda:
@@ -562,7 +579,7 @@ def run(spec, device="cpu", snapshot_path=None):
                 with record_function("ref::step%d" % step):
                     recorder.phase = "forward"
                     with record_function("ref::forward"):
-                        loss = model(input_ids=x, attention_mask=mask, labels=x).loss
+                        loss = work.loss(model, inputs)
                     recorder.phase = "backward"
                     with record_function("ref::backward"):
                         loss.backward()
@@ -617,12 +634,15 @@ def run(spec, device="cpu", snapshot_path=None):
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
-        "config": config,
+        # A Hugging Face config (config.json), or for a custom model its constructor
+        **({"config": config} if config is not None else {"model_constructor": work.constructor()}),
         "setup": {
             "flavor": flavor,
             "world": W,
-            "batch": B,
-            "seq_len": T,
+            "batch": spec["batch"],
+            **({"seq_len": spec["seq"]} if "seq" in spec else {}),
+            **({} if work.kind == "causal_lm" else {
+                "task": work.kind, "inputs": workloads.describe_inputs(inputs)}),
             "param_dtype": spec["param_dtype"],
             "reduce_dtype": spec["reduce_dtype"],
             "reshard_after_forward": spec["reshard"],
@@ -637,30 +657,25 @@ def run(spec, device="cpu", snapshot_path=None):
                 "aten._scaled_dot_product_flash_attention_for_cpu added to the save list as the "
                 "CPU stand-in for the GPU SDPA kernels" if spec["ac"] == "torchtitan" else
                 "checkpoint_wrapper(NO_REENTRANT) on the chosen decoder layers"),
-            "wrap_classes": [block_cls_name],
+            "wrap_classes": block_cls_names,
             "optimizer": "adamw",
             "optimizer_args": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
                                "weight_decay": 0.01},
             "foreach": True,
             "zero_grad_set_to_none": True,
-            "call": "loss = model(input_ids=x, attention_mask=ones(B, T), labels=x).loss "
-                    "(x: B x T int64 random tokens, also the labels; Hugging Face's own "
-                    "causal-LM loss)",
-            "use_cache": False,
-            "attn_implementation": "sdpa",
-            "dropout": "all dropout probabilities 0: " + ", ".join(sorted(zero_dropout)),
+            **work.setup(),
             "steps": steps,
             "measured_step": steps,
             "device": "cpu",
             "process_group": "fake (rank 0 of world)",
         },
-        "shardscope_args": shardscope_args(spec, block_cls_name),
+        "shardscope_args": shardscope_args(spec, block_cls_names),
         "model": {"params_total": params_total, "units": units},
         "collectives": collectives,
         "collective_totals": totals_by_op(collectives),
         "collectives_check": check,
         "attention_kernels": prof_mem["attention_ops"],
-        **({"routing": {"top_k": int(cfg.num_experts_per_tok),
+        **({"routing": {"top_k": int(work.cfg.num_experts_per_tok),
                         "tokens_per_expert": routing,
                         "forced": "router output = 0 * logits + a pattern giving token i "
                                   "experts i % E, (i + 1) % E, ... (every expert B*T*k/E "
@@ -762,13 +777,15 @@ def cuda_record(torch, record, dev, tracker, cuda_at, name):
 # ---- sharding ----------------------------------------------------------------------
 
 def _decoder_layers(model, block_cls):
-    """(parent ModuleList, index, path) of every decoder layer, in forward order."""
-    out = []
-    for path, mod in model.named_modules():
+    """(parent module, attribute name, path) of every module of the block class(es), in
+    named_modules() order: registration order, which is forward order for the models
+    here (a UNet's down path, middle and up path hang off different parents)."""
+    parents = {}
+    for mod in model.modules():
         for cname, child in mod.named_children():
-            if isinstance(child, block_cls):
-                out.append((mod, cname, (path + "." if path else "") + cname))
-    return out
+            parents.setdefault(id(child), (mod, cname))
+    return [parents[id(mod)] + (path,) for path, mod in model.named_modules()
+            if path and isinstance(mod, block_cls)]
 
 
 def _checkpoint_wrap(layers, ac):
@@ -848,8 +865,9 @@ def shard_fsdp1(torch, model, block_cls, spec, pdt, rdt, unit_names, recorder, d
     if pdt != torch.float32 or rdt != torch.float32:
         mp = MixedPrecision(param_dtype=pdt, reduce_dtype=rdt)
     strategy = ShardingStrategy.FULL_SHARD if spec["reshard"] else ShardingStrategy.SHARD_GRAD_OP
-    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({block_cls}), sharding_strategy=strategy,
-                   mixed_precision=mp, use_orig_params=True, device_id=dev)
+    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy(set(block_cls)),
+                   sharding_strategy=strategy, mixed_precision=mp, use_orig_params=True,
+                   device_id=dev)
     if spec["ac"] != "none":
         # FSDP1's documented order: wrap first, then checkpoint the blocks inside the units.
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (

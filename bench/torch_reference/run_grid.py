@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerates tests/reference/<name>.json for the configurations of grid.py.
+"""Regenerates tests/reference/<name>.json for the configurations of grid.py
+(tests/reference/no-builder/<name>.json for those grid.py marks "no-builder").
 
 Each configuration runs in its own Python process (harness.py): a fresh fake
 process group, a fresh model, and no state carried from one run to the next.
@@ -31,7 +32,9 @@ import grid  # noqa: E402
 
 
 def run_one(python, spec, out_dir, device="cpu", timeout=None):
-    out = os.path.join(out_dir, spec["name"] + ".json")
+    # tests/reference/<subdir>/ for the specs that name one (grid.py: "no-builder")
+    out = os.path.join(out_dir, spec.get("subdir", ""), spec["name"] + ".json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
     env = dict(os.environ)
     # One intra-op thread per run: results do not depend on it (allocation sizes
     # are shapes), and the machine stays usable.
@@ -100,6 +103,7 @@ def main(argv=None):
         specs = [s for s in specs if s["name"] in a.only]
     os.makedirs(a.out_dir, exist_ok=True)
 
+    subdirs = {s["name"]: s.get("subdir", "") for s in specs}
     t0 = time.time()
     failed = []
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
@@ -109,7 +113,8 @@ def main(argv=None):
             name, rc, secs, err = f.result()
             status = "ok" if rc == 0 else "TIMEOUT" if rc is None else "FAILED (exit %d)" % rc
             if rc == 0 and a.device == "cuda":
-                status += "  " + cuda_summary(os.path.join(a.out_dir, name + ".json"))
+                status += "  " + cuda_summary(os.path.join(a.out_dir, subdirs[name],
+                                                           name + ".json"))
             print("[%2d/%d] %-58s %6.1f s  %s" % (i + 1, len(specs), name, secs, status),
                   flush=True)
             if rc != 0:
@@ -119,11 +124,13 @@ def main(argv=None):
                 failed.append(name)
     print("%d configuration(s) in %.1f s; %d failed" % (len(specs), time.time() - t0, len(failed)))
     if not a.only:
-        names = {s["name"] + ".json" for s in specs}
-        stale = sorted(f for f in os.listdir(a.out_dir)
-                       if f.endswith(".json") and f not in names)
-        for f in stale:
-            print("note: %s is not a configuration of grid.py any more (remove it by hand)" % f)
+        for sub in sorted(set(subdirs.values())):
+            d = os.path.join(a.out_dir, sub)
+            names = {n + ".json" for n, s in subdirs.items() if s == sub}
+            stale = sorted(f for f in os.listdir(d) if f.endswith(".json") and f not in names)
+            for f in stale:
+                print("note: %s is not a configuration of grid.py any more (remove it by hand)"
+                      % os.path.join(sub, f))
     return 1 if failed else 0
 
 

@@ -235,6 +235,107 @@ TEST_CASE("the CPU references hold every family at a published size", "[cli][ref
   CHECK(tying == std::set<std::string>{"tied", "untied"});
 }
 
+// Issue 37: PyTorch FSDP2 references of models shardscope has no builder for
+// (tests/reference/no-builder/, read only by tests of exported graphs). Each
+// names what rebuilds it (a Hugging Face config, or a custom nn.Module's
+// constructor) and its inputs, and is what FSDP2 makes of its units: every
+// all-gather is its unit's padded shard in the parameter dtype times the group,
+// every reduce-scatter its shard in the reduce dtype times the group; with
+// reshard_after_forward=true each non-root unit gathers twice, the root once,
+// and each unit reduces once; forward gathers the root, then the units in the
+// order `units` lists them; the peak's categories sum to the peak.
+TEST_CASE("the references of models with no builder are complete and FSDP2-consistent",
+          "[cli][reference]") {
+  const std::map<std::string, int64_t> dtype_bytes = {{"fp32", 4}, {"bf16", 2}};
+  std::map<std::string, std::set<std::string>> variants;  // model -> "dtype ac"
+  const std::vector<std::filesystem::path> refs = references("reference/no-builder");
+  for (const auto& path : refs) {
+    const json ref = read_json(path.string());
+    const std::string name = ref.at("name").get<std::string>();
+    INFO(name);
+    REQUIRE(ref.at("format") == "shardscope.torch_reference");
+    REQUIRE(ref.at("version") == 1);
+    const json& setup = ref.at("setup");
+    std::string model;
+    if (ref.contains("config")) {
+      model = ref.at("config").at("architectures").at(0).get<std::string>();
+    } else {
+      const json& ctor = ref.at("model_constructor");
+      CHECK(ctor.at("module") == "bench/torch_reference/models_custom.py");
+      CHECK(!ctor.at("args").empty());
+      model = ctor.at("class").get<std::string>();
+    }
+    // Image models list their inputs (shape, dtype); causal LMs have B x T tokens.
+    CHECK((setup.contains("inputs") ? !setup.at("inputs").empty() : setup.contains("seq_len")));
+    CHECK(!setup.at("wrap_classes").empty());
+    CHECK(setup.at("flavor") == "fsdp2");
+    CHECK(setup.at("reshard_after_forward") == true);
+    variants[model].insert(setup.at("param_dtype").get<std::string>() + " " +
+                           setup.at("activation_checkpointing").get<std::string>());
+
+    const int64_t world = setup.at("world").get<int64_t>();
+    const json& units = ref.at("model").at("units");
+    REQUIRE(units.size() >= 2);
+    REQUIRE(units.back().at("name") == "<root>");
+    std::map<std::string, int64_t> shard;
+    int64_t params = 0;
+    std::vector<std::string> order = {"<root>"};
+    for (const json& u : units) {
+      CHECK(u.at("local_numel").get<int64_t>() * world >= u.at("params").get<int64_t>());
+      shard[u.at("name").get<std::string>()] = u.at("local_numel").get<int64_t>();
+      params += u.at("params").get<int64_t>();
+      if (u.at("name") != "<root>") order.push_back(u.at("name").get<std::string>());
+    }
+    CHECK(params == ref.at("model").at("params_total").get<int64_t>());
+    const int64_t param_bytes = dtype_bytes.at(setup.at("param_dtype").get<std::string>());
+    const int64_t reduce_bytes = dtype_bytes.at(setup.at("reduce_dtype").get<std::string>());
+    std::vector<std::string> forward_gathers;
+    size_t gathers = 0, reductions = 0;
+    for (const json& c : ref.at("collectives")) {
+      const std::string unit = c.at("unit").get<std::string>();
+      const int64_t n = c.at("group_size").get<int64_t>();
+      CHECK(n == world);
+      if (c.at("op") == "all_gather") {
+        ++gathers;
+        CHECK(c.at("input_bytes").get<int64_t>() == shard.at(unit) * param_bytes);
+        CHECK(c.at("output_bytes").get<int64_t>() == c.at("input_bytes").get<int64_t>() * n);
+        if (c.at("phase") == "forward") forward_gathers.push_back(unit);
+      } else {
+        REQUIRE(c.at("op") == "reduce_scatter");
+        ++reductions;
+        CHECK(c.at("output_bytes").get<int64_t>() == shard.at(unit) * reduce_bytes);
+        CHECK(c.at("input_bytes").get<int64_t>() == c.at("output_bytes").get<int64_t>() * n);
+      }
+    }
+    CHECK(gathers == 2 * units.size() - 1);
+    CHECK(reductions == units.size());
+    CHECK(forward_gathers == order);
+    CHECK(ref.at("collectives_check").at("agrees") == true);
+
+    const json& peak = ref.at("peak");
+    int64_t categories = 0;
+    for (const auto& [category, bytes] : peak.at("breakdown").items())
+      categories += bytes.get<int64_t>();
+    CHECK(categories == peak.at("allocated_bytes").get<int64_t>());
+    CHECK(!peak.at("at").at("pass").get<std::string>().empty());
+  }
+  // Issue 37's families: three causal LMs, a ViT and a UNet, each in bf16 and fp32,
+  // and the causal LMs with and without full checkpointing among their runs.
+  const std::set<std::string> both_dtypes = {"bf16", "fp32"};
+  for (const char* model : {"OlmoeForCausalLM", "StableLmForCausalLM", "Olmo2ForCausalLM",
+                            "ViTForImageClassification", "UNet"}) {
+    INFO(model);
+    std::set<std::string> dtypes, checkpointing;
+    for (const std::string& v : variants[model]) {
+      dtypes.insert(v.substr(0, v.find(' ')));
+      checkpointing.insert(v.substr(v.find(' ') + 1));
+    }
+    CHECK(dtypes == both_dtypes);
+    CHECK(checkpointing == std::set<std::string>{"full", "none"});
+  }
+  CHECK(refs.size() == 10);
+}
+
 TEST_CASE("shardscope matches the PyTorch FSDP references recorded on an H200",
           "[cli][reference]") {
   // CUDA runs (tests/reference/cuda/): the tracker counts storages rounded up
