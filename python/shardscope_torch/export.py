@@ -65,7 +65,18 @@ def _inputs_of(example_inputs, b, t):
     return tuple(got), {}, [("input%d" % i, x) for i, x in enumerate(got)]
 
 
-def _trace_one(model, mod_tables, params, buffers, example_inputs, loss_fn, b, t, dtype):
+def _cast_floating(x, dtype):
+    if isinstance(x, torch.Tensor) and x.dtype.is_floating_point and x.dtype != dtype:
+        return x.to(dtype)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cast_floating(y, dtype) for y in x)
+    if isinstance(x, dict):
+        return {k: _cast_floating(v, dtype) for k, v in x.items()}
+    return x
+
+
+def _trace_one(model, mod_tables, params, buffers, example_inputs, loss_fn, step_fn, b, t,
+               dtype, cast_inputs):
     names, _, _, _, index = mod_tables
     tr = Trace(model, dtype, index)
     tr.module_names_list = names
@@ -85,13 +96,22 @@ def _trace_one(model, mod_tables, params, buffers, example_inputs, loss_fn, b, t
     def post(m, _inp, _out):
         tr.stack.pop()
 
+    def cast(_m, a, kw):
+        # FSDP2's root pre-forward casts the floating forward inputs to param_dtype
+        # (MixedPrecisionPolicy.cast_forward_inputs): a copy in the root unit.
+        return _cast_floating(a, dtype), _cast_floating(kw, dtype)
+
     h1 = torch.nn.modules.module.register_module_forward_pre_hook(pre)
     h2 = torch.nn.modules.module.register_module_forward_hook(post)
+    h3 = model.register_forward_pre_hook(cast, with_kwargs=True) if cast_inputs else None
     try:
         with torch.autograd.graph.saved_tensors_hooks(tr.pack_hook, lambda x: x):
             with tr:
-                out = model(*args, **kwargs)
-                loss = loss_fn(out, args, kwargs) if loss_fn else _default_loss(out)
+                if step_fn is not None:
+                    loss = step_fn(model, kwargs if kwargs else args)
+                else:
+                    out = model(*args, **kwargs)
+                    loss = loss_fn(out, args, kwargs) if loss_fn else _default_loss(out)
         tr.end_forward(loss)
         with tr:
             loss.backward()
@@ -99,6 +119,8 @@ def _trace_one(model, mod_tables, params, buffers, example_inputs, loss_fn, b, t
     finally:
         h1.remove()
         h2.remove()
+        if h3 is not None:
+            h3.remove()
     return tr
 
 
@@ -136,7 +158,7 @@ def _structure(tr, op_index):
 
 def export(model_fn, example_inputs, loss_fn=None, out=None, wrap_classes=None, sizes=None,
            dtype=torch.bfloat16, model_name=None, max_seq_len=None, vocab_size=0,
-           source=None, verbose=False):
+           source=None, verbose=False, step_fn=None, cast_inputs=True):
     """Trace model_fn()'s training step and return (and write to `out`) the graph JSON.
 
     model_fn: () -> nn.Module, called under FakeTensorMode (no weights are allocated);
@@ -145,6 +167,10 @@ def export(model_fn, example_inputs, loss_fn=None, out=None, wrap_classes=None, 
     example_inputs: (B, T) -> tuple, dict or tensor of model inputs, for models with a
       sequence axis; (B) -> ... when sizes["seq"] is None.
     loss_fn: (output, args, kwargs) -> scalar loss; None: the output itself or output.loss.
+    step_fn: (model, inputs) -> scalar loss, instead of model(*inputs) and loss_fn, for a
+      step whose inputs are not all the model's (a diffusion target); inputs as
+      example_inputs returned them.
+    cast_inputs: cast the model call's floating inputs to dtype, as FSDP2's root does.
     wrap_classes: module class names FSDP units wrap by default (default_wrap_classes).
     sizes: {"batch": [...], "seq": [...] or None, "held_out": [B, T]}: the fitted grid and
       the size the fit is checked at (DEFAULT_SIZES).
@@ -174,9 +200,9 @@ def export(model_fn, example_inputs, loss_fn=None, out=None, wrap_classes=None, 
         for b in batches:
             for t in seqs:
                 traces[(b, t)] = _trace_one(model, mod_tables, params, buffers, example_inputs,
-                                            loss_fn, b, t, dtype)
+                                            loss_fn, step_fn, b, t, dtype, cast_inputs)
         traces[held] = _trace_one(model, mod_tables, params, buffers, example_inputs, loss_fn,
-                                  held[0], held[1], dtype)
+                                  step_fn, held[0], held[1], dtype, cast_inputs)
     for tr in traces.values():
         _name_ops(tr, names)
     if verbose:

@@ -234,3 +234,33 @@ def test_a_random_draw_is_traced_as_one_half_so_layerdrop_zero_keeps_every_layer
     g = export(LayerDrop, lambda b, t: torch.randn(b, t, 8), sizes=SIZES)
     assert [o["name"] for o in g["ops"] if o["attrs"]["kind"] == "gemm"] == [
         "layers.0.addmm", "layers.1.addmm"]
+
+
+class Denoiser(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def test_step_fn_and_fsdp2_input_cast_for_a_model_without_sequence_axis():
+    def batch(b):
+        return {"x": torch.randn(b, 3, 8, 8), "noise": torch.randn(b, 3, 8, 8)}
+
+    def step(model, inputs):  # the target is not a model input
+        return torch.nn.functional.mse_loss(model(inputs["x"]).float(), inputs["noise"])
+
+    g = export(Denoiser, batch, step_fn=step,
+               sizes={"batch": [2, 3, 4], "seq": None, "held_out": [5]})
+    assert g["exporter"]["traced_sizes"] == [[2], [3], [4], [5]]
+    first = g["ops"][0]
+    # FSDP2's root casts the fp32 image to bf16 before the model runs: a copy, B*192
+    assert first["attrs"]["aten"] == "aten._to_copy.default" and first["module"] == 0
+    assert g["tensors"][first["outputs"][0]]["shape"] == ["B", "3", "8", "8"]
+    conv = g["ops"][1]
+    assert conv["attrs"] == {"aten": "aten.convolution.default", "kind": "gemm"}
+    assert conv["fwd_flops"] == "10368*B"  # 2 * 3*9 (in) * 3 (out) * 64 positions
+    x, noise = g["inputs"]
+    assert g["tensors"][noise]["precision"] == "fp32"

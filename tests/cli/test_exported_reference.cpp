@@ -14,6 +14,9 @@
 //    1% of the native builder's, and within 2% of the PyTorch FSDP2 peak the
 //    reference measured, unless listed in known_gaps() with its bound and the
 //    reason (docs/export.md, "Validation").
+//  - Models with no builder (tests/reference/no-builder/: StableLM, OLMo 2, a
+//    ViT, a UNet): communication equal to the measured collectives' and the
+//    peak within 2% of the measured one (or a listed gap's bound).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -92,15 +95,77 @@ Predicted predict(const std::string& model, const std::string& args) {
   return p;
 }
 
+// Per-rank bus bytes by kind of the collectives a reference recorded, as
+// `plan --json` counts them: (n-1)/n x S for all-gather (S its output) and
+// reduce-scatter (S its input), 2(n-1)/n x S for all-reduce.
+std::map<std::string, double> measured_bus_bytes(const json& ref) {
+  std::map<std::string, double> out{{"all_gather", 0}, {"reduce_scatter", 0}, {"all_reduce", 0}};
+  for (const json& c : ref.at("collectives")) {
+    const double n = c.at("group_size").get<double>();
+    const std::string op = c.at("op");
+    if (op == "all_gather") out[op] += (n - 1) / n * c.at("output_bytes").get<double>();
+    if (op == "reduce_scatter") out[op] += (n - 1) / n * c.at("input_bytes").get<double>();
+    if (op == "all_reduce") out[op] += 2 * (n - 1) / n * c.at("input_bytes").get<double>();
+  }
+  return out;
+}
+
+// Models with no builder whose exported peak is more than 2% off the
+// measurement: reference name -> the bound, with the reason in
+// docs/export.md ("Validation").
+const std::map<std::string, double>& no_builder_gaps() {
+  // 2026-11-29: the UNet, -3.4% (bf16) and -4.2% (fp32, full checkpointing):
+  // the measured peak is inside a convolution's backward in the up path; not
+  // located yet (the exported convolutions, group norms and the math-SDPA
+  // attention keep what autograd keeps; communication is exact).
+  static const std::map<std::string, double> gaps = {
+      {"unet-c128-m122-s32-fsdp2-bf16-w8-b2-rafT-ac0", 0.04},
+      {"unet-c128-m122-s32-fsdp2-fp32-w4-b4-rafT-ac1", 0.05}};
+  return gaps;
+}
+
 }  // namespace
+
+TEST_CASE("exported graphs of models with no builder match PyTorch FSDP2",
+          "[cli][reference][exported]") {
+  int checked = 0, within = 0;
+  for (const std::string& name : exported_names()) {
+    const std::string ref_file = kRefDir + "no-builder/" + name + ".json";
+    if (!std::filesystem::exists(ref_file)) continue;
+    INFO(name);
+    ++checked;
+    const json ref = read_json(ref_file);
+    std::string args;
+    for (const auto& a : ref.at("shardscope_args")) args += " " + shell_quote(a.get<std::string>());
+    const Predicted exported = predict(kRefDir + "exported/" + name + ".graph.json", args);
+    // Communication: exact (to the byte: the bus factors make fractions).
+    for (const auto& [kind, bytes] : measured_bus_bytes(ref)) {
+      INFO(kind);
+      CHECK(std::fabs(exported.plan.at("comm_bytes_per_rank").at(kind).get<double>() - bytes) < 1);
+    }
+    const double exp = exported.sim.at("peak_requested_bytes").get<double>();
+    const double measured = ref.at("peak").at("allocated_bytes").get<double>();
+    const double err = exp / measured - 1;
+    CAPTURE(exp, measured, err);
+    const auto gap = no_builder_gaps().find(name);
+    if (gap == no_builder_gaps().end()) {
+      CHECK(std::fabs(err) <= 0.02);
+      ++within;
+    } else {
+      CHECK(std::fabs(err) <= gap->second);
+    }
+  }
+  CHECK(checked >= 7);  // StableLM, OLMo 2, the ViT and the UNet, bf16 and fp32 (docs/export.md)
+  CHECK(within + static_cast<int>(no_builder_gaps().size()) == checked);
+}
 
 TEST_CASE("exported graphs of the reference models match the native builders",
           "[cli][reference][exported]") {
-  const std::vector<std::string> names = exported_names();
-  REQUIRE(names.size() >= 10);  // 10 of the 12 native families (docs/export.md)
-  int within = 0;
-  for (const std::string& name : names) {
+  int checked = 0, within = 0;
+  for (const std::string& name : exported_names()) {
+    if (!std::filesystem::exists(kRefDir + name + ".json")) continue;  // no builder
     INFO(name);
+    ++checked;
     const json ref = read_json(kRefDir + name + ".json");
     const std::string graph = kRefDir + "exported/" + name + ".graph.json";
     REQUIRE(read_json(graph).at("family") == "exported");
@@ -138,5 +203,6 @@ TEST_CASE("exported graphs of the reference models match the native builders",
       CHECK(std::fabs(err_measured) <= 0.001);  // the exported graph is the accurate one
     }
   }
-  CHECK(within + static_cast<int>(known_gaps().size()) == static_cast<int>(names.size()));
+  CHECK(checked >= 16);  // 10 of the 12 native families, bf16 and fp32 (docs/export.md)
+  CHECK(within + static_cast<int>(known_gaps().size()) == checked);
 }
