@@ -264,3 +264,36 @@ def test_step_fn_and_fsdp2_input_cast_for_a_model_without_sequence_axis():
     assert conv["fwd_flops"] == "10368*B"  # 2 * 3*9 (in) * 3 (out) * 64 positions
     x, noise = g["inputs"]
     assert g["tensors"][noise]["precision"] == "fp32"
+
+
+class Square(torch.autograd.Function):
+    """A custom autograd.Function: saves its input with ctx.save_for_backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+class WithCustomFunction(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return Square.apply(self.fc(x)).float().sum()
+
+
+def test_custom_function_saves_and_backward_are_attributed_to_its_op():
+    g = export(WithCustomFunction, lambda b, t: torch.randn(b, t, 8), sizes=SIZES)
+    fc = op(g, "fc.addmm")
+    (sq,) = [o for o in g["ops"] if o["attrs"]["aten"] == "aten.mul.Tensor"]
+    # ctx.save_for_backward(x): the linear's output, listed on the op that ran in forward
+    assert sq["saved"] == fc["outputs"] == sq["inputs"]
+    # backward: 2 * x (a temporary) then * grad (the returned gradient): 2 B*T*8 products
+    assert sq["bwd_temps"] == [{"numel": "8*B*T", "precision": "compute"}]

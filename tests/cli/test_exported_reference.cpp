@@ -115,9 +115,10 @@ std::map<std::string, double> measured_bus_bytes(const json& ref) {
 // docs/export.md ("Validation").
 const std::map<std::string, double>& no_builder_gaps() {
   // 2026-11-29: the UNet, -3.4% (bf16) and -4.2% (fp32, full checkpointing):
-  // the measured peak is inside a convolution's backward in the up path; not
-  // located yet (the exported convolutions, group norms and the math-SDPA
-  // attention keep what autograd keeps; communication is exact).
+  // the measured peak is inside a convolution's backward in the up path.
+  // Likely (not verified): cat's backward returns views of its output's
+  // gradient, which autograd keeps whole until the skip's other consumer ran
+  // its backward; the liveness model gives each input its own gradient.
   static const std::map<std::string, double> gaps = {
       {"unet-c128-m122-s32-fsdp2-bf16-w8-b2-rafT-ac0", 0.04},
       {"unet-c128-m122-s32-fsdp2-fp32-w4-b4-rafT-ac1", 0.05}};
