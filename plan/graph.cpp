@@ -216,6 +216,11 @@ AtenKind parse_aten_kind(const std::string& name, const std::string& field) {
   throw Error(field + ": unknown kind '" + name + "' (one of gemm, attention, memory)");
 }
 
+bool is_gemm(const Op& op) {
+  return op.type == OpType::linear ||
+         (op.type == OpType::aten && op.attrs.kind == aten_kind_name(AtenKind::gemm));
+}
+
 bool OpAttrs::operator==(const OpAttrs& other) const {
   return attr_tuple(*this) == attr_tuple(other);
 }

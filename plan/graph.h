@@ -207,6 +207,10 @@ struct Op {
   OpAttrs attrs;  // op-specific: eps, n_head, n_kv_head, ...
 };
 
+// A matrix multiply on cuBLAS: a linear op, or an aten op of kind gemm
+// (costed like linear, takes the BLAS workspace).
+bool is_gemm(const Op& op);
+
 struct Module {
   std::string name;        // dotted path; "" for the root
   std::string class_name;  // Hugging Face class name: GPT2Block, LlamaDecoderLayer, ...
