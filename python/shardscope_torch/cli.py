@@ -56,7 +56,7 @@ def main(argv=None):
     try:
         raw, cfg = hf.load_config(args.hf_config)
         kw = hf.export_args(raw, cfg, layers=args.layers)
-        wrap = hf.no_split_modules(None, cfg)
+        wrap = hf.no_split_modules(cfg)
     except (OSError, ValueError, KeyError) as e:
         print("shardscope-export: error: %s: %s" % (args.hf_config, e), file=sys.stderr)
         return 2

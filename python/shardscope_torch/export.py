@@ -45,13 +45,15 @@ def _normalize_sizes(sizes):
 
 
 def _module_tables(model):
-    names, classes, parents, containers, index = [], [], [], [], {}
+    """The graph's module list: named_modules() order, which is pre-order (a parent
+    before its children), as plan/graph.h requires."""
+    names, classes, parents, containers, index, position = [], [], [], [], {}, {}
     for name, m in model.named_modules():
-        index[id(m)] = len(names)
+        index[id(m)] = position[name] = len(names)
         names.append(name)
         classes.append(type(m).__name__)
-        parents.append(-1 if name == "" else index[id(model.get_submodule(name.rsplit(".", 1)[0]))]
-                       if "." in name else 0)
+        parents.append(-1 if name == "" else position[name.rsplit(".", 1)[0]] if "." in name
+                       else 0)
         containers.append(isinstance(m, (torch.nn.ModuleList, torch.nn.ModuleDict)))
     return names, classes, parents, containers, index
 

@@ -96,7 +96,7 @@ def no_padding_assumed():
         AttentionMaskConverter._ignore_causal_mask_sdpa = staticmethod(original_converter)
 
 
-def no_split_modules(model_cls_name, cfg):
+def no_split_modules(cfg):
     """The decoder-layer classes transformers' _no_split_modules names (FSDP's unit)."""
     from transformers import AutoModelForCausalLM
     cls = AutoModelForCausalLM._model_mapping[type(cfg)]

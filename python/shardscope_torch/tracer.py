@@ -194,7 +194,7 @@ class Trace(TorchDispatchMode):
         shape = list(t.shape) if t.numel() == numel else [numel]
         dt, prec = self._dtype_precision(t, func, src_dtypes, where or name)
         tt = TracedTensor(name, shape, dt, prec, kind, producer)
-        if kind in ("input",):
+        if kind == "input":
             tt.requires_grad = bool(t.requires_grad)
         self.tensors.append(tt)
         self.storage[_skey(t)] = len(self.tensors) - 1
