@@ -115,8 +115,8 @@ std::map<std::string, double> measured_bus_bytes(const json& ref) {
 // docs/export.md ("Validation").
 const std::map<std::string, double>& no_builder_gaps() {
   // 2026-11-29: the UNet, -3.4% (bf16) and -4.2% (fp32, full checkpointing):
-  // the measured peak is inside a convolution's backward in the up path.
-  // Likely (not verified): cat's backward returns views of its output's
+  // the measured peak is inside a convolution's backward in the up path. Not
+  // located; one candidate: cat's backward returns views of its output's
   // gradient, which autograd keeps whole until the skip's other consumer ran
   // its backward; the liveness model gives each input its own gradient.
   static const std::map<std::string, double> gaps = {
