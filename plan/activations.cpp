@@ -11,6 +11,8 @@ ActivationPlan::ActivationPlan(const Graph& g) : g_(g) {
   const size_t nt = g.tensors.size();
   producer_.assign(nt, -1);
   last_use_.assign(nt, -1);
+  is_buffer_.assign(nt, false);
+  for (int t : g.buffers) is_buffer_[static_cast<size_t>(t)] = true;
   for (size_t o = 0; o < g.ops.size(); ++o) {
     for (int t : g.ops[o].outputs) {
       producer_[t] = static_cast<int>(o);
@@ -21,7 +23,8 @@ ActivationPlan::ActivationPlan(const Graph& g) : g_(g) {
 }
 
 bool ActivationPlan::needs_grad(int t) const {
-  return producer_[t] >= 0 && is_floating(g_.tensors[t].dtype);
+  const Tensor& tensor = g_.tensors[static_cast<size_t>(t)];
+  return producer_[t] >= 0 && is_floating(tensor.dtype) && tensor.requires_grad;
 }
 
 int64_t ActivationPlan::bytes(int t, const Workload& w, int compute_bytes) const {
@@ -117,6 +120,7 @@ void ActivationPlan::set_checkpointed(const UnitPlan& up, const std::vector<bool
   for (size_t ti = 0; ti < nt; ++ti) {
     const int t = static_cast<int>(ti);
     if (last_use_[t] < 0) continue;  // not touched by any op
+    if (is_buffer_[ti]) continue;    // a module buffer: resident for the whole step
     const bool held = held_to_recompute(t);
     if (held) {
       // kept by the cache: no release in forward nor before the recompute

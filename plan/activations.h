@@ -19,7 +19,8 @@
 //    the block's recompute, where the cached op does not run; from there on
 //    they follow the recompute rule above;
 //  - the gradient of a tensor appears at the backward of its last consumer and
-//    is freed after the backward of its producer.
+//    is freed after the backward of its producer (none for requires_grad false);
+//  - module buffers (Graph::buffers) are persistent: never freed in the step.
 #pragma once
 
 #include <cstdint>
@@ -59,7 +60,8 @@ class ActivationPlan {
   }
   const std::map<int, std::vector<int>>& saved_overrides() const { return saved_overrides_; }
 
-  bool needs_grad(int tensor) const;  // floating and produced by an op
+  // Floating, produced by an op and not marked requires_grad false.
+  bool needs_grad(int tensor) const;
   // The unit whose compute dtype (its param_dtype: plan/overrides.h) a
   // floating tensor of Precision::compute takes, and its gradient too: the
   // innermost unit of the op producing it; the root for graph inputs. Ops
@@ -102,8 +104,9 @@ class ActivationPlan {
   std::vector<bool> checkpointed_;
   std::vector<bool> cached_;  // per graph op
   std::map<int, std::vector<int>> saved_overrides_;
-  std::vector<int> producer_;  // tensor -> op (-1: graph input)
-  std::vector<int> last_use_;  // tensor -> last forward consumer (or producer)
+  std::vector<int> producer_;    // tensor -> op (-1: graph input or buffer)
+  std::vector<bool> is_buffer_;  // Graph::buffers: never freed (persistent buffers)
+  std::vector<int> last_use_;    // tensor -> last forward consumer (or producer)
   std::vector<std::vector<int>> dead_fwd_, dead_rc_, released_bwd_;
   std::vector<std::vector<int>> entering_, leaving_;
 };

@@ -23,6 +23,9 @@ int dtype_bytes(DType dtype) {
       return 8;
     case DType::i32:
       return 4;
+    case DType::boolean:
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
@@ -41,6 +44,10 @@ const char* dtype_name(DType dtype) {
       return "i64";
     case DType::i32:
       return "i32";
+    case DType::boolean:
+      return "bool";
+    case DType::u8:
+      return "u8";
   }
   return "?";
 }
@@ -83,15 +90,17 @@ int precision_bytes(Precision p, int compute_bytes) {
 
 DType parse_dtype(const std::string& name, const std::string& field) {
   static const std::pair<const char*, DType> kNames[] = {
-      {"f32", DType::f32},   {"fp32", DType::f32},      {"float32", DType::f32},
-      {"bf16", DType::bf16}, {"bfloat16", DType::bf16}, {"f16", DType::f16},
-      {"fp16", DType::f16},  {"float16", DType::f16},   {"f64", DType::f64},
-      {"fp64", DType::f64},  {"float64", DType::f64},   {"i64", DType::i64},
-      {"int64", DType::i64}, {"i32", DType::i32},       {"int32", DType::i32},
+      {"f32", DType::f32},      {"fp32", DType::f32},      {"float32", DType::f32},
+      {"bf16", DType::bf16},    {"bfloat16", DType::bf16}, {"f16", DType::f16},
+      {"fp16", DType::f16},     {"float16", DType::f16},   {"f64", DType::f64},
+      {"fp64", DType::f64},     {"float64", DType::f64},   {"i64", DType::i64},
+      {"int64", DType::i64},    {"i32", DType::i32},       {"int32", DType::i32},
+      {"bool", DType::boolean}, {"u8", DType::u8},         {"uint8", DType::u8},
   };
   for (const auto& [n, d] : kNames)
     if (name == n) return d;
-  throw Error(field + ": unknown dtype '" + name + "' (use f32, bf16, f16, f64, i64 or i32)");
+  throw Error(field + ": unknown dtype '" + name +
+              "' (use f32, bf16, f16, f64, i64, i32, bool or u8)");
 }
 
 bool is_floating(DType dtype) {
@@ -160,6 +169,13 @@ constexpr std::pair<const char*, OpType> kOpTypeNames[] = {
     {"moe_dispatch", OpType::moe_dispatch},
     {"moe_combine", OpType::moe_combine},
     {"sigmoid_gate", OpType::sigmoid_gate},
+    {"aten", OpType::aten},
+};
+
+constexpr std::pair<const char*, AtenKind> kAtenKindNames[] = {
+    {"gemm", AtenKind::gemm},
+    {"attention", AtenKind::attention},
+    {"memory", AtenKind::memory},
 };
 
 auto attr_tuple(const OpAttrs& a) {
@@ -168,7 +184,8 @@ auto attr_tuple(const OpAttrs& a) {
                   a.weight_offset, a.n_head, a.n_kv_head, a.head_dim, a.scale, a.rope, a.rope_theta,
                   a.rope_scaling, a.sliding_window, a.softcap, a.causal, a.qkv_packed,
                   a.qkv_per_head, a.rotary_dim, a.approximate, a.activation, a.packed, a.broadcast,
-                  a.classes, a.reduction, a.num_experts, a.top_k, a.expert, a.norm_topk_prob);
+                  a.classes, a.reduction, a.num_experts, a.top_k, a.expert, a.norm_topk_prob,
+                  a.aten, a.kind);
 }
 
 }  // namespace
@@ -185,6 +202,23 @@ OpType parse_op_type(const std::string& name, const std::string& field) {
   std::string known;
   for (const auto& [n, t] : kOpTypeNames) known += (known.empty() ? "" : ", ") + std::string(n);
   throw Error(field + ": unknown op type '" + name + "' (expected one of: " + known + ")");
+}
+
+const char* aten_kind_name(AtenKind kind) {
+  for (const auto& [n, k] : kAtenKindNames)
+    if (k == kind) return n;
+  return "?";
+}
+
+AtenKind parse_aten_kind(const std::string& name, const std::string& field) {
+  for (const auto& [n, k] : kAtenKindNames)
+    if (name == n) return k;
+  throw Error(field + ": unknown kind '" + name + "' (one of gemm, attention, memory)");
+}
+
+bool is_gemm(const Op& op) {
+  return op.type == OpType::linear ||
+         (op.type == OpType::aten && op.attrs.kind == aten_kind_name(AtenKind::gemm));
 }
 
 bool OpAttrs::operator==(const OpAttrs& other) const {
@@ -290,6 +324,20 @@ void Graph::validate() const {
     if (is_input[t]) fail("tensor '" + tensors[t].name + "' listed twice as a graph input");
     is_input[t] = available[t] = 1;
   }
+  // Buffers are resident from the start of the step; no op writes them.
+  std::vector<char> is_buffer(tensors.size(), 0);
+  for (int t : buffers) {
+    if (!in_range(t, tensors.size())) fail("buffer index " + std::to_string(t) + " out of range");
+    const std::string label = "buffer tensor '" + tensors[t].name + "'";
+    if (is_buffer[t]) fail(label + " listed twice in buffers");
+    if (is_input[t]) fail(label + " is also a graph input");
+    if (is_floating(tensors[t].dtype) && tensors[t].requires_grad)
+      fail(label + " must have requires_grad false (a buffer gets no gradient)");
+    is_buffer[t] = available[t] = 1;
+  }
+  for (size_t i = 0; i < default_wrap_classes.size(); ++i)
+    if (default_wrap_classes[i].empty())
+      fail("default_wrap_classes[" + std::to_string(i) + "] is empty");
 
   // Ops, in forward order.
   std::unordered_set<std::string> op_names;
@@ -305,6 +353,12 @@ void Graph::validate() const {
     if (!op_names.insert(op.name).second) fail(label + ": duplicate op name");
     if (!in_range(op.module, modules.size()))
       fail(label + ": module index " + std::to_string(op.module) + " out of range");
+    if (op.type == OpType::aten) {
+      if (!op.attrs.aten || op.attrs.aten->empty())
+        fail(label + ": an aten op needs attrs.aten (the overload, e.g. \"aten.mm.default\")");
+      if (!op.attrs.kind) fail(label + ": an aten op needs attrs.kind (gemm, attention or memory)");
+      parse_aten_kind(*op.attrs.kind, label + ": attrs.kind");
+    }
     for (int t : op.inputs) {
       if (!in_range(t, tensors.size()))
         fail(label + ": input tensor index " + std::to_string(t) + " out of range");
@@ -318,7 +372,7 @@ void Graph::validate() const {
         fail(label + ": output tensor index " + std::to_string(t) + " out of range");
       if (available[t])
         fail(label + " writes tensor '" + tensors[t].name +
-             "', which is a graph input or already produced");
+             "', which is a graph input, a buffer or already produced");
       available[t] = 1;
     }
     for (int t : op.inputs) owner[t] = i;

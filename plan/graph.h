@@ -10,7 +10,12 @@
 //  - ops are stored in forward execution order; every op belongs to one module
 //    and reads only tensors produced earlier (or graph inputs);
 //  - every parameter is declared by exactly one module and used by >= 1 op;
-//  - parameter names are unique; tensor names are unique; op names are unique.
+//  - parameter names are unique; tensor names are unique; op names are unique;
+//  - buffers (exported graphs) are tensors no op produces, not graph inputs,
+//    with requires_grad false; an op of type aten carries attrs aten and kind.
+// Ops of native graphs sit in leaf modules; an exported op may sit in any
+// module (a decoder layer's residual add runs in the layer's own forward): it
+// belongs to the innermost unit containing its module.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +27,8 @@
 
 namespace shardscope::plan {
 
-enum class DType : uint8_t { f32, bf16, f16, f64, i64, i32 };
+// bool and u8: 1 byte (exported graphs: masks, torch.bool / torch.uint8 tensors).
+enum class DType : uint8_t { f32, bf16, f16, f64, i64, i32, boolean, u8 };
 
 int dtype_bytes(DType dtype);
 const char* dtype_name(DType dtype);
@@ -64,7 +70,11 @@ struct Tensor {
   std::vector<Poly> shape;  // each dim a polynomial in (B, T), usually a monomial
   DType dtype = DType::f32;
   Precision precision = Precision::compute;  // floating tensors only
-  Poly numel() const;                        // product of the dims
+  // false: autograd gives it no gradient although it is floating and produced
+  // by an op (exported graphs: causal masks, rotary cos/sin, buffers). Graph
+  // JSON holds the key only when false; true is today's rule (needs_grad).
+  bool requires_grad = true;
+  Poly numel() const;  // product of the dims
   // numel().eval(w) without building the product; throws std::overflow_error.
   int64_t numel_at(const Workload& w) const;
 };
@@ -93,7 +103,17 @@ enum class OpType : uint8_t {
   moe_combine,   // sum over experts of weight * expert output, scattered back to [B, T, C]
   sigmoid_gate,  // y = sigmoid(g) * x, g [.., 1] broadcast over x's last dim (Qwen2-MoE's
                  // shared_expert_gate)
+  aten,          // one aten op of an exported graph (python/ exporter, docs/models.md
+                 // "Exported graphs"): attrs aten (the overload, "aten.mm.default") and kind
 };
+
+// Cost class of an aten op (attr kind): gemm is costed like linear (and takes
+// the BLAS workspace), attention by FLOPs at the attention efficiency, memory
+// by bytes at HBM bandwidth (the max(flops, bytes) roofline of every op).
+enum class AtenKind : uint8_t { gemm, attention, memory };
+const char* aten_kind_name(AtenKind kind);
+// Throws plan::Error naming `field`: "unknown kind 'foo' (one of gemm, attention, memory)".
+AtenKind parse_aten_kind(const std::string& name, const std::string& field);
 
 const char* op_type_name(OpType type);
 // Throws plan::Error naming `field` on an unknown name.
@@ -156,6 +176,9 @@ struct OpAttrs {
   std::optional<int64_t> top_k;        // k: experts per token
   std::optional<int64_t> expert;       // moe_dispatch: which expert's rows it gathers
   std::optional<bool> norm_topk_prob;  // moe_router: weights / their sum (absent: false)
+  // aten (both required on type aten, on no other type)
+  std::optional<std::string> aten;  // the overload that ran in forward: "aten.mm.default"
+  std::optional<std::string> kind;  // "gemm" | "attention" | "memory" (AtenKind)
 
   bool operator==(const OpAttrs& other) const;
   bool operator!=(const OpAttrs& other) const { return !(*this == other); }
@@ -169,7 +192,7 @@ struct Temp {
 struct Op {
   std::string name;  // unique; usually the module path plus a suffix
   OpType type = OpType::linear;
-  int module = -1;            // leaf module the op belongs to
+  int module = -1;            // module the op runs in (a leaf, except in exported graphs)
   std::vector<int> inputs;    // tensor indices
   std::vector<int> outputs;   // tensor indices (produced here)
   std::vector<int> params;    // parameter indices read by the op (tied ones too)
@@ -184,6 +207,10 @@ struct Op {
   OpAttrs attrs;  // op-specific: eps, n_head, n_kv_head, ...
 };
 
+// A matrix multiply on cuBLAS: a linear op, or an aten op of kind gemm
+// (costed like linear, takes the BLAS workspace).
+bool is_gemm(const Op& op);
+
 struct Module {
   std::string name;        // dotted path; "" for the root
   std::string class_name;  // Hugging Face class name: GPT2Block, LlamaDecoderLayer, ...
@@ -197,7 +224,7 @@ struct Graph {
 
   std::string model_name;  // "gpt2-small", or the config file it came from
   // "gpt2" | "llama" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "phi3" | "gpt_neox" | "opt" |
-  // "mixtral" | "qwen2_moe" | "mlp"
+  // "mixtral" | "qwen2_moe" | "mlp" | "exported" (python/ exporter: no builder)
   std::string family;
   int64_t max_seq_len = 1;      // longest sequence the model accepts
   int64_t vocab_size = 0;       // 0 for models without token input
@@ -207,7 +234,18 @@ struct Graph {
   std::vector<Op> ops;      // forward execution order
   std::vector<int> inputs;  // tensors fed from the data (input ids, labels)
   int loss = -1;            // scalar tensor whose backward starts the backward pass
+  // Exported graphs only (empty in native ones, and then absent from graph JSON):
+  // module classes FSDP units wrap when the policy names none (HF _no_split_modules);
+  std::vector<std::string> default_wrap_classes;
+  // tensors held for the whole step like unsharded parameters (non-persistent
+  // module buffers: rotary inv_freq): no producer, requires_grad false,
+  // resident on every rank;
+  std::vector<int> buffers;
+  // the exporter's provenance (torch version, traced sizes, source) as compact
+  // JSON object text, kept and written back unchanged ("" when absent).
+  std::string exporter;
 
+  bool is_exported() const { return family == "exported"; }
   int64_t params_total() const;
   int find_module(const std::string& name) const;  // -1 if absent
   int find_param(const std::string& name) const;   // -1 if absent

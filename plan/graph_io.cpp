@@ -116,6 +116,10 @@ void for_each_attr(OpType type, A& a, F&& f) {
       f("num_experts", a.num_experts, v);
       f("top_k", a.top_k, v);
       return;
+    case OpType::aten:
+      f("aten", a.aten, v);
+      f("kind", a.kind, v);
+      return;
     case OpType::rope:
     case OpType::relu:
     case OpType::sigmoid_gate:
@@ -173,6 +177,7 @@ json graph_to_json(const Graph& graph) {
     for (const Poly& d : t.shape) shape.push_back(d.to_string());
     json jt = {{"name", t.name}, {"shape", std::move(shape)}, {"dtype", dtype_name(t.dtype)}};
     if (t.precision != Precision::compute) jt["precision"] = precision_name(t.precision);
+    if (!t.requires_grad) jt["requires_grad"] = false;
     tensors.push_back(std::move(jt));
   }
   j["tensors"] = std::move(tensors);
@@ -204,6 +209,10 @@ json graph_to_json(const Graph& graph) {
   j["ops"] = std::move(ops);
   j["inputs"] = index_list(graph.inputs);
   j["loss"] = graph.loss;
+  // Exported graphs' keys: absent when empty, so native graphs keep their bytes.
+  if (!graph.default_wrap_classes.empty()) j["default_wrap_classes"] = graph.default_wrap_classes;
+  if (!graph.buffers.empty()) j["buffers"] = index_list(graph.buffers);
+  if (!graph.exporter.empty()) j["exporter"] = json::parse(graph.exporter);
   return j;
 }
 
@@ -407,6 +416,20 @@ OpAttrs read_attrs(const json& j, const std::string& path, OpType type) {
                (keys.empty() ? " (it takes no attributes)" : " (expected one of: " + keys + ")"));
     }
   }
+  if (type == OpType::aten) {
+    // Both required: the overload names the op in refusals and in per-op
+    // checkpointing, the kind chooses its cost model.
+    if (!a.aten) fail(child(path, "aten"), "missing required key for an aten op");
+    if (a.aten->empty())
+      fail(child(path, "aten"), "empty (expected an overload like aten.mm.default)");
+    if (!a.kind) fail(child(path, "kind"), "missing required key for an aten op");
+    bool known = false;
+    for (AtenKind k : {AtenKind::gemm, AtenKind::attention, AtenKind::memory})
+      known = known || *a.kind == aten_kind_name(k);
+    if (!known)
+      fail(child(path, "kind"),
+           "unknown kind '" + a.kind->substr(0, 100) + "' (one of gemm, attention, memory)");
+  }
   return a;
 }
 
@@ -427,7 +450,8 @@ Graph graph_from_json(const json& j) {
 
   ObjectReader top(j, "",
                    {"format", "version", "model_name", "family", "max_seq_len", "vocab_size",
-                    "modules", "params", "tensors", "ops", "inputs", "loss"});
+                    "modules", "params", "tensors", "ops", "inputs", "loss", "default_wrap_classes",
+                    "buffers", "exporter"});
   Graph g;
   g.model_name = read_string(top.at("model_name"), top.path("model_name"));
   g.family = read_string(top.at("family"), top.path("family"));
@@ -482,7 +506,7 @@ Graph graph_from_json(const json& j) {
 
   for (size_t i = 0; i < tensors.size(); ++i) {
     const std::string path = child("/tensors", i);
-    ObjectReader r(tensors[i], path, {"name", "shape", "dtype", "precision"});
+    ObjectReader r(tensors[i], path, {"name", "shape", "dtype", "precision", "requires_grad"});
     Tensor t;
     t.name = read_string(r.at("name"), r.path("name"));
     const json& shape = read_array(r.at("shape"), r.path("shape"));
@@ -496,6 +520,8 @@ Graph graph_from_json(const json& j) {
         fail(r.path("precision"), e.what());
       }
     }
+    if (const json* v = r.find("requires_grad", false))
+      t.requires_grad = read_bool(*v, r.path("requires_grad"));
     g.tensors.push_back(std::move(t));
   }
 
@@ -546,12 +572,31 @@ Graph graph_from_json(const json& j) {
         temps->push_back(std::move(t));
       }
     }
-    if (const json* v = r.find("attrs", false)) op.attrs = read_attrs(*v, r.path("attrs"), op.type);
+    if (const json* v = r.find("attrs", op.type == OpType::aten))
+      op.attrs = read_attrs(*v, r.path("attrs"), op.type);
     g.ops.push_back(std::move(op));
   }
 
   g.inputs = read_index_list(top.at("inputs"), top.path("inputs"), n_tensors, "tensor");
   g.loss = read_index(top.at("loss"), top.path("loss"), n_tensors, "tensor");
+  if (const json* v = top.find("default_wrap_classes", false)) {
+    const std::string path = top.path("default_wrap_classes");
+    read_array(*v, path);
+    if (v->empty()) fail(path, "empty (leave the key out when there are no default classes)");
+    for (size_t i = 0; i < v->size(); ++i) {
+      std::string c = read_string((*v)[i], child(path, i));
+      if (c.empty()) fail(child(path, i), "empty class name");
+      g.default_wrap_classes.push_back(std::move(c));
+    }
+  }
+  if (const json* v = top.find("buffers", false))
+    g.buffers = read_index_list(*v, top.path("buffers"), n_tensors, "tensor");
+  if (const json* v = top.find("exporter", false)) {
+    // Provenance only: any object, kept as compact text and written back.
+    if (!v->is_object())
+      fail(top.path("exporter"), std::string("expected an object, got ") + type_name(*v));
+    g.exporter = v->dump(-1, ' ', false, json::error_handler_t::replace);
+  }
   g.validate();
   return g;
 }

@@ -5,19 +5,24 @@
 //     "model_name": str, "family": str, "max_seq_len": int, "vocab_size": int,
 //     "modules": [ {"name", "class_name", "parent": int, "is_container": bool} ],
 //     "params":  [ {"name", "shape": [int...], "dtype": "f32", "module": int} ],
-//     "tensors": [ {"name", "shape": ["B", "T", "768"], "dtype": "f32"|"i64"|...} ],
+//     "tensors": [ {"name", "shape": ["B", "T", "768"], "dtype": "f32"|"i64"|...,
+//                   "precision" (absent: compute), "requires_grad": false (absent: true)} ],
 //     "ops": [ {"name", "type", "module": int, "inputs": [int], "outputs": [int],
 //               "params": [int], "saved": [int],
 //               "fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes", "workspace_bytes": Poly text,
 //               "attrs": {"eps": 1e-05, ...}} ],
-//     "inputs": [int], "loss": int }
+//     "inputs": [int], "loss": int,
+//     optional (exported graphs; absent when empty):
+//     "default_wrap_classes": [str], "buffers": [int], "exporter": {...} }
 //
 // Indices refer to the arrays above. Module children are not stored: they are
 // the modules naming a module as parent, in storage (pre-)order. In an op,
 // "params", "saved", "workspace_bytes" and "attrs" may be left out (empty,
 // empty, "0", {}); every other key is required and unknown keys are errors.
 // "type" is an op_type_name; the "attrs" keys are the OpAttrs members (plan/graph.h)
-// that the op's type may carry, each present only when set.
+// that the op's type may carry, each present only when set; type "aten" requires
+// attrs "aten" (the overload) and "kind" (gemm, attention or memory).
+// "exporter" is provenance: any object, kept and written back unchanged.
 // Poly fields use the text form of plan/expr.h.
 #pragma once
 

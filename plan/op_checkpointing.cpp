@@ -35,6 +35,43 @@ bool has(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+// An aten operator name: "aten.<op>" or "aten.<op>.<overload>".
+bool is_aten_name(const std::string& s) {
+  return s.size() > 5 && s.compare(0, 5, "aten.") == 0;
+}
+
+// "aten.mm.default" -> "aten.mm" (the overload packet).
+std::string aten_packet(const std::string& overload) {
+  const size_t dot = overload.find('.', 5);
+  return dot == std::string::npos ? overload : overload.substr(0, dot);
+}
+
+// The aten matrix multiply an op dispatches: "mm", "addmm" or "" (none).
+std::string matmul_of(const Op& op) {
+  if (op.type == OpType::linear) return op.attrs.bias.value_or(false) ? "addmm" : "mm";
+  if (op.type == OpType::aten && op.attrs.aten) {
+    const std::string packet = aten_packet(*op.attrs.aten);
+    if (packet == "aten.mm") return "mm";
+    if (packet == "aten.addmm") return "addmm";
+  }
+  return "";
+}
+
+// Whether save_ops entry `name` names op `op`. Native ops: their type, or
+// (linear) the kernel it dispatches. Aten ops (exported graphs): the overload
+// ("aten.mm.default") or its packet ("aten.mm"); "mm" / "addmm" / "linear"
+// as for linear ops; "attention" names every op of kind attention (the SDPA
+// kernels torchtitan's list names).
+bool names_op(const std::string& name, const Op& op) {
+  if (op.type != OpType::aten)
+    return name == op_type_name(op.type) || (op.type == OpType::linear && (name == matmul_of(op)));
+  const std::string& overload = *op.attrs.aten;
+  if (name == overload || name == aten_packet(overload)) return true;
+  const std::string mm = matmul_of(op);
+  if (!mm.empty() && (name == mm || name == "linear")) return true;
+  return name == "attention" && op.attrs.kind == aten_kind_name(AtenKind::attention);
+}
+
 }  // namespace
 
 OpCheckpointing op_checkpointing_preset(const std::string& name, const std::string& key) {
@@ -78,10 +115,11 @@ void read_op_checkpointing(const json& v, const std::string& key, Policy& p) {
       const std::string ik = lk + "[" + std::to_string(i) + "]";
       if (!list[i].is_string()) fail(ik, "expected a string, got " + list[i].dump());
       const std::string s = list[i].get<std::string>();
-      if (!has(names, s)) {
+      if (!has(names, s) && !is_aten_name(s)) {
         std::string known;
         for (const std::string& k : names) known += (known.empty() ? "" : ", ") + k;
-        fail(ik, "unknown op '" + s.substr(0, 100) + "' (known: " + known + ")");
+        fail(ik, "unknown op '" + s.substr(0, 100) + "' (known: " + known +
+                     ", or an aten operator of an exported graph: aten.<op>[.<overload>])");
       }
       if (has(c.save_ops, s)) fail(ik, "'" + s + "' is listed twice");
       c.save_ops.push_back(s);
@@ -145,13 +183,10 @@ std::vector<bool> cached_ops(const Policy& p, const Graph& g, const UnitPlan& up
     int64_t mm_count = 0;
     for (int o = up.units[u].first_op; o <= up.units[u].last_op; ++o) {
       const Op& op = g.ops[static_cast<size_t>(o)];
-      const std::string type = op_type_name(op.type);
-      bool save = has(c.save_ops, type);
-      if (op.type == OpType::linear) {
-        const bool bias = op.attrs.bias.value_or(false);
-        save = save || has(c.save_ops, bias ? "addmm" : "mm");
-        if (!bias && ++mm_count % 2 == 0 && c.save_every_other_matmul) save = false;
-      }
+      bool save = false;
+      for (const std::string& name : c.save_ops) save = save || names_op(name, op);
+      // torchtitan counts aten.mm only (addmm is not in its list).
+      if (matmul_of(op) == "mm" && ++mm_count % 2 == 0 && c.save_every_other_matmul) save = false;
       cached[static_cast<size_t>(o)] = save;
     }
   }
@@ -163,10 +198,7 @@ std::vector<bool> cached_ops(const Policy& p, const Graph& g, const UnitPlan& up
       for (size_t u = 0; u < up.units.size() && !found; ++u) {
         if (!checkpointed[u] || up.units[u].first_op < 0) continue;
         for (int o = up.units[u].first_op; o <= up.units[u].last_op && !found; ++o) {
-          const Op& op = g.ops[static_cast<size_t>(o)];
-          const bool bias = op.attrs.bias.value_or(false);
-          found = c.save_ops[i] == op_type_name(op.type) ||
-                  (op.type == OpType::linear && c.save_ops[i] == (bias ? "addmm" : "mm"));
+          found = names_op(c.save_ops[i], g.ops[static_cast<size_t>(o)]);
         }
       }
       if (!found)

@@ -19,6 +19,12 @@
 // "linear" is both. save_every_other_matmul counts the mm ops of each block
 // in forward order from 1 and recomputes the even ones (needs "mm" or
 // "linear"); addmm ops are not counted.
+// Aten ops of exported graphs (type aten) are named by their overload
+// ("aten.mm.default") or its packet ("aten.mm"); "mm", "addmm" and "linear"
+// name aten.mm / aten.addmm ops as they name linear ops (aten.mm ops are the
+// ones save_every_other_matmul counts), and "attention" names every aten op
+// of kind attention (the _scaled_dot_product_* kernels). An "aten." name that
+// matches no op of a checkpointed block is an error like any other.
 //
 // The torchtitan preset is torchtitan v0.2.2's op-level policy (--activation_
 // checkpoint.mode selective --activation_checkpoint.selective_ac_option op):

@@ -176,6 +176,8 @@ const char* buffer_role_name(BufferRole role) {
       return "workspace";
     case BufferRole::kernel_saved:
       return "kernel_saved";
+    case BufferRole::module_buffer:
+      return "module_buffer";
   }
   return "?";
 }
@@ -183,6 +185,7 @@ const char* buffer_role_name(BufferRole role) {
 BufferCategory buffer_role_category(BufferRole role) {
   switch (role) {
     case BufferRole::param_shard:
+    case BufferRole::module_buffer:
       return BufferCategory::parameters;
     case BufferRole::grad_shard:
       return BufferCategory::gradients;

@@ -129,6 +129,9 @@ enum class BufferRole : uint8_t {
   kernel_saved,     // what one graph op's kernel keeps for backward that is no graph tensor,
                     // fp32: the math SDPA fallback's scaled q and k, probabilities and expanded
                     // v (plan/sdpa.h); names the op ("kernel_saved")
+  module_buffer,    // a module buffer of an exported graph (Graph::buffers): persistent,
+                    // unsharded, on every rank, in its tensor's dtype; names the tensor
+                    // ("module_buffer"); counted with the parameters
 };
 const char* buffer_role_name(BufferRole role);  // the <what> of buffer_name
 BufferCategory buffer_role_category(BufferRole role);

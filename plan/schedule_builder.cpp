@@ -72,6 +72,22 @@ void Builder::setup_persistent() {
     if (!transient_grads_) grad_shard_[u] = persistent(BufferRole::grad_shard, bytes, ui);
     opt_state_[u] = persistent(BufferRole::optimizer_state, bytes * states, ui);
   }
+  // Module buffers (exported graphs): whole, on every rank, for the whole
+  // step, on the device even when parameters are offloaded (FSDP's
+  // CPUOffload moves parameters only).
+  module_buf_.clear();
+  const Workload w = policy_workload(p_, g_);
+  for (int t : g_.buffers) {
+    const Tensor& tensor = g_.tensors[static_cast<size_t>(t)];
+    const int64_t per = is_floating(tensor.dtype) ? precision_bytes(tensor.precision, bp(0))
+                                                  : dtype_bytes(tensor.dtype);
+    const int64_t bytes = tensor.numel_at(w) * per;
+    const int b = bytes <= 0
+                      ? -1
+                      : new_buffer(BufferRole::module_buffer, -1, t, -1, bytes, compute_, 0, true);
+    if (b >= 0) s_.buffers[static_cast<size_t>(b)].on_host = false;
+    module_buf_.push_back(b);
+  }
 }
 
 void Builder::setup_checkpointing() {
@@ -460,6 +476,8 @@ Schedule Builder::build(bool persistent_only) {
   for (size_t i = 0; i + 1 < fwd_order_.size(); ++i) next_fwd_[fwd_order_[i]] = fwd_order_[i + 1];
   for (size_t i = 0; i + 1 < bwd_order_.size(); ++i) next_bwd_[bwd_order_[i]] = bwd_order_[i + 1];
   tensor_buf_.assign(g_.tensors.size(), -1);
+  for (size_t i = 0; i < g_.buffers.size(); ++i)
+    tensor_buf_[static_cast<size_t>(g_.buffers[i])] = module_buf_[i];
   param_grad_.assign(g_.params.size(), -1);
   grad_tensor_buf_.assign(g_.tensors.size(), -1);
   // Sizes at this workload, evaluated once: every micro-step, recompute and

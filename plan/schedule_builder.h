@@ -66,7 +66,8 @@ class Builder {
   DType role_dtype(BufferRole role, int tensor, int unit) const {
     if (tensor >= 0 && !is_floating(g_.tensors[tensor].dtype)) return g_.tensors[tensor].dtype;
     if (tensor >= 0 && g_.tensors[tensor].precision == Precision::fp32) return DType::f32;
-    if (tensor >= 0) unit = acts_->tensor_unit(tensor);
+    // A module buffer has no producer: the root's dtype (set before acts_ is).
+    if (tensor >= 0 && role != BufferRole::module_buffer) unit = acts_->tensor_unit(tensor);
     const UnitSettings& us = us_[unit >= 0 ? unit : 0];
     switch (role) {
       case BufferRole::param_shard:
@@ -335,6 +336,7 @@ class Builder {
   std::vector<int> offload_d2h_;      // d2h copies the host optimizer must wait for
   std::vector<int> post_reduce_ops_;  // last op of each unit's reduction, this micro-step
   std::vector<int> tensor_buf_;       // activation tensor -> live buffer (-1 when none)
+  std::vector<int> module_buf_;       // per Graph::buffers entry: its persistent buffer
   std::vector<int> grad_tensor_buf_;
   std::vector<int64_t> act_bytes_;        // tensor -> bytes at the workload (compute dtype)
   std::vector<int64_t> workspace_bytes_;  // graph op -> fp32 workspace bytes at the workload

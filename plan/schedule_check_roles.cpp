@@ -23,7 +23,7 @@ bool is_persistent_role(BufferRole r) {
 }
 bool is_tensor_role(BufferRole r) {
   return r == BufferRole::input || r == BufferRole::activation || r == BufferRole::recomputed ||
-         r == BufferRole::activation_grad;
+         r == BufferRole::activation_grad || r == BufferRole::module_buffer;
 }
 bool is_reduce_role(BufferRole r) {
   return r == BufferRole::rs_in || r == BufferRole::rs_out || r == BufferRole::accum_grad;
@@ -72,8 +72,9 @@ void check_roles(const Graph& g, const Schedule& s, const std::function<void(std
     }
     const bool fp32_tensor = b.tensor >= 0 && b.tensor < static_cast<int>(g.tensors.size()) &&
                              g.tensors[static_cast<size_t>(b.tensor)].precision == Precision::fp32;
-    if (is_persistent_role(b.role) || b.role == BufferRole::h2d_shard ||
-        b.role == BufferRole::kernel_saved || fp32_tensor) {
+    // Module buffers are persistent in their tensor's dtype (checked below).
+    if ((is_persistent_role(b.role) && b.role != BufferRole::module_buffer) ||
+        b.role == BufferRole::h2d_shard || b.role == BufferRole::kernel_saved || fp32_tensor) {
       if (b.dtype != DType::f32) err(name + " is " + dtype_name(b.dtype) + ", not f32");
       continue;
     }

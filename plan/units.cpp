@@ -43,6 +43,15 @@ int lca(const Graph& g, int a, int b) {
   return a;
 }
 
+// The module classes of a graph, sorted, for error messages.
+std::string class_list(const Graph& g) {
+  std::set<std::string> classes;
+  for (const Module& m : g.modules) classes.insert(m.class_name);
+  std::string list;
+  for (const std::string& c : classes) list += (list.empty() ? "" : ", ") + c;
+  return list;
+}
+
 }  // namespace
 
 std::string units_key(const Policy& policy, const World& world) {
@@ -67,29 +76,35 @@ UnitPlan build_units(const Graph& g, const Policy& policy, const World& world) {
   std::vector<std::vector<int>> owned(n_modules);
   for (size_t p = 0; p < g.params.size(); ++p) owned[owner[p]].push_back(static_cast<int>(p));
 
-  // Which modules the policy wraps.
+  // Which modules the policy wraps. An exported graph under wrap type none
+  // (the default: the policy does not say) wraps its default_wrap_classes,
+  // as the class policy would.
+  const bool exported_default = g.is_exported() && policy.wrap.type == WrapType::none;
+  if (exported_default && g.default_wrap_classes.empty())
+    throw Error("policy: wrap.classes: exported graph " + g.model_name +
+                " has no default_wrap_classes and the policy names no wrap classes: set "
+                "wrap.type=class and wrap.classes (its classes: " +
+                class_list(g) + ")");
+  const WrapType wrap_type = exported_default ? WrapType::class_name : policy.wrap.type;
+  const std::vector<std::string>& wrap_classes =
+      exported_default ? g.default_wrap_classes : policy.wrap.classes;
   std::vector<bool> wrap_by_name(n_modules, false);
-  if (policy.wrap.type == WrapType::class_name) {
+  if (wrap_type == WrapType::class_name) {
     std::set<std::string> matched;
     for (size_t m = 0; m < n_modules; ++m) {
-      for (const std::string& c : policy.wrap.classes) {
+      for (const std::string& c : wrap_classes) {
         if (g.modules[m].class_name == c) {
           wrap_by_name[m] = true;
           matched.insert(c);
         }
       }
     }
-    if (matched.empty()) {
-      std::set<std::string> classes;
-      for (const Module& m : g.modules) classes.insert(m.class_name);
-      std::string list;
-      for (const std::string& c : classes) list += (list.empty() ? "" : ", ") + c;
-      throw Error("policy: wrap.classes: no module of " + g.model_name +
-                  " has any of these classes (its classes: " + list + ")");
-    }
-    for (const std::string& c : policy.wrap.classes)
-      if (!matched.count(c))
-        plan.warnings.push_back("wrap.classes: class '" + c + "' matches no module");
+    const std::string key = exported_default ? "default_wrap_classes" : "wrap.classes";
+    if (matched.empty())
+      throw Error(std::string(exported_default ? "graph: " : "policy: ") + key + ": no module of " +
+                  g.model_name + " has any of these classes (its classes: " + class_list(g) + ")");
+    for (const std::string& c : wrap_classes)
+      if (!matched.count(c)) plan.warnings.push_back(key + ": class '" + c + "' matches no module");
   } else if (policy.wrap.type == WrapType::modules) {
     for (const std::string& path : policy.wrap.modules) {
       int m = g.find_module(path);
@@ -115,7 +130,7 @@ UnitPlan build_units(const Graph& g, const Policy& policy, const World& world) {
     bool wrap = false;
     if (i == 0) {
       wrap = true;  // the root is always a unit
-    } else if (policy.wrap.type == WrapType::size) {
+    } else if (wrap_type == WrapType::size) {
       wrap = !g.modules[i].is_container && numel >= policy.wrap.min_num_params;
     } else {
       wrap = wrap_by_name[i];

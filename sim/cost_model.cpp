@@ -261,7 +261,7 @@ TimeNs CostModel::duration(int index) const {
   const plan::Op& g = graph_.ops.at(static_cast<size_t>(op.graph_op));
   const double op_flops = flops(index);
   const bool backward = op.kind == plan::OpKind::backward;
-  const std::string key = efficiency_key(plan::op_type_name(g.type), backward);
+  const std::string key = efficiency_key(cost_op_type(g), backward);
   const OpLevelModel& level = hw_.op_level;
   const double peak = hw_.peak_flops(op.dtype) * level.sustained_clock_fraction;
   double compute_s = op_flops / (peak * hw_.efficiency_of(key, op.dtype, op_flops));

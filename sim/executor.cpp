@@ -34,8 +34,7 @@ int64_t Executor::host_dispatch_ns(int op) const {
   if (o.graph_op >= 0) {
     const plan::Op& g = graph_.ops[static_cast<size_t>(o.graph_op)];
     const bool backward = o.kind == plan::OpKind::backward;
-    return level.host_dispatch_ns_of(efficiency_key(plan::op_type_name(g.type), backward),
-                                     !backward, 1);
+    return level.host_dispatch_ns_of(efficiency_key(cost_op_type(g), backward), !backward, 1);
   }
   // FSDP2's copy-in (the ag_copy_in stream) casts and copies each parameter
   // of its unit; every other op, FSDP1's flat-parameter cast included, is one.

@@ -118,8 +118,7 @@ bool Executor::warm_up_with_blas_workspaces() {
     const plan::Action& action = sched_.actions[i];
     if (action.kind == plan::ActionKind::launch) {
       const plan::ScheduleOp& op = sched_.ops[static_cast<size_t>(action.op)];
-      if (op.graph_op >= 0 &&
-          graph_.ops[static_cast<size_t>(op.graph_op)].type == plan::OpType::linear)
+      if (op.graph_op >= 0 && plan::is_gemm(graph_.ops[static_cast<size_t>(op.graph_op)]))
         ok = place(op.phase == plan::Phase::forward ? 1 : hw_.blas_workspaces);
       continue;
     }

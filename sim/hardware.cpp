@@ -76,6 +76,15 @@ std::string efficiency_key(const std::string& op_type, bool backward) {
   return backward ? op_type + std::string(kBackwardSuffix) : op_type;
 }
 
+const char* cost_op_type(const plan::Op& op) {
+  if (op.type != plan::OpType::aten) return plan::op_type_name(op.type);
+  if (op.attrs.kind == plan::aten_kind_name(plan::AtenKind::gemm))
+    return plan::op_type_name(plan::OpType::linear);
+  if (op.attrs.kind == plan::aten_kind_name(plan::AtenKind::attention))
+    return plan::op_type_name(plan::OpType::attention);
+  return plan::op_type_name(plan::OpType::aten);
+}
+
 bool is_efficiency_key(const std::string& name) {
   if (has_backward_suffix(name))
     return is_graph_op_type(name.substr(0, name.size() - kBackwardSuffix.size()));

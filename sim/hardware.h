@@ -183,6 +183,10 @@ bool is_graph_op_type(const std::string& name);
 std::string efficiency_key(const std::string& op_type, bool backward);
 /// A graph op type, or one with ".backward".
 bool is_efficiency_key(const std::string& name);
+/// The op type a graph op is costed as (efficiency, host dispatch): its own;
+/// an aten op's kind chooses one (gemm: "linear", attention: "attention",
+/// memory: "aten").
+const char* cost_op_type(const plan::Op& op);
 
 std::vector<std::string>
 hardware_presets();  ///< h100-sxm, h200-sxm, a100-sxm, h100-pcie, cpu-local

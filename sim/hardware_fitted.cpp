@@ -44,8 +44,7 @@ std::vector<std::string> costs_from_base(const HardwareModel& hw, const plan::Gr
   for (const plan::ScheduleOp& op : schedule.ops) {
     if (op.graph_op < 0) continue;
     const bool backward = op.kind == plan::OpKind::backward;
-    const std::string type =
-        plan::op_type_name(graph.ops.at(static_cast<size_t>(op.graph_op)).type);
+    const std::string type = cost_op_type(graph.ops.at(static_cast<size_t>(op.graph_op)));
     const std::string key = efficiency_key(type, backward);
     const auto d = hw.fitted.efficiency.find(op.dtype);
     if (d != hw.fitted.efficiency.end() && d->second.count(key)) continue;

@@ -22,12 +22,14 @@ std::map<std::string, double> gpu_efficiency() {
   // the shared expert's sigmoid gate do a few FLOPs per element moved; the
   // experts' matmuls are `linear` ops, priced by their own FLOPs (and, with a
   // GEMM curve, at the efficiency of their size: a token balance that leaves
-  // an expert few rows makes its GEMMs small and slow).
+  // an expert few rows makes its GEMMs small and slow). An exported graph's
+  // aten ops of kind memory (sim::cost_op_type: "aten") are elementwise,
+  // reductions and copies: bandwidth-bound as well.
   return {{"default", 0.6},     {"linear", 0.7},        {"attention", 0.5},  {"embedding", 1.0},
           {"layernorm", 1.0},   {"rmsnorm", 1.0},       {"gelu", 1.0},       {"swiglu", 1.0},
           {"residual", 1.0},    {"cross_entropy", 1.0}, {"rope", 1.0},       {"relu", 1.0},
           {"scale", 1.0},       {"softcap", 1.0},       {"moe_router", 1.0}, {"moe_dispatch", 1.0},
-          {"moe_combine", 1.0}, {"sigmoid_gate", 1.0}};
+          {"moe_combine", 1.0}, {"sigmoid_gate", 1.0},  {"aten", 1.0}};
 }
 
 // Published op-level measurements (docs/simulator.md, "Hardware presets",

@@ -303,6 +303,7 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       run_sigmoid_gate(o, task.ptrs);
       return;
     case plan::OpType::rope:
+    case plan::OpType::aten:  // refused before ranks start (engine/run/aten_support.h)
       break;
   }
   throw ExecError("op '" + op.name + "': the CPU engine has no op type '" +

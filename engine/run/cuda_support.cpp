@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/run/aten_support.h"
+
 namespace shardscope::engine::run {
 
 namespace {
@@ -62,6 +64,9 @@ void check_cuda_supports(const plan::Graph& graph) {
       case plan::OpType::moe_combine:
       case plan::OpType::sigmoid_gate:
         refuse(op, "mixture-of-experts routing");
+      case plan::OpType::aten:  // exported graphs: engine/run/aten_support.h
+        check_engine_runs_aten(graph, "CUDA");
+        break;
     }
   }
 }

@@ -16,6 +16,7 @@
 
 #include "engine/comm/shm_wait.h"
 #include "engine/exec/checkpointing.h"
+#include "engine/run/aten_support.h"
 #include "engine/run/cuda_support.h"
 #include "engine/run/run_internal.h"
 
@@ -112,6 +113,8 @@ RunResult launch_ranks(const RunRequest& request) {
 
 RunResult run(const RunRequest& request) {
   // Refused before any rank starts when the launcher has the graph.
+  if (request.graph)
+    check_engine_runs_aten(*request.graph, request.backend == Backend::cuda ? "CUDA" : "CPU");
   if (request.backend == Backend::cuda && request.graph) check_cuda_supports(*request.graph);
   if (request.backend == Backend::cuda) check_cuda_supports(request.policy);
   // A bad --save target is refused before any rank starts (ranks check again,

@@ -199,3 +199,29 @@ TEST_CASE("overrides regexes cannot crash or hang the planner (issue 34)",
   CHECK_THAT(table.output, Catch::Contains("transformer.h.1") &&
                                Catch::Contains("communication per rank per step"));
 }
+
+TEST_CASE("plan and simulate take an exported graph; a stated wrap replaces its default",
+          "[cli][plan][exported]") {
+  const std::string model =
+      std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/exported/tiny-mlp.graph.json";
+  // default_wrap_classes ["MLPLayer"]: 544 and 1,024 parameters; the head's
+  // 320 on the root. Each shard is half of dim 0 at world 2.
+  auto r = run_cli("plan --model " + model + " --world 2 --json");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  nlohmann::json j = nlohmann::json::parse(r.output);
+  CHECK(j["params_total"] == 1888);
+  REQUIRE(j["units"].size() == 3);
+  CHECK(j["units"][1]["name"] == "layers.0");
+  CHECK(j["units"][1]["params"] == 544);
+  CHECK(j["units"][2]["shard_numel"] == 512);
+  r = run_cli("plan --model " + model +
+              " --world 2 --json --set wrap.type=class --set 'wrap.classes=[\"Linear\"]'");
+  REQUIRE(r.status == 0);
+  j = nlohmann::json::parse(r.output);
+  CHECK(j["units"].size() == 4);  // <root>, layers.0.fc, layers.1.fc, head
+  r = run_cli("simulate --model " + model +
+              " --world 2 --json --set wrap.type=class --set 'wrap.classes=[\"MLPLayer\"]'");
+  REQUIRE(r.status == 0);
+  CHECK(nlohmann::json::parse(r.output)["peak_allocated_bytes"].get<int64_t>() > 0);
+}

@@ -183,3 +183,15 @@ TEST_CASE("run refuses attention forced to the math SDPA kernel, which no engine
                                        "(attention.sdpa_backend): the engines run fused "
                                        "attention only"));
 }
+
+TEST_CASE("run refuses an exported graph's aten op by name before starting ranks (exit 2)",
+          "[cli][run][exported]") {
+  auto r = run_cli(bounded("run --model " + std::string(SHARDSCOPE_SOURCE_DIR) +
+                           "/tests/data/exported/tiny-mlp.graph.json --nproc 2 --steps 1"));
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("shardscope run: error: layers.0.fc.addmm "
+                                       "(aten.addmm.default): the CPU engine does not run aten "
+                                       "ops of exported graphs (simulate and sweep take them)"));
+  CHECK_THAT(r.output, !Catch::Contains("step 1/1"));
+}

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/run/aten_support.h"
 #include "engine/run/cuda_support.h"
 #include "plan/models.h"
 
@@ -132,4 +133,24 @@ TEST_CASE("mixture-of-experts routing is refused by the CUDA engine, naming the 
   CHECK(refusal(g) ==
         "op 'model.layers.0.block_sparse_moe.router' (moe_router): mixture-of-experts routing is "
         "not implemented by the CUDA engine (use --backend cpu)");
+}
+
+TEST_CASE("an exported graph's aten op is refused by name and overload, before any rank starts") {
+  const plan::Graph g = plan::load_model(std::string(SHARDSCOPE_SOURCE_DIR) +
+                                         "/tests/data/exported/tiny-mlp.graph.json");
+  CHECK(refusal(g) ==
+        "layers.0.fc.addmm (aten.addmm.default): the CUDA engine does not run aten ops of "
+        "exported graphs (simulate and sweep take them)");
+  CHECK_THROWS_WITH(engine::run::check_engine_runs_aten(g, "CPU"),
+                    "layers.0.fc.addmm (aten.addmm.default): the CPU engine does not run aten "
+                    "ops of exported graphs (simulate and sweep take them)");
+  // A graph with a module buffer but only native ops: refused naming the buffer.
+  plan::Graph native = plan::load_model("mlp");
+  native.tensors.push_back(plan::Tensor{"inv_freq", {plan::Poly::constant(4)}});
+  native.tensors.back().requires_grad = false;
+  native.buffers.push_back(static_cast<int>(native.tensors.size()) - 1);
+  CHECK_THROWS_WITH(engine::run::check_engine_runs_aten(native, "CPU"),
+                    "buffer tensor 'inv_freq': the CPU engine does not hold module buffers of "
+                    "exported graphs (simulate and sweep take them)");
+  CHECK_NOTHROW(engine::run::check_engine_runs_aten(plan::load_model("mlp"), "CPU"));
 }

@@ -346,6 +346,7 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
     case plan::OpType::moe_dispatch:
     case plan::OpType::moe_combine:
     case plan::OpType::sigmoid_gate:
+    case plan::OpType::aten:  // refused on the host (engine/run/aten_support.h)
       break;
   }
   throw ExecError("op '" + op.name + "': the CUDA engine has no op type '" +

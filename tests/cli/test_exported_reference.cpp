@@ -1,0 +1,209 @@
+// The graphs the Python exporter (python/shardscope_torch, issue 37) wrote for
+// the Hugging Face models of tests/reference/ against the native builders.
+// No torch needed: the exported graphs are committed under
+// tests/reference/exported/ (scripts/export-references regenerates them), each
+// named after the reference whose config and shardscope flags it was traced
+// and is simulated with.
+//
+//  - Communication: `plan --json`'s per-rank all-gather, reduce-scatter and
+//    all-reduce bytes and the units (names, parameter counts, shards: not the
+//    module counts, the exported tree being the model's whole one) of the
+//    exported graph equal the native builder's exactly: the exporter recorded
+//    every parameter with its Hugging Face name, shape and module.
+//  - Peak memory: simulate's peak_requested_bytes on the exported graph within
+//    1% of the native builder's, and within 2% of the PyTorch FSDP2 peak the
+//    reference measured, unless listed in known_gaps() with its bound and the
+//    reason (docs/export.md, "Validation").
+//  - Models with no builder (tests/reference/no-builder/: StableLM, OLMo 2, a
+//    ViT, a UNet): communication equal to the measured collectives' and the
+//    peak within 2% of the measured one (or a listed gap's bound).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/cli/run_cli.h"
+#include "tests/temp_dir.h"
+
+using nlohmann::json;
+
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  json j;
+  in >> j;
+  return j;
+}
+
+const std::string kRefDir = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/reference/";
+
+std::vector<std::string> exported_names() {
+  std::vector<std::string> out;
+  const std::string suffix = ".graph.json";
+  for (const auto& e : std::filesystem::directory_iterator(kRefDir + "exported")) {
+    const std::string f = e.path().filename().string();
+    if (f.size() > suffix.size() && f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.push_back(f.substr(0, f.size() - suffix.size()));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Where the exported graph and the native builder disagree by more than 1%:
+// reference name -> the largest |exported / native - 1| accepted. In each the
+// native builder is the one off (docs/export.md, "Validation"): with a sliding
+// window below T, transformers builds an explicit [B, 1, T, T] mask in the
+// compute dtype that SDPA saves in every layer, and repeats k and v to every
+// query head (repeat_kv copies, also saved); the builders model neither,
+// and the exported graph is within 0.03% of the measured peak where the
+// native one is 1.6-2.5% low.
+const std::map<std::string, double>& known_gaps() {
+  static const std::map<std::string, double> gaps = {
+      {"gemma2-h128-l2-gqa2-sw64-fsdp2-bf16-w8-b2-t128-rafT-ac0", 0.02},
+      {"mistral-h128-l2-gqa4-sw64-fsdp2-bf16-w8-b2-t128-rafT-ac0", 0.02},
+      {"phi3-h128-l2-gqa2-sw64-fsdp2-bf16-w8-b2-t128-rafT-ac0", 0.03}};
+  return gaps;
+}
+
+struct Predicted {
+  json plan, sim;
+};
+
+Predicted predict(const std::string& model, const std::string& args) {
+  Predicted p;
+  const auto plan =
+      shardscope::test::run_cli("plan --model " + shell_quote(model) + args + " --json");
+  INFO(plan.output);
+  REQUIRE(plan.status == 0);
+  p.plan = json::parse(plan.output);
+  const auto sim = shardscope::test::run_cli("simulate --model " + shell_quote(model) + args +
+                                             " --hw cpu-local --mem-limit 1TiB --json");
+  INFO(sim.output);
+  REQUIRE(sim.status == 0);
+  p.sim = json::parse(sim.output);
+  return p;
+}
+
+// Per-rank bus bytes by kind of the collectives a reference recorded, as
+// `plan --json` counts them: (n-1)/n x S for all-gather (S its output) and
+// reduce-scatter (S its input), 2(n-1)/n x S for all-reduce.
+std::map<std::string, double> measured_bus_bytes(const json& ref) {
+  std::map<std::string, double> out{{"all_gather", 0}, {"reduce_scatter", 0}, {"all_reduce", 0}};
+  for (const json& c : ref.at("collectives")) {
+    const double n = c.at("group_size").get<double>();
+    const std::string op = c.at("op");
+    if (op == "all_gather") out[op] += (n - 1) / n * c.at("output_bytes").get<double>();
+    if (op == "reduce_scatter") out[op] += (n - 1) / n * c.at("input_bytes").get<double>();
+    if (op == "all_reduce") out[op] += 2 * (n - 1) / n * c.at("input_bytes").get<double>();
+  }
+  return out;
+}
+
+// Models with no builder whose exported peak is more than 2% off the
+// measurement: reference name -> the bound, with the reason in
+// docs/export.md ("Validation").
+const std::map<std::string, double>& no_builder_gaps() {
+  // 2026-11-29: the UNet, -3.4% (bf16) and -4.2% (fp32, full checkpointing):
+  // the measured peak is inside a convolution's backward in the up path. Not
+  // located; one candidate: cat's backward returns views of its output's
+  // gradient, which autograd keeps whole until the skip's other consumer ran
+  // its backward; the liveness model gives each input its own gradient.
+  static const std::map<std::string, double> gaps = {
+      {"unet-c128-m122-s32-fsdp2-bf16-w8-b2-rafT-ac0", 0.04},
+      {"unet-c128-m122-s32-fsdp2-fp32-w4-b4-rafT-ac1", 0.05}};
+  return gaps;
+}
+
+}  // namespace
+
+TEST_CASE("exported graphs of models with no builder match PyTorch FSDP2",
+          "[cli][reference][exported]") {
+  int checked = 0, within = 0;
+  for (const std::string& name : exported_names()) {
+    const std::string ref_file = kRefDir + "no-builder/" + name + ".json";
+    if (!std::filesystem::exists(ref_file)) continue;
+    INFO(name);
+    ++checked;
+    const json ref = read_json(ref_file);
+    std::string args;
+    for (const auto& a : ref.at("shardscope_args")) args += " " + shell_quote(a.get<std::string>());
+    const Predicted exported = predict(kRefDir + "exported/" + name + ".graph.json", args);
+    // Communication: exact (to the byte: the bus factors make fractions).
+    for (const auto& [kind, bytes] : measured_bus_bytes(ref)) {
+      INFO(kind);
+      CHECK(std::fabs(exported.plan.at("comm_bytes_per_rank").at(kind).get<double>() - bytes) < 1);
+    }
+    const double exp = exported.sim.at("peak_requested_bytes").get<double>();
+    const double measured = ref.at("peak").at("allocated_bytes").get<double>();
+    const double err = exp / measured - 1;
+    CAPTURE(exp, measured, err);
+    const auto gap = no_builder_gaps().find(name);
+    if (gap == no_builder_gaps().end()) {
+      CHECK(std::fabs(err) <= 0.02);
+      ++within;
+    } else {
+      CHECK(std::fabs(err) <= gap->second);
+    }
+  }
+  CHECK(checked >= 7);  // StableLM, OLMo 2, the ViT and the UNet, bf16 and fp32 (docs/export.md)
+  CHECK(within + static_cast<int>(no_builder_gaps().size()) == checked);
+}
+
+TEST_CASE("exported graphs of the reference models match the native builders",
+          "[cli][reference][exported]") {
+  int checked = 0, within = 0;
+  for (const std::string& name : exported_names()) {
+    if (!std::filesystem::exists(kRefDir + name + ".json")) continue;  // no builder
+    INFO(name);
+    ++checked;
+    const json ref = read_json(kRefDir + name + ".json");
+    const std::string graph = kRefDir + "exported/" + name + ".graph.json";
+    REQUIRE(read_json(graph).at("family") == "exported");
+    shardscope::test::TempDir dir;
+    const std::string config = dir.write("config.json", ref.at("config"));
+    std::string args;
+    for (const auto& a : ref.at("shardscope_args")) args += " " + shell_quote(a.get<std::string>());
+
+    const Predicted native = predict(config, args);
+    const Predicted exported = predict(graph, args);
+    CHECK(exported.plan.at("params_total") == native.plan.at("params_total"));
+    // The exported module tree is the real one (act_fn, rotary_emb, ... that the
+    // builders leave out), so units differ in "modules" only.
+    auto sharding = [](const json& units) {
+      json out = json::array();
+      for (const json& u : units)
+        out.push_back({u.at("name"), u.at("params"), u.at("shard_numel"), u.at("padded_numel")});
+      return out;
+    };
+    CHECK(sharding(exported.plan.at("units")) == sharding(native.plan.at("units")));
+    CHECK(exported.plan.at("comm_bytes_per_rank") == native.plan.at("comm_bytes_per_rank"));
+
+    const double nat = native.sim.at("peak_requested_bytes").get<double>();
+    const double exp = exported.sim.at("peak_requested_bytes").get<double>();
+    const double measured = ref.at("peak").at("allocated_bytes").get<double>();
+    const double err = exp / nat - 1, err_measured = exp / measured - 1;
+    CAPTURE(nat, exp, measured, err, err_measured);
+    const auto gap = known_gaps().find(name);
+    if (gap == known_gaps().end()) {
+      CHECK(std::fabs(err) <= 0.01);
+      CHECK(std::fabs(err_measured) <= 0.02);
+      ++within;
+    } else {
+      CHECK(std::fabs(err) <= gap->second);
+      CHECK(std::fabs(err_measured) <= 0.001);  // the exported graph is the accurate one
+    }
+  }
+  CHECK(checked >= 16);  // 10 of the 12 native families, bf16 and fp32 (docs/export.md)
+  CHECK(within + static_cast<int>(known_gaps().size()) == checked);
+}
