@@ -200,7 +200,7 @@ TEST_CASE("overrides regexes cannot crash or hang the planner (issue 34)",
                                Catch::Contains("communication per rank per step"));
 }
 
-TEST_CASE("plan and simulate take an exported graph; a stated wrap replaces its default",
+TEST_CASE("plan and simulate take an exported graph, and a stated wrap replaces its default",
           "[cli][plan][exported]") {
   const std::string model =
       std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/exported/tiny-mlp.graph.json";
