@@ -224,4 +224,9 @@ TEST_CASE("plan and simulate take an exported graph, and a stated wrap replaces 
               " --world 2 --json --set wrap.type=class --set 'wrap.classes=[\"MLPLayer\"]'");
   REQUIRE(r.status == 0);
   CHECK(nlohmann::json::parse(r.output)["peak_allocated_bytes"].get<int64_t>() > 0);
+  // The text form says where the units come from.
+  r = run_cli("plan --model " + model + " --world 2");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output,
+             Catch::Contains("wrap none (the exported graph's default_wrap_classes: MLPLayer)"));
 }
