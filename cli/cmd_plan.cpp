@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -96,8 +97,15 @@ int cmd_plan(int argc, char** argv) {
 
   std::printf("model %s: %s parameters, %zu modules, %zu ops\n", g.model_name.c_str(),
               with_commas(g.params_total()).c_str(), g.modules.size(), g.ops.size());
+  // An exported graph under wrap none wraps its default classes (plan/units.h).
+  std::string wrap = plan::wrap_type_name(in.policy.wrap.type);
+  if (g.is_exported() && in.policy.wrap.type == plan::WrapType::none) {
+    wrap += " (the exported graph's default_wrap_classes:";
+    for (const std::string& c : g.default_wrap_classes) wrap += " " + c;
+    wrap += ")";
+  }
   std::printf("policy: %s, wrap %s, reshard_after_forward %s, backward_prefetch %s\n",
-              plan::flavor_name(in.policy.flavor), plan::wrap_type_name(in.policy.wrap.type),
+              plan::flavor_name(in.policy.flavor), wrap.c_str(),
               plan::policy_to_json(in.policy)["reshard_after_forward"].dump().c_str(),
               plan::backward_prefetch_name(in.policy.backward_prefetch));
   std::printf(

@@ -200,7 +200,7 @@ TEST_CASE("overrides regexes cannot crash or hang the planner (issue 34)",
                                Catch::Contains("communication per rank per step"));
 }
 
-TEST_CASE("plan and simulate take an exported graph; a stated wrap replaces its default",
+TEST_CASE("plan and simulate take an exported graph, and a stated wrap replaces its default",
           "[cli][plan][exported]") {
   const std::string model =
       std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/exported/tiny-mlp.graph.json";
@@ -224,4 +224,9 @@ TEST_CASE("plan and simulate take an exported graph; a stated wrap replaces its 
               " --world 2 --json --set wrap.type=class --set 'wrap.classes=[\"MLPLayer\"]'");
   REQUIRE(r.status == 0);
   CHECK(nlohmann::json::parse(r.output)["peak_allocated_bytes"].get<int64_t>() > 0);
+  // The text form says where the units come from.
+  r = run_cli("plan --model " + model + " --world 2");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output,
+             Catch::Contains("wrap none (the exported graph's default_wrap_classes: MLPLayer)"));
 }

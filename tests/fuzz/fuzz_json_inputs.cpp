@@ -1,9 +1,11 @@
 // libFuzzer target: the readers of untrusted JSON documents other than
 // traces and hardware files, through plan/json_input.h: a policy
-// (--policy, --set), a sweep grid (--grid) and a Hugging Face config.json
-// (--model). Any input either parses and builds, or throws plan::Error /
-// sim::Error naming the place (nesting, duplicate keys, a bad field); a
-// message never quotes more than ~200 characters of the input per quote.
+// (--policy, --set), a sweep grid (--grid), a Hugging Face config.json and a
+// graph JSON (--model; native or exported). Any input either parses and
+// builds, or throws plan::Error / sim::Error naming the place (nesting,
+// duplicate keys, a bad field); a message never quotes more than ~200
+// characters of the input per quote. A graph that reads writes back to JSON
+// that reads as the same graph.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/error.h"
+#include "plan/graph_io.h"
 #include "plan/json_input.h"
 #include "plan/models.h"
 #include "plan/policy.h"
@@ -42,6 +45,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const plan::Graph g = plan::model_from_hf_config(doc, "fuzz.json");
     if (g.params_total() < 0) std::abort();
+  } catch (const plan::Error&) {
+  }
+  try {
+    const nlohmann::json written = plan::graph_to_json(plan::graph_from_json(doc));
+    if (plan::graph_to_json(plan::graph_from_json(written)) != written) std::abort();
   } catch (const plan::Error&) {
   }
   return 0;
