@@ -361,7 +361,7 @@ TEST_CASE("the references of models with no builder are complete and FSDP2-consi
     CHECK(dtypes == std::set<std::string>{"bf16", "fp32"});
     CHECK(checkpointing == std::set<std::string>{"full", "none"});
   }
-  CHECK(refs.size() == 22);
+  CHECK(refs.size() == 24);
 }
 
 TEST_CASE("shardscope matches the PyTorch FSDP references recorded on an H200",
