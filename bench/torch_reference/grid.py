@@ -414,8 +414,6 @@ _NO_BUILDER_RUNS = [
     ("stablelm-2-1.6b-l2", "fsdp2", "bf16", "fp32", 8, 1, 2048, True, "full"),
     ("stablelm-2-1.6b-l2", "fsdp2", "fp32", "fp32", 8, 1, 2048, True, "none"),
     ("olmoe-1b-7b-l1", "fsdp2", "bf16", "fp32", 8, 2, 2048, True, "full"),
-    ("stablelm-2-1.6b-l2", "fsdp2", "fp32", "fp32", 8, 1, 2048, True, "full"),
-    ("olmoe-1b-7b-l1", "fsdp2", "fp32", "fp32", 8, 2, 2048, True, "none"),
     ("vit-base-p16-224", "fsdp2", "bf16", "fp32", 8, 8, None, True, "none"),
     ("unet-c128-m122-s32", "fsdp2", "bf16", "fp32", 8, 32, None, True, "none"),
 ]
