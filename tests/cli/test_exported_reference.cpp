@@ -19,6 +19,7 @@
 //    peak within 2% of the measured one (or a listed gap's bound).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,34 @@ std::vector<std::string> exported_names() {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::vector<std::string> no_builder_names() {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(kRefDir + "no-builder")) {
+    const std::string f = e.path().filename().string();
+    if (f.size() > 5 && f.compare(f.size() - 5, 5, ".json") == 0)
+      out.push_back(f.substr(0, f.size() - 5));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The exported graph a no-builder reference is simulated on: the one named
+// after it, else one of the same model ("<model>-fsdp2-...": the same
+// configuration and layer count) traced in the same parameter dtype. A graph
+// is the model's step at every (B, T) and under every policy; only the
+// traced dtype fixes which tensors are the compute dtype. "" when none.
+std::string exported_graph_for(const std::string& ref_name) {
+  const std::vector<std::string> graphs = exported_names();
+  if (std::find(graphs.begin(), graphs.end(), ref_name) != graphs.end()) return ref_name;
+  const auto model = [](const std::string& n) { return n.substr(0, n.find("-fsdp2-")); };
+  const auto dtype = [](const std::string& n) {
+    return n.find("-bf16-") != std::string::npos ? "bf16" : "fp32";
+  };
+  for (const std::string& g : graphs)
+    if (model(g) == model(ref_name) && std::string(dtype(g)) == dtype(ref_name)) return g;
+  return "";
 }
 
 // Where the exported graph and the native builder disagree by more than 1%:
@@ -129,16 +158,17 @@ const std::map<std::string, double>& no_builder_gaps() {
 
 TEST_CASE("exported graphs of models with no builder match PyTorch FSDP2",
           "[cli][reference][exported]") {
-  int checked = 0, within = 0;
-  for (const std::string& name : exported_names()) {
-    const std::string ref_file = kRefDir + "no-builder/" + name + ".json";
-    if (!std::filesystem::exists(ref_file)) continue;
-    INFO(name);
+  int checked = 0, within = 0, other_size = 0;
+  for (const std::string& name : no_builder_names()) {
+    const std::string graph_name = exported_graph_for(name);
+    if (graph_name.empty()) continue;  // not exported (mixture of experts: docs/export.md)
+    INFO(name << " simulated on " << graph_name);
     ++checked;
-    const json ref = read_json(ref_file);
+    if (graph_name != name) ++other_size;
+    const json ref = read_json(kRefDir + "no-builder/" + name + ".json");
     std::string args;
     for (const auto& a : ref.at("shardscope_args")) args += " " + shell_quote(a.get<std::string>());
-    const Predicted exported = predict(kRefDir + "exported/" + name + ".graph.json", args);
+    const Predicted exported = predict(kRefDir + "exported/" + graph_name + ".graph.json", args);
     // Communication: exact (to the byte: the bus factors make fractions).
     for (const auto& [kind, bytes] : measured_bus_bytes(ref)) {
       INFO(kind);
@@ -157,6 +187,9 @@ TEST_CASE("exported graphs of models with no builder match PyTorch FSDP2",
     }
   }
   CHECK(checked >= 7);  // StableLM, OLMo 2, the ViT and the UNet, bf16 and fp32 (docs/export.md)
+  // The activation-heavy runs (T = 2048, ViT B = 8, UNet B = 32) are predicted
+  // from graphs traced at small sizes: the fitted polynomials carry them.
+  CHECK(other_size >= 6);
   CHECK(within + static_cast<int>(no_builder_gaps().size()) == checked);
 }
 
