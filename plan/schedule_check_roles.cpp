@@ -72,8 +72,9 @@ void check_roles(const Graph& g, const Schedule& s, const std::function<void(std
     }
     const bool fp32_tensor = b.tensor >= 0 && b.tensor < static_cast<int>(g.tensors.size()) &&
                              g.tensors[static_cast<size_t>(b.tensor)].precision == Precision::fp32;
-    if (is_persistent_role(b.role) || b.role == BufferRole::h2d_shard ||
-        b.role == BufferRole::kernel_saved || fp32_tensor) {
+    // kernel_saved: fp32 (math SDPA) or, below, its unit's compute dtype (fused SDPA).
+    if (b.role == BufferRole::kernel_saved && b.dtype == DType::f32) continue;
+    if (is_persistent_role(b.role) || b.role == BufferRole::h2d_shard || fp32_tensor) {
       if (b.dtype != DType::f32) err(name + " is " + dtype_name(b.dtype) + ", not f32");
       continue;
     }
