@@ -183,7 +183,9 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       if (repeated) kv_copies.emplace(view(o.kernel_saved(2 * rows * hd), backward, !backward));
       cpu::QkvView qkv{};
       if (backward && repeated) {
-        qkv = {in[0].data(), kv_copies->data(), kv_copies->data() + rows * hd, hd, hd, 0};
+        // q: the q_roped copy, q's own tensor, or (packed without RoPE) the packed input.
+        const int64_t q_stride = packed && !q_in_roped ? row : hd;
+        qkv = {in[0].data(), kv_copies->data(), kv_copies->data() + rows * hd, q_stride, hd, 0};
       } else if (packed) {
         qkv = {in[0].data(), in[0].data() + k_off, in[0].data() + v_off, row, row, head_stride};
       } else {

@@ -342,6 +342,12 @@ TEST_CASE("engine: k and v repeated for SDPA train exactly like their KV-head fo
   const plan::Graph phi3_mask = plan::load_model(dir.write("phi3-w16.json", phi3));
   phi3["sliding_window"] = 17;
   const plan::Graph phi3_plain = plan::load_model(dir.write("phi3-w17.json", phi3));
+  // The same without RoPE: q stays a view of the packed projection, which
+  // the plan then keeps (the engine reads q there, k and v from the copies).
+  plan::Graph phi3_mask_norope = phi3_mask, phi3_plain_norope = phi3_plain;
+  for (plan::Graph* g : {&phi3_mask_norope, &phi3_plain_norope})
+    for (plan::Op& op : g->ops)
+      if (op.type == plan::OpType::attention) op.attrs.rope.reset();
   const plan::Graph qwen_repeat = plan::load_model(data + "qwen2_moe-tiny.json");
   plan::Graph qwen_plain = qwen_repeat;
   int repeated_ops = 0;
@@ -351,10 +357,12 @@ TEST_CASE("engine: k and v repeated for SDPA train exactly like their KV-head fo
       ++repeated_ops;
     }
   CHECK(repeated_ops == 3);
-  const std::pair<const plan::Graph*, const plan::Graph*> pairs[] = {{&phi3_mask, &phi3_plain},
-                                                                     {&qwen_repeat, &qwen_plain}};
-  const char* layers[] = {"Phi3DecoderLayer", "Qwen2MoeDecoderLayer"};
-  for (int m = 0; m < 2; ++m)
+  const std::pair<const plan::Graph*, const plan::Graph*> pairs[] = {
+      {&phi3_mask, &phi3_plain},
+      {&qwen_repeat, &qwen_plain},
+      {&phi3_mask_norope, &phi3_plain_norope}};
+  const char* layers[] = {"Phi3DecoderLayer", "Qwen2MoeDecoderLayer", "Phi3DecoderLayer"};
+  for (int m = 0; m < 3; ++m)
     for (const std::string dtype : {"fp32", "bf16"})
       for (const bool ckpt : {false, true}) {
         nlohmann::json doc = {{"batch_size", 2},
