@@ -132,7 +132,8 @@ MathSdpaBytes math_sdpa_bytes(const SdpaCall& call, int64_t batch, int compute_b
 // - mask: scaled_dot_product_attention converts the boolean mask to the
 //   compute dtype (convert_boolean_attn_mask: where(mask, 0, -inf)) on every
 //   call, [B, 1, T, T], and the kernel keeps it for backward (the CPU flash
-//   kernel's attn_mask; memory-efficient's and cuDNN's attn_bias).
+//   kernel's attn_mask, measured; memory-efficient's and cuDNN's attn_bias,
+//   an input of their backward).
 struct FusedSdpaBytes {
   int64_t repeated_kv = 0;
   int64_t mask = 0;
