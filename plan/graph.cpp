@@ -183,9 +183,9 @@ auto attr_tuple(const OpAttrs& a) {
                   a.in_features, a.out_features, a.bias, a.weight_layout, a.tied, a.eps, a.dim,
                   a.weight_offset, a.n_head, a.n_kv_head, a.head_dim, a.scale, a.rope, a.rope_theta,
                   a.rope_scaling, a.sliding_window, a.softcap, a.causal, a.qkv_packed,
-                  a.qkv_per_head, a.rotary_dim, a.approximate, a.activation, a.packed, a.broadcast,
-                  a.classes, a.reduction, a.num_experts, a.top_k, a.expert, a.norm_topk_prob,
-                  a.aten, a.kind);
+                  a.qkv_per_head, a.rotary_dim, a.rope_cat, a.repeat_kv, a.approximate,
+                  a.activation, a.packed, a.broadcast, a.classes, a.reduction, a.num_experts,
+                  a.top_k, a.expert, a.norm_topk_prob, a.aten, a.kind);
 }
 
 }  // namespace

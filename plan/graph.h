@@ -161,6 +161,15 @@ struct OpAttrs {
   std::optional<bool> qkv_per_head;
   std::optional<int64_t> rotary_dim;  // with rope: leading elements of a head that
                                       // rotate (GPT-NeoX rotary_pct; absent: head_dim)
+  // RoPE ends in torch.cat (transformers' partial-rotary form, Phi-3): q at
+  // SDPA is a contiguous [B, H, T, D] tensor, so SDPA's output is laid out
+  // [B, H, T, D] and o_proj's input is a contiguous copy of it (set only if true)
+  std::optional<bool> rope_cat;
+  // The model's attention class copies k and v to n_head heads (repeat_kv)
+  // before SDPA whatever the mask (transformers 4.57 Qwen2MoeSdpaAttention);
+  // without it they are repeated only under an explicit mask (plan/sdpa.h).
+  // Set only if true.
+  std::optional<bool> repeat_kv;
   // gelu
   std::optional<std::string> approximate;  // "none" (erf) | "tanh" (absent)
   // swiglu

@@ -275,11 +275,12 @@ int GraphBuilder::attention(int module, const std::vector<int>& qkv, int64_t n_h
     op.outputs.push_back(add_tensor(op.name + ".q_roped", {b, t, dim(n_head * head_dim)}));
     op.outputs.push_back(add_tensor(op.name + ".k_roped", {b, t, dim(n_kv_head * head_dim)}));
   }
-  if (attrs.qkv_per_head.value_or(false)) {
-    // GPT-NeoX's rotary ends in torch.cat, whose result is contiguous
-    // [B, H, T, D]; SDPA lays its output out like q, so transpose(1, 2)
-    // .contiguous() copies it: SDPA keeps its own output and dense saves the
-    // copy (outputs[0]). Measured with saved-tensor hooks, torch 2.9.1.
+  if (attrs.qkv_per_head.value_or(false) || attrs.rope_cat.value_or(false)) {
+    // GPT-NeoX's and Phi-3's rotary ends in torch.cat, whose result is
+    // contiguous [B, H, T, D]; SDPA lays its output out like q, so
+    // transpose(1, 2).contiguous() copies it: SDPA keeps its own output and
+    // dense saves the copy (outputs[0]). Measured with saved-tensor hooks,
+    // torch 2.9.1.
     op.outputs.push_back(add_tensor(op.name + ".out_bhtd", {b, t, dim(n_head * head_dim)}));
   }
   op.saved = qkv;

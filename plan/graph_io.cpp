@@ -81,6 +81,8 @@ void for_each_attr(OpType type, A& a, F&& f) {
       f("qkv_packed", a.qkv_packed, v);
       f("qkv_per_head", a.qkv_per_head, v);
       f("rotary_dim", a.rotary_dim, v);
+      f("rope_cat", a.rope_cat, v);
+      f("repeat_kv", a.repeat_kv, v);
       return;
     case OpType::gelu:
       f("approximate", a.approximate, v);

@@ -204,8 +204,12 @@ Graph build_moe(const MoeConfig& c, const std::string& name) {
 
   const std::string P = qwen ? "Qwen2Moe" : "Mixtral";
   const int64_t C = c.hidden_size, E = c.num_experts, k = c.top_k;
-  const OpAttrs attn_attrs =
+  OpAttrs attn_attrs =
       rope_attention_attrs(c.rope_theta, static_cast<double>(D), c.rope_scaling, c.sliding_window);
+  // Qwen2MoeSdpaAttention (transformers 4.57's own class, not the shared SDPA
+  // integration) calls repeat_kv before SDPA whatever the mask: SDPA keeps k
+  // and v at n_head heads. Mixtral's attention passes enable_gqa instead.
+  if (qwen && c.num_key_value_heads < c.num_attention_heads) attn_attrs.repeat_kv = true;
   const SelfAttentionShape attn_shape{
       C, c.num_attention_heads, c.num_key_value_heads, D, c.qkv_bias, false};
 

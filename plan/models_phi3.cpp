@@ -14,7 +14,10 @@
 // query heads allowed); gate_up_proj's output is chunk(2): gate then up, one
 // packed input of the gated MLP (swiglu packed). Phi3Model applies
 // sliding_window (Phi-3-mini: 2047) on every layer through the mask when the
-// config sets it: recorded on every attention op. partial_rotary_factor other
+// config sets it: recorded on every attention op. Phi-3's rotary ends in
+// torch.cat (its partial-rotary form), so q reaches SDPA as a contiguous
+// [B, H, T, D] tensor and o_proj saves a copy of SDPA's output (attr
+// rope_cat). partial_rotary_factor other
 // than 1 is refused. Dropouts (resid_pdrop, embd_pdrop, attention_dropout)
 // are not modelled, as for every family.
 #include "plan/models_phi3.h"
@@ -78,8 +81,9 @@ Graph build_phi3(const Phi3Config& c, const std::string& name) {
   const std::string gate_act = gated_activation(c.hidden_act, "phi3", name);
   const int64_t C = c.hidden_size, F = c.intermediate_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
-  const OpAttrs attn_attrs =
+  OpAttrs attn_attrs =
       rope_attention_attrs(c.rope_theta, static_cast<double>(D), c.rope_scaling, c.sliding_window);
+  attn_attrs.rope_cat = true;  // apply_rotary_pos_emb: torch.cat([rotated, pass-through])
 
   const DecoderSkeleton skeleton = skeleton_of(c, name, "phi3", "Phi3");
 

@@ -126,9 +126,10 @@ enum class BufferRole : uint8_t {
   recomputed,       // a graph tensor produced again by recompute ("rc")
   activation_grad,  // the gradient of a graph tensor; ops add into it ("grad")
   workspace,        // scratch of one graph op, param dtype ("workspace")
-  kernel_saved,     // what one graph op's kernel keeps for backward that is no graph tensor,
-                    // fp32: the math SDPA fallback's scaled q and k, probabilities and expanded
-                    // v (plan/sdpa.h); names the op ("kernel_saved")
+  kernel_saved,     // what one graph op's kernel keeps for backward that is no graph tensor:
+                    // the math SDPA fallback's scaled q and k, probabilities and expanded v
+                    // (fp32), a fused SDPA kernel's repeated k and v and explicit mask (the
+                    // op's compute dtype) (plan/sdpa.h); names the op ("kernel_saved")
   module_buffer,    // a module buffer of an exported graph (Graph::buffers): persistent,
                     // unsharded, on every rank, in its tensor's dtype; names the tensor
                     // ("module_buffer"); counted with the parameters

@@ -98,9 +98,16 @@ void Builder::setup_checkpointing() {
   for (const SdpaChoice& c : sdpa_) s_.attention_kernels.push_back(c.kernel);
   const int64_t seq = resolve_seq_len(p_, g_);
   for (size_t o = 0; o < g_.ops.size(); ++o) {
-    if (sdpa_[o].kernel != SdpaKernel::math) continue;
+    if (sdpa_[o].kernel == SdpaKernel::none) continue;
     const Op& op = g_.ops[o];
     const SdpaCall call = sdpa_call(op, pdt(up_.op_unit[o]), seq);
+    if (sdpa_[o].kernel != SdpaKernel::math) {
+      // A fused kernel given repeat_kv's copies keeps those instead of the
+      // KV-head graph tensors (plan/sdpa.h).
+      if (call.kv_copied)
+        sdpa_saved_[static_cast<int>(o)] = sdpa_graph_saved(op, sdpa_[o].kernel, call);
+      continue;
+    }
     sdpa_saved_[static_cast<int>(o)] = sdpa_graph_saved(op, SdpaKernel::math, call);
     // Per-op checkpointing policies name the fused SDPA kernels
     // (torchtitan's save list); the math fallback runs as bmm, softmax and
@@ -251,9 +258,13 @@ void Builder::compute_op(int o, OpKind kind) {
     if (kernel_saved_bytes_[o] > 0) {
       const int b = alloc_named(BufferRole::kernel_saved, micro_, -1, o, kernel_saved_bytes_[o],
                                 compute_, ou);
+      // The math fallback keeps fp32; a fused kernel its compute dtype.
+      if (b >= 0 && sdpa_[static_cast<size_t>(o)].kernel != SdpaKernel::math)
+        s_.buffers[static_cast<size_t>(b)].dtype = pdt(ou);
       bufs.push_back(b);
-      // A checkpointed block's first forward keeps nothing for backward.
-      if (kind == OpKind::forward && in_checkpointed_block_[o])
+      // A checkpointed block's first forward keeps nothing for backward,
+      // except for an op per-op checkpointing caches (it does not run again).
+      if (kind == OpKind::forward && in_checkpointed_block_[o] && !acts_->cached(o))
         duplicates.push_back(b);
       else
         kernel_saved_buf_[o] = b;
@@ -515,7 +526,17 @@ Schedule Builder::build(bool persistent_only) {
     for (int o = up_.units[u].first_op; checkpointed_[u] && o >= 0 && o <= up_.units[u].last_op;
          ++o)
       in_checkpointed_block_[static_cast<size_t>(o)] = true;
+  for (size_t o = 0; o < g_.ops.size(); ++o) {
+    // A fused kernel: repeat_kv's k and v copies and the explicit mask, in
+    // the compute dtype (plan/sdpa.h FusedSdpaBytes).
+    if (sdpa_[o].kernel == SdpaKernel::none || sdpa_[o].kernel == SdpaKernel::math) continue;
+    const int ou = up_.op_unit[o];
+    kernel_saved_bytes_[o] =
+        fused_sdpa_bytes(sdpa_call(g_.ops[o], pdt(ou), s_.workload.seq), s_.workload.batch, bp(ou))
+            .saved();
+  }
   for (const auto& [o, saved] : sdpa_saved_) {
+    if (sdpa_[static_cast<size_t>(o)].kernel != SdpaKernel::math) continue;
     const Op& op = g_.ops[static_cast<size_t>(o)];
     const int ou = up_.op_unit[static_cast<size_t>(o)];
     const MathSdpaBytes m =

@@ -345,15 +345,17 @@ class Builder {
   // graph op -> temporaries live together for the whole op, one block each,
   // freed with the last of fwd_temps_ / bwd_temps_ (the math SDPA kernel's)
   std::vector<std::vector<int64_t>> fwd_live_temps_, bwd_live_temps_;
-  // SDPA kernels (plan/sdpa.h), per graph op: the math fallback keeps
+  // SDPA kernels (plan/sdpa.h), per graph op: the math fallback (fp32) and
+  // a fused kernel given repeated k and v or a mask (compute dtype) keep
   // kernel_saved_bytes_[o] (> 0) in a kernel_saved buffer from its forward
   // (or recompute) to its backward; in a checkpointed block's first forward
   // it drops them right after the op.
   std::vector<SdpaChoice> sdpa_;
-  std::map<int, std::vector<int>> sdpa_saved_;  // math ops -> graph tensors they keep
-  std::vector<int64_t> kernel_saved_bytes_;     // graph op -> bytes (0: none)
-  std::vector<int> kernel_saved_buf_;           // graph op -> live buffer (-1 when none)
-  std::vector<bool> in_checkpointed_block_;     // graph op
+  // math ops and fused ops with repeated k and v -> graph tensors they keep
+  std::map<int, std::vector<int>> sdpa_saved_;
+  std::vector<int64_t> kernel_saved_bytes_;  // graph op -> bytes (0: none)
+  std::vector<int> kernel_saved_buf_;        // graph op -> live buffer (-1 when none)
+  std::vector<bool> in_checkpointed_block_;  // graph op
 };
 
 }  // namespace shardscope::plan::detail

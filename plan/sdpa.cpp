@@ -1,5 +1,6 @@
 #include "plan/sdpa.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "plan/error.h"
@@ -180,8 +181,10 @@ SdpaCall sdpa_call(const Op& op, DType dtype, int64_t seq_len) {
   // masking_utils._ignore_causal_mask_sdpa drops the mask only when
   // kv_length < local_attention_size (and no padding, as here).
   c.explicit_mask = op.attrs.sliding_window && seq_len >= *op.attrs.sliding_window;
-  // use_gqa_in_sdpa: enable_gqa only without a mask; else repeat_kv.
-  c.repeated_kv = c.explicit_mask && kv < c.n_head;
+  // use_gqa_in_sdpa: enable_gqa only without a mask; else repeat_kv. Some
+  // attention classes repeat unconditionally (attr repeat_kv).
+  c.repeated_kv = (c.explicit_mask || op.attrs.repeat_kv.value_or(false)) && kv < c.n_head;
+  c.kv_copied = c.repeated_kv && kv > 1;
   c.kv_heads = c.repeated_kv ? c.n_head : kv;
   return c;
 }
@@ -285,8 +288,37 @@ MathSdpaBytes math_sdpa_bytes(const SdpaCall& c, int64_t batch, int compute_byte
   return m;
 }
 
+int64_t FusedSdpaBytes::saved() const {
+  return checked_add(repeated_kv, mask);
+}
+
+FusedSdpaBytes fused_sdpa_bytes(const SdpaCall& c, int64_t batch, int compute_bytes) {
+  FusedSdpaBytes f;
+  if (c.kv_copied)
+    f.repeated_kv = checked_mul(
+        checked_mul(checked_mul(checked_mul(checked_mul(2, batch), c.n_head), c.seq_len),
+                    c.head_dim),
+        compute_bytes);
+  if (c.explicit_mask)
+    f.mask = checked_mul(checked_mul(checked_mul(batch, c.seq_len), c.seq_len), compute_bytes);
+  return f;
+}
+
 std::vector<int> sdpa_graph_saved(const Op& op, SdpaKernel kernel, const SdpaCall& call) {
-  if (kernel != SdpaKernel::math) return op.saved;
+  if (kernel != SdpaKernel::math) {
+    if (!call.kv_copied) return op.saved;
+    std::vector<int> dropped;
+    const bool packed = op.attrs.qkv_packed.value_or(false);
+    if (!packed && op.inputs.size() == 3) {
+      dropped = {op.inputs[1], op.inputs[2]};
+    } else if (packed && op.attrs.rope.value_or(false) && op.outputs.size() >= 4) {
+      dropped = {op.inputs[0], op.outputs[3]};  // the packed projection, k_roped
+    }
+    std::vector<int> kept;
+    for (int t : op.saved)
+      if (std::find(dropped.begin(), dropped.end(), t) == dropped.end()) kept.push_back(t);
+    return kept;
+  }
   const bool lowp = dtype_bytes(call.dtype) < 4;
   const bool keeps_v = call.kv_heads == call.n_head && !lowp && !call.repeated_kv;
   if (!keeps_v || op.inputs.empty()) return {};

@@ -13,7 +13,8 @@
 //
 // Memory: the fused kernels (flash, memory-efficient, cuDNN, the CPU flash
 // kernel) keep q, k, v, their output and the log-sum-exp (the graph's
-// attention op: plan/graph_builder.cpp GraphBuilder::attention). The math fallback
+// attention op: plan/graph_builder.cpp GraphBuilder::attention), and the
+// explicit mask when there is one (FusedSdpaBytes below). The math fallback
 // (attention.cpp _scaled_dot_product_attention_math) is a composite of
 // autograd ops, which keep instead, in fp32 (it upcasts fp16/bf16 inputs:
 // allowFP16BF16ReductionMathSDP is off by default): q * sqrt(scale) (a
@@ -66,7 +67,12 @@ struct SdpaCall {
   int64_t seq_len = 1;         // T = S
   DType dtype = DType::f32;    // q, k, v
   bool explicit_mask = false;  // a sliding window W <= T: transformers builds the mask
-  bool repeated_kv = false;    // repeat_kv copied k and v to n_head heads (mask with GQA)
+  // repeat_kv gave k and v n_head heads: grouped KV heads under a mask, or
+  // always where the model's attention class repeats (attr repeat_kv)
+  bool repeated_kv = false;
+  // ... as copies: with one KV head its expand + reshape is a view (the
+  // merged dims have sizes 1 and H / Hkv), so only 1 < Hkv < H copies
+  bool kv_copied = false;
 };
 SdpaCall sdpa_call(const Op& attention, DType dtype, int64_t seq_len);
 
@@ -116,9 +122,32 @@ struct MathSdpaBytes {
 };
 MathSdpaBytes math_sdpa_bytes(const SdpaCall& call, int64_t batch, int compute_bytes);
 
-// The tensors an attention op keeps for backward under `kernel`: its graph
-// `saved` list for a fused kernel; for math, the graph's v source when the
-// math path saves it (MathSdpaBytes::keeps_graph_v), else none.
+// A fused kernel's memory for one attention op besides the graph tensors it
+// keeps, in bytes of the compute dtype (compute_bytes). Measured on the CPU
+// flash kernel with saved-tensor hooks (torch 2.9.1, transformers 4.57.6):
+// - repeated_kv (SdpaCall::kv_copied): repeat_kv's copies of k (roped) and
+//   v, [B, H, T, D] each, are what SDPA keeps; the graph's k and v (the
+//   KV-head tensors, or the packed projection v is a view of) are then not
+//   kept. With one KV head the repeat is a view: nothing more is kept;
+// - mask: scaled_dot_product_attention converts the boolean mask to the
+//   compute dtype (convert_boolean_attn_mask: where(mask, 0, -inf)) on every
+//   call, [B, 1, T, T], and the kernel keeps it for backward (the CPU flash
+//   kernel's attn_mask, measured; memory-efficient's and cuDNN's attn_bias,
+//   an input of their backward).
+struct FusedSdpaBytes {
+  int64_t repeated_kv = 0;
+  int64_t mask = 0;
+  int64_t saved() const;  // their sum
+};
+FusedSdpaBytes fused_sdpa_bytes(const SdpaCall& call, int64_t batch, int compute_bytes);
+
+// The tensors an attention op keeps for backward under `kernel`. A fused
+// kernel: its graph `saved` list, less, when k and v are copied, the graph
+// tensors only their KV-head form lived in (k and v inputs; for a packed
+// input with RoPE, the packed projection and the roped k: q is kept as its
+// roped copy; a packed input without RoPE stays, q being a view of it). The
+// math fallback: the graph's v source when the math path saves it
+// (MathSdpaBytes::keeps_graph_v), else none.
 std::vector<int> sdpa_graph_saved(const Op& attention, SdpaKernel kernel, const SdpaCall& call);
 
 }  // namespace shardscope::plan

@@ -102,9 +102,12 @@ struct QkvView {
   int64_t head_stride = 0;
 };
 void attention_forward(const AttentionShape& s, const QkvView& qkv, float* out, float* lse);
-// Gradients of q, k, v (same layout and strides as the inputs, accumulated):
-// dq/dk/dv point at the gradient buffer(s) laid out like qkv (packed: one
-// [B, T, 3*H*D] buffer at offsets 0, H*D, 2*H*D, or 0, D, 2*D per head). The probabilities are
+// Gradients of q, k, v (accumulated), with their own row strides and the
+// inputs' head_stride: dq/dk/dv point at the gradient buffer(s) (packed: one
+// [B, T, 3*H*D] buffer at offsets 0, H*D, 2*H*D, or 0, D, 2*D per head),
+// which may be laid out otherwise than the inputs read (a separate [B, T,
+// H*D] q, k and v copied to H heads, of which the first Hkv*D of a row are
+// read, against a packed gradient: plan/sdpa.h kv_copied). The probabilities are
 // recomputed from q, k and lse; out is the forward output (for the row term
 // dout . out of the softmax backward). Scratch is O(T*D) per call.
 struct QkvGrad {
@@ -112,7 +115,7 @@ struct QkvGrad {
   float* dk;
   float* dv;
   int64_t q_stride, kv_stride;
-  int64_t head_stride = 0;  // as QkvView's; must equal the inputs'
+  int64_t head_stride = 0;  // must equal the inputs'
 };
 void attention_backward(const AttentionShape& s, const QkvView& qkv, const float* out,
                         const float* lse, const float* dout, const QkvGrad& grad);

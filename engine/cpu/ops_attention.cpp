@@ -270,9 +270,11 @@ void attention_backward(const AttentionShape& s, const QkvView& qkv, const float
                         const float* lse, const float* dout, const QkvGrad& grad) {
   const char* fn = "attention_backward";
   check_attention(fn, s, qkv.q_stride, qkv.kv_stride, qkv.head_stride);
-  require(grad.q_stride == qkv.q_stride && grad.kv_stride == qkv.kv_stride &&
-              grad.head_stride == qkv.head_stride,
-          fn, "gradient strides differ from the input strides");
+  // The gradients have their own row strides (q read from a [B, T, H*D]
+  // copy, its gradient written into a packed buffer); heads are spaced alike.
+  require(grad.head_stride == qkv.head_stride, fn,
+          "gradient head_stride differs from the input head_stride");
+  check_attention(fn, s, grad.q_stride, grad.kv_stride, grad.head_stride);
   const int64_t B = s.batch, T = s.seq, H = s.n_head, Hkv = s.n_kv_head, D = s.head_dim;
   const int64_t hs = head_stride_of(s, qkv.head_stride);
   const int64_t rows = B * T;

@@ -13,6 +13,7 @@
 #include "engine/exec/f32_view.h"
 #include "engine/exec/graph_operands.h"
 #include "engine/exec/rank_executor.h"
+#include "plan/sdpa.h"
 
 namespace shardscope::engine::exec {
 
@@ -154,15 +155,38 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
       if (per_head && s.n_kv_head != s.n_head)
         throw ExecError("op '" + op.name + "': qkv_per_head needs n_kv_head == n_head");
       const int64_t head_stride = per_head ? 3 * s.head_dim : 0;
-      std::vector<F32View> in;
-      for (int t : op.inputs) in.push_back(value(t, false));
-      cpu::QkvView qkv{};
       // Packed: [q: H*D | k: Hkv*D | v: Hkv*D] per row (GPT-2: Hkv = H; Phi-3),
       // or per head (GPT-NeoX, Hkv = H): k and v D and 2*D after q.
       const int64_t row = hd + 2 * kvd;
       const int64_t k_off = per_head ? s.head_dim : hd,
                     v_off = per_head ? 2 * s.head_dim : hd + kvd;
-      if (packed) {
+      // k and v copied to H heads (plan/sdpa.h SdpaCall::kv_copied): the
+      // plan keeps them in the op's kernel_saved buffer ([B, T, H*D] k, then
+      // v, then the mask, if any) instead of the KV-head graph tensors, and,
+      // for a packed input with RoPE, q in the q_roped output instead of the
+      // packed projection. Forward writes each row there as H / Hkv copies of
+      // its Hkv*D values (kv head g stays at g*D of the first copy), before
+      // RoPE, which the kernel applies itself, as it applies the window
+      // itself (the mask bytes are not written); backward reads them back.
+      const bool repeated = plan::sdpa_call(op, sop.dtype, w_.seq).kv_copied;
+      const bool q_in_roped = repeated && packed && op.attrs.rope.value_or(false);
+      if (q_in_roped && (per_head || op.outputs.size() < 4))
+        throw ExecError("op '" + op.name + "': repeated k and v need a q_roped output");
+      const int64_t rows = w_.batch * w_.seq;
+      std::vector<F32View> in;
+      if (!backward || !repeated) {
+        for (int t : op.inputs) in.push_back(value(t, false));
+      } else {
+        in.push_back(value(q_in_roped ? op.outputs[2] : op.inputs[0], false));
+      }
+      std::optional<F32View> kv_copies;
+      if (repeated) kv_copies.emplace(view(o.kernel_saved(2 * rows * hd), backward, !backward));
+      cpu::QkvView qkv{};
+      if (backward && repeated) {
+        // q: the q_roped copy, q's own tensor, or (packed without RoPE) the packed input.
+        const int64_t q_stride = packed && !q_in_roped ? row : hd;
+        qkv = {in[0].data(), kv_copies->data(), kv_copies->data() + rows * hd, q_stride, hd, 0};
+      } else if (packed) {
         qkv = {in[0].data(), in[0].data() + k_off, in[0].data() + v_off, row, row, head_stride};
       } else {
         qkv = {in[0].data(), in[1].data(), in[2].data(), hd, kvd, 0};
@@ -171,6 +195,23 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
         F32View out = value(op.outputs[0], true);
         F32View lse = value(op.outputs[1], true);
         cpu::attention_forward(s, qkv, out.data(), lse.data());
+        if (repeated) {
+          float* kc = kv_copies->data();
+          float* vc = kc + rows * hd;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < hd; c += kvd) {
+              std::memcpy(kc + r * hd + c, qkv.k + r * qkv.kv_stride,
+                          static_cast<size_t>(kvd) * sizeof(float));
+              std::memcpy(vc + r * hd + c, qkv.v + r * qkv.kv_stride,
+                          static_cast<size_t>(kvd) * sizeof(float));
+            }
+        }
+        if (q_in_roped) {
+          F32View q = value(op.outputs[2], true);
+          for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(q.data() + r * hd, qkv.q + r * qkv.q_stride,
+                        static_cast<size_t>(hd) * sizeof(float));
+        }
       } else {
         F32View out = value(op.outputs[0], false);
         F32View lse = value(op.outputs[1], false);

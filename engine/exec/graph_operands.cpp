@@ -107,6 +107,17 @@ Operand GraphOperands::param(int p, bool gradient) const {
   return operand(i, pp->unsharded, pp->numel);
 }
 
+Operand GraphOperands::kernel_saved(int64_t n) const {
+  const int i = find([&](const plan::Buffer& b) {
+    return b.role == BufferRole::kernel_saved && b.graph_op == sop_.graph_op;
+  });
+  const std::string what = "the kernel's saved tensors (" + std::to_string(n) + " elements)";
+  if (i < 0) throw missing(what);
+  const plan::Buffer& b = s_.buffers[static_cast<size_t>(sop_.buffers[static_cast<size_t>(i)])];
+  if (b.bytes / plan::dtype_bytes(b.dtype) < n) throw missing(what);
+  return operand(i, 0, n);
+}
+
 int64_t GraphOperands::attr_i(const std::optional<int64_t>& value, const char* key) const {
   if (!value) throw missing(std::string("attribute ") + key);
   return *value;

@@ -56,6 +56,10 @@ class GraphOperands {
   std::optional<Operand> grad(int tensor) const;
   // Parameter p (or its gradient) inside its unit's unsharded buffer.
   Operand param(int param, bool gradient) const;
+  // The first `numel` elements of the op's kernel_saved buffer (what its
+  // kernel keeps for backward that is no graph tensor: plan/sdpa.h);
+  // missing("...") when the plan has none or it is smaller.
+  Operand kernel_saved(int64_t numel) const;
 
   // A required integer attribute of the op, e.g. attr_i(op().attrs.classes, "classes");
   // missing("attribute KEY") when absent.

@@ -47,6 +47,7 @@ void check_cuda_supports(const plan::Graph& graph) {
           refuse(op, "a packed q|k|v input with grouped key/value heads");
         if (op.attrs.rotary_dim) refuse(op, "attribute rotary_dim (partial rotary)");
         if (op.attrs.qkv_per_head) refuse(op, "attribute qkv_per_head (GPT-NeoX qkv layout)");
+        if (op.attrs.repeat_kv) refuse(op, "attribute repeat_kv (k and v repeated before SDPA)");
         break;
       case plan::OpType::swiglu:
         if (op.attrs.activation.value_or("silu") != "silu")

@@ -325,3 +325,59 @@ TEST_CASE("engine peak allocated equals the simulator's on a tied model at a lar
         check_peak_equals_sim(g, plan::policy_from_json(doc));
       }
 }
+
+TEST_CASE("engine: k and v repeated for SDPA train exactly like their KV-head form",
+          "[exec][memory][hf][sdpa]") {
+  // plan/sdpa.h: with k and v repeated (a mask, or Qwen2-MoE's repeat_kv)
+  // the plan keeps H-headed copies in a kernel_saved buffer instead of the
+  // KV-head graph tensors (and Phi-3's q in q_roped instead of the packed
+  // projection); the CPU engine writes and reads its data there. The same
+  // step without the repeat must give the same losses, bit for bit. Phi-3 tiny (window 8 -> 16 or
+  // 17 over 16 tokens: every key visible either way; 16 <= T builds the mask and repeats, 17 does
+  // not); Qwen2-MoE tiny with and without the repeat_kv attribute.
+  test::TempDir dir;
+  const std::string data = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/";
+  nlohmann::json phi3 = nlohmann::json::parse(std::ifstream(data + "phi3-tiny.json"));
+  phi3["sliding_window"] = 16;
+  const plan::Graph phi3_mask = plan::load_model(dir.write("phi3-w16.json", phi3));
+  phi3["sliding_window"] = 17;
+  const plan::Graph phi3_plain = plan::load_model(dir.write("phi3-w17.json", phi3));
+  // The same without RoPE: q stays a view of the packed projection, which
+  // the plan then keeps (the engine reads q there, k and v from the copies).
+  plan::Graph phi3_mask_norope = phi3_mask, phi3_plain_norope = phi3_plain;
+  for (plan::Graph* g : {&phi3_mask_norope, &phi3_plain_norope})
+    for (plan::Op& op : g->ops)
+      if (op.type == plan::OpType::attention) op.attrs.rope.reset();
+  const plan::Graph qwen_repeat = plan::load_model(data + "qwen2_moe-tiny.json");
+  plan::Graph qwen_plain = qwen_repeat;
+  int repeated_ops = 0;
+  for (plan::Op& op : qwen_plain.ops)
+    if (op.attrs.repeat_kv) {
+      op.attrs.repeat_kv.reset();
+      ++repeated_ops;
+    }
+  CHECK(repeated_ops == 3);
+  const std::pair<const plan::Graph*, const plan::Graph*> pairs[] = {
+      {&phi3_mask, &phi3_plain},
+      {&qwen_repeat, &qwen_plain},
+      {&phi3_mask_norope, &phi3_plain_norope}};
+  const char* layers[] = {"Phi3DecoderLayer", "Qwen2MoeDecoderLayer", "Phi3DecoderLayer"};
+  for (int m = 0; m < 3; ++m)
+    for (const std::string dtype : {"fp32", "bf16"})
+      for (const bool ckpt : {false, true}) {
+        nlohmann::json doc = {{"batch_size", 2},
+                              {"seq_len", 16},
+                              {"mixed_precision", {{"param_dtype", dtype}}},
+                              {"wrap", {{"type", "class"}, {"classes", {layers[m]}}}}};
+        if (ckpt) doc["activation_checkpointing"] = "full";
+        INFO(layers[m] << " " << doc.dump());
+        const plan::Policy p = plan::policy_from_json(doc);
+        const auto repeated = check_peak_equals_sim(*pairs[m].first, p).first;
+        const auto plain = check_peak_equals_sim(*pairs[m].second, p).first;
+        REQUIRE(repeated.at(0).losses.size() == 2);
+        CHECK(repeated.at(0).losses == plain.at(0).losses);
+        // Qwen2-MoE keeps 2 x B*T*(H - Hkv)*D more elements per layer; Phi-3
+        // trades its packed projection and roped k for them.
+        if (m == 1) CHECK(repeated.at(0).peak_allocated_bytes > plain.at(0).peak_allocated_bytes);
+      }
+}
