@@ -221,6 +221,13 @@ bool is_gemm(const Op& op) {
          (op.type == OpType::aten && op.attrs.kind == aten_kind_name(AtenKind::gemm));
 }
 
+bool backward_returns_views_of_output_grad(const Op& op) {
+  // Only these two: split / chunk / unbind backward concatenate (a new tensor),
+  // slice / select backward scatter into a new zero tensor.
+  return op.type == OpType::aten && op.outputs.size() == 1 &&
+         (op.attrs.aten == "aten.cat.default" || op.attrs.aten == "aten.stack.default");
+}
+
 bool OpAttrs::operator==(const OpAttrs& other) const {
   return attr_tuple(*this) == attr_tuple(other);
 }

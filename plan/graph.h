@@ -220,6 +220,13 @@ struct Op {
 // (costed like linear, takes the BLAS workspace).
 bool is_gemm(const Op& op);
 
+// An aten op whose backward returns views of its output's gradient, one per
+// input (aten.cat / aten.stack: narrow / select of grad_output). autograd then
+// keeps that whole gradient's storage while any input's view of it is pending:
+// a UNet's skip, read by an up-path cat and by the down path, holds the whole
+// concatenated gradient until the down path's backward reaches it.
+bool backward_returns_views_of_output_grad(const Op& op);
+
 struct Module {
   std::string name;        // dotted path; "" for the root
   std::string class_name;  // Hugging Face class name: GPT2Block, LlamaDecoderLayer, ...

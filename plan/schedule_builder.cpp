@@ -229,16 +229,36 @@ void Builder::compute_op(int o, OpKind kind) {
   SmallVector<int, 8> live_temps;
   const int last_temp = alloc_temps(o, kind, ou, live_temps);
   std::vector<std::pair<int, int>> shared;  // (parameter, this op's own gradient of it)
+  // (tensor, the view of a cat's gradient it held before this op's sum replaced it)
+  std::vector<std::pair<int, int>> views_summed;
   if (kind == OpKind::backward) {
     for (int b : ensure_grad_buffers(o, shared)) bufs.push_back(b);
     for (int t : acts_->saved(o)) bufs.push_back(tensor_buf_[t]);
     bufs.push_back(kernel_saved_buf_[o]);
     for (int t : op.outputs) bufs.push_back(grad_tensor_buf_[t]);
+    // cat / stack: each input's gradient is a view of the output's (no new
+    // buffer); the output's gradient buffer lives until its last view is summed
+    // or consumed (release_grad).
+    const int out_grad =
+        backward_returns_views_of_output_grad(op) ? grad_tensor_buf_[op.outputs[0]] : -1;
     for (int t : op.inputs) {
       if (!acts_->needs_grad(t)) continue;
-      if (grad_tensor_buf_[t] < 0)
+      if (grad_tensor_buf_[t] < 0 && out_grad >= 0) {
+        grad_alias_refs_.emplace(out_grad, 1);  // the output's own reference
+        ++grad_alias_refs_[out_grad];
+        grad_tensor_buf_[t] = out_grad;
+        continue;  // already in bufs
+      }
+      if (grad_tensor_buf_[t] < 0) {
         grad_tensor_buf_[t] =
             alloc_tensor(BufferRole::activation_grad, t, act_bytes_[t], up_.op_unit[o]);
+      } else if (grad_alias_refs_.count(grad_tensor_buf_[t]) != 0) {
+        // The pending gradient is a view, not dense: autograd's InputBuffer sums
+        // out of place into a new tensor, then drops the view (after the op).
+        views_summed.emplace_back(t, grad_tensor_buf_[t]);
+        grad_tensor_buf_[t] =
+            alloc_tensor(BufferRole::activation_grad, t, act_bytes_[t], up_.op_unit[o]);
+      }
       bufs.push_back(grad_tensor_buf_[t]);
     }
   } else {
@@ -284,9 +304,10 @@ void Builder::compute_op(int o, OpKind kind) {
   for (int b : duplicates) free_buf(b);
   if (kind == OpKind::backward) {
     for (int t : op.outputs) {
-      free_buf(grad_tensor_buf_[t]);
+      release_grad(grad_tensor_buf_[t]);
       grad_tensor_buf_[t] = -1;
     }
+    for (const auto& [t, view_of] : views_summed) release_grad(view_of);
     for (int t : acts_->released_after_backward(o)) {
       free_buf(tensor_buf_[t]);
       tensor_buf_[t] = -1;

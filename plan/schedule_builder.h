@@ -157,6 +157,18 @@ class Builder {
     s_.actions.push_back(std::move(a));
   }
 
+  // Drops one tensor's reference to its gradient buffer; frees the buffer
+  // with its last reference (only cat / stack gradients have several:
+  // grad_alias_refs_).
+  void release_grad(int buffer) {
+    const auto it = grad_alias_refs_.find(buffer);
+    if (it != grad_alias_refs_.end()) {
+      if (--it->second > 0) return;
+      grad_alias_refs_.erase(it);
+    }
+    free_buf(buffer);
+  }
+
   int launch(ScheduleOp op) {
     op.micro_step = micro_;
     op.phase = phase_;
@@ -337,7 +349,10 @@ class Builder {
   std::vector<int> post_reduce_ops_;  // last op of each unit's reduction, this micro-step
   std::vector<int> tensor_buf_;       // activation tensor -> live buffer (-1 when none)
   std::vector<int> module_buf_;       // per Graph::buffers entry: its persistent buffer
-  std::vector<int> grad_tensor_buf_;
+  std::vector<int> grad_tensor_buf_;  // activation tensor -> its gradient's buffer (-1 when none)
+  // gradient buffer -> tensors whose gradient it holds, for a buffer more than
+  // one shares (a cat's output gradient and its inputs' views of it)
+  std::map<int, int> grad_alias_refs_;
   std::vector<int64_t> act_bytes_;        // tensor -> bytes at the workload (compute dtype)
   std::vector<int64_t> workspace_bytes_;  // graph op -> fp32 workspace bytes at the workload
   // graph op -> its temporaries' bytes, in allocation order (zero-sized left out)

@@ -214,3 +214,75 @@ TEST_CASE("op-level checkpointing names aten ops by overload, packet or kernel",
   CHECK(cached_of(attn, {{"save_ops", {"attention"}}}) ==
         V{false, true, false, false, false, false, false});
 }
+
+namespace {
+
+// tiny-mlp with a skip connection: cat(layers.1.relu, layers.0.relu) [B, 64]
+// feeds the head, so layers.0.relu (tensor 3) is read by layers.1.fc.mm (op 2)
+// and by the cat (op 4); layers.1.relu (tensor 5) by the cat alone.
+Graph tiny_mlp_with_cat() {
+  Graph g = tiny_mlp();
+  Tensor cat_out;
+  cat_out.name = "cat";
+  cat_out.shape = {Poly::term(1, 1, 0), Poly::constant(64)};
+  g.tensors.push_back(cat_out);
+  const int cat_tensor = static_cast<int>(g.tensors.size()) - 1;
+  Op cat;
+  cat.name = "cat";
+  cat.type = OpType::aten;
+  cat.module = 0;
+  cat.inputs = {5, 3};
+  cat.outputs = {cat_tensor};
+  cat.attrs.aten = "aten.cat.default";
+  cat.attrs.kind = "memory";
+  g.ops.insert(g.ops.begin() + 4, cat);
+  g.ops[5].inputs = {cat_tensor};  // head.mm, which saves its input
+  g.ops[5].saved = {cat_tensor};
+  g.validate();
+  return g;
+}
+
+// Position in s.actions of the launch of graph op `graph_op`'s backward.
+size_t backward_launch(const Schedule& s, int graph_op) {
+  for (size_t i = 0; i < s.actions.size(); ++i) {
+    const Action& a = s.actions[i];
+    if (a.kind == ActionKind::launch && s.ops[a.op].kind == OpKind::backward &&
+        s.ops[a.op].graph_op == graph_op)
+      return i;
+  }
+  FAIL("no backward launch of graph op " << graph_op);
+  return 0;
+}
+
+// Position in s.actions of the free of the activation gradient of tensor `t`.
+size_t grad_free(const Schedule& s, int t) {
+  for (size_t i = 0; i < s.actions.size(); ++i) {
+    const Action& a = s.actions[i];
+    if (a.kind == ActionKind::free && s.buffers[a.buffer].role == BufferRole::activation_grad &&
+        s.buffers[a.buffer].tensor == t)
+      return i;
+  }
+  FAIL("no free of tensor " << t << "'s gradient");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("exported graph: cat's input gradients are views that keep its output gradient alive",
+          "[plan][exported]") {
+  const Graph g = tiny_mlp_with_cat();
+  const int cat_tensor = static_cast<int>(g.tensors.size()) - 1;
+  const Schedule s = schedule_of(g, json::object());
+  // The cat's inputs get no gradient buffers of their own: layers.1.relu's is
+  // a view of the cat's [B, 64] gradient; layers.0.relu's one buffer is the
+  // out-of-place sum autograd makes at layers.1.fc.mm's backward (a view is
+  // not dense, so InputBuffer does not add into it in place).
+  CHECK(count_buffers(s, BufferRole::activation_grad, 5) == 0);
+  CHECK(count_buffers(s, BufferRole::activation_grad, 3) == 1);
+  CHECK(count_buffers(s, BufferRole::activation_grad, cat_tensor) == 1);
+  // The whole cat gradient lives until the skip's view is summed, after
+  // layers.1.fc.mm's backward (op 2), not only through the cat's backward (op 4).
+  CHECK(grad_free(s, cat_tensor) > backward_launch(s, 2));
+  // layers.0.relu's sum exists from the mm's backward on, past the view.
+  CHECK(grad_free(s, 3) > grad_free(s, cat_tensor));
+}
