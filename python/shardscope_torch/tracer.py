@@ -347,7 +347,7 @@ class Trace(TorchDispatchMode):
 
     def _collect_saved(self):
         attributed = set()
-        for node, op_idx in self.node_op.items():
+        for node, op_idx in list(self.node_op.items()):
             op = self.ops[op_idx]
             saved = []
             if hasattr(node, "saved_tensors") and not hasattr(node, "_saved_self"):
@@ -361,6 +361,14 @@ class Trace(TorchDispatchMode):
                         saved.extend(_tensors(getattr(node, attr)))
                     except RuntimeError:
                         pass  # freed or not a tensor field
+            # An in-place op's node (w /= w.sum(), index_add_) can be mapped to the op that
+            # produced w, which runs before the tensors the node saves: it belongs to the
+            # latest op producing one of them (an op reads only earlier tensors).
+            latest = max([self.tensors[self.storage[_skey(t)]].producer for t in saved
+                          if _skey(t) in self.storage] + [op_idx])
+            if latest > op_idx:
+                op_idx = self.node_op[node] = latest
+                op = self.ops[op_idx]
             for t in saved:
                 k = _skey(t)
                 attributed.add(k)
