@@ -37,7 +37,7 @@ ROUTED_BLOCKS = {
     "Qwen2MoeSparseMoeBlock": "num_experts",
     "OlmoeSparseMoeBlock": "num_experts",
 }
-MARKER = 1 << 32
+MARKER = 1 << 44
 HELD_OUT_MARKER = MARKER + (1 << 20) + 7
 
 
