@@ -1,4 +1,6 @@
 """shardscope_torch.routing: splitting fits traced with routed rows B*MARKER."""
+import json
+
 import pytest
 
 from shardscope_torch import fit, routing
@@ -36,3 +38,40 @@ def test_k_above_experts_is_refused():
         num_local_experts, num_experts_per_tok = 4, 5
     with pytest.raises(routing.RoutingError, match="num_experts_per_tok 5"):
         routing.from_hf_config(Cfg())
+
+
+def _tiny_mixtral(tmp_path):
+    pytest.importorskip("transformers")
+    cfg = {"model_type": "mixtral", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+           "num_local_experts": 4, "num_experts_per_tok": 2, "max_position_embeddings": 64}
+    path = tmp_path / "mixtral.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_mixtral_exports_with_routed_rows(tmp_path):
+    from shardscope_torch import export, hf
+    raw, cfg = hf.load_config(_tiny_mixtral(tmp_path))
+    kw = hf.export_args(raw, cfg)
+    assert kw["routed_blocks"]["MixtralSparseMoeBlock"] == (4, 2)
+    with hf.no_padding_assumed():
+        g = export(kw["model_fn"], kw["example_inputs"], routed_blocks=kw["routed_blocks"])
+    shapes = [t["shape"] for t in g["tensors"]]
+    for e in range(4):  # each expert's token list: B*routed(e,4,2) (slot, token) pairs
+        assert ["B*routed(%d,4,2)" % e, "2"] in shapes
+    # every op reads only tensors produced before it (in-place nodes attributed forward)
+    produced = set(g["inputs"]) | set(g["buffers"])
+    for op in g["ops"]:
+        assert set(op["inputs"]) <= produced, op["name"]
+        produced |= set(op["outputs"])
+
+
+def test_mixtral_without_routed_blocks_names_nonzero(tmp_path):
+    from shardscope_torch import ExportError, export, hf
+    raw, cfg = hf.load_config(_tiny_mixtral(tmp_path))
+    kw = hf.export_args(raw, cfg)
+    with hf.no_padding_assumed(), pytest.raises(
+            ExportError, match=r"block_sparse_moe \(aten.nonzero.default\): its result depends"):
+        export(kw["model_fn"], kw["example_inputs"],
+               sizes={"batch": [2, 3], "seq": [8, 12], "held_out": [4, 16]})
