@@ -9,6 +9,9 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "plan/error.h"
 #include "plan/json_input.h"
@@ -184,16 +187,26 @@ namespace {
 void validate_moe(const Policy& p, const Graph& graph) {
   const bool set = p.token_balance.explicit_weights || p.moe_routing != MoeRouting::forced;
   const std::shared_ptr<const TokenBalance> stated = stated_token_balance(p);
-  bool routed = false;
-  for (const Op& op : graph.ops) {
-    if (op.type != OpType::moe_router) continue;
-    routed = true;
+  // (name, E, k) of each routed layer: the native builders' moe_router ops, and in
+  // exported graphs (docs/export.md) each distinct (E, k) of a routed(e,E,k) factor in a
+  // tensor's shape, named by the first such tensor.
+  std::vector<std::tuple<std::string, int64_t, int64_t>> layers;
+  for (const Op& op : graph.ops)
+    if (op.type == OpType::moe_router)
+      layers.emplace_back(op.name, op.attrs.num_experts.value_or(0), op.attrs.top_k.value_or(1));
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (const Tensor& t : graph.tensors)
+    for (const Poly& dim : t.shape)
+      for (const auto& [key, c] : dim.routed_terms())
+        if (seen.emplace(std::get<3>(key), std::get<4>(key)).second)
+          layers.emplace_back(t.name, std::get<3>(key), std::get<4>(key));
+  const bool routed = !layers.empty();
+  for (const auto& [name, experts, k] : layers) {
     if (!stated) continue;
-    const int64_t experts = op.attrs.num_experts.value_or(0), k = op.attrs.top_k.value_or(1);
     const std::vector<double>& w = p.token_balance.weights;
     if (static_cast<int64_t>(w.size()) != experts)
       fail("token_balance.weights", std::to_string(w.size()) + " weights, but the model's layer '" +
-                                        op.name + "' has " + std::to_string(experts) + " experts");
+                                        name + "' has " + std::to_string(experts) + " experts");
     for (size_t e = 0; e < w.size(); ++e) {
       const int64_t share = stated->cumulative[e + 1] - stated->cumulative[e];
       if (share * k > TokenBalance::kShareScale)

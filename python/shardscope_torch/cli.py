@@ -68,7 +68,8 @@ def main(argv=None):
                    dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float32,
                    model_name=os.path.basename(args.hf_config), max_seq_len=kw["max_seq_len"],
                    vocab_size=kw["vocab_size"],
-                   source="hf-config:" + os.path.basename(args.hf_config))
+                   source="hf-config:" + os.path.basename(args.hf_config),
+                   routed_blocks=kw["routed_blocks"])
     except ValueError as e:
         print("shardscope-export: error: %s" % e, file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import fit as fitmod
+from . import routing as routingmod
 from .tracer import ExportError, Trace
 
 # B = 1 is avoided: a size-1 dim makes some .contiguous() calls no-ops, so the op
@@ -78,10 +79,13 @@ def _cast_floating(x, dtype):
 
 
 def _trace_one(model, mod_tables, params, buffers, example_inputs, loss_fn, step_fn, b, t,
-               dtype, cast_inputs):
-    names, _, _, _, index = mod_tables
+               dtype, cast_inputs, routed_blocks=None, marker=routingmod.MARKER):
+    names, classes, _, _, index = mod_tables
     tr = Trace(model, dtype, index)
     tr.module_names_list = names
+    tr.module_classes_list = classes
+    if routed_blocks:
+        tr.routing = routingmod.Routing(routed_blocks, b, marker)
     for p, pi in params:
         tr.add_param(p, pi)
         p.grad = None
@@ -160,7 +164,7 @@ def _structure(tr, op_index):
 
 def export(model_fn, example_inputs, loss_fn=None, out=None, wrap_classes=None, sizes=None,
            dtype=torch.bfloat16, model_name=None, max_seq_len=None, vocab_size=0,
-           source=None, verbose=False, step_fn=None, cast_inputs=True):
+           source=None, verbose=False, step_fn=None, cast_inputs=True, routed_blocks=None):
     """Trace model_fn()'s training step and return (and write to `out`) the graph JSON.
 
     model_fn: () -> nn.Module, called under FakeTensorMode (no weights are allocated);
@@ -176,6 +180,8 @@ def export(model_fn, example_inputs, loss_fn=None, out=None, wrap_classes=None, 
     wrap_classes: module class names FSDP units wrap by default (default_wrap_classes).
     sizes: {"batch": [...], "seq": [...] or None, "held_out": [B, T]}: the fitted grid and
       the size the fit is checked at (DEFAULT_SIZES).
+    routed_blocks: {module class name: (E, k)}: routed mixture-of-experts blocks traced
+      under the token-balance assumption (routing.py); hf.export_args gives them.
     """
     batches, seqs, held = _normalize_sizes(sizes)
     t0 = time.time()
@@ -202,15 +208,17 @@ def export(model_fn, example_inputs, loss_fn=None, out=None, wrap_classes=None, 
         for b in batches:
             for t in seqs:
                 traces[(b, t)] = _trace_one(model, mod_tables, params, buffers, example_inputs,
-                                            loss_fn, step_fn, b, t, dtype, cast_inputs)
+                                            loss_fn, step_fn, b, t, dtype, cast_inputs,
+                                            routed_blocks)
         traces[held] = _trace_one(model, mod_tables, params, buffers, example_inputs, loss_fn,
-                                  step_fn, held[0], held[1], dtype, cast_inputs)
+                                  step_fn, held[0], held[1], dtype, cast_inputs, routed_blocks,
+                                  routingmod.HELD_OUT_MARKER)
     for tr in traces.values():
         _name_ops(tr, names)
     if verbose:
         print("traced %d sizes in %.1f s" % (len(traces), time.time() - t0))
     graph = _assemble(traces, batches, seqs, held, names, classes, parents, containers,
-                      param_json, dtype)
+                      param_json, dtype, routed_blocks or {})
     graph["model_name"] = model_name or (source or type(model).__name__)
     graph["max_seq_len"] = int(max_seq_len or max([t for t in seqs if t] or [1]))
     graph["vocab_size"] = int(vocab_size)
@@ -243,7 +251,7 @@ def export(model_fn, example_inputs, loss_fn=None, out=None, wrap_classes=None, 
 
 
 def _assemble(traces, batches, seqs, held, names, classes, parents, containers, param_json,
-              dtype):
+              dtype, routed=None):
     keys = list(traces)
     ref = traces[keys[0]]
     for key in keys[1:]:
@@ -261,28 +269,33 @@ def _assemble(traces, batches, seqs, held, names, classes, parents, containers, 
                 tr.buffers != ref.buffers or tr.loss != ref.loss:
             raise ExportError("tensors differ in structure between %s and %s" % (ref_where, where))
 
-    def fitted(get, what):
+    def fitted(get, what, context=None):
+        """get's values fitted; with routed blocks, a routed part under context (e, E, k)."""
         vals = {k: get(traces[k]) for k in keys}
         try:
-            poly = fitmod.fit(batches, seqs, vals)
-        except fitmod.FitError as e:
+            poly = fitmod.fit(batches, seqs, {k: v for k, v in vals.items() if k != held})
+            plain, rterms = routingmod.decode(poly, context, routed, what) \
+                if routed else (poly, {})
+        except (fitmod.FitError, routingmod.RoutingError) as e:
             raise ExportError("%s: %s (values %s)" % (what, e, vals)) from None
+        text = routingmod.to_text(plain, rterms)
         hb, ht = held
-        if fitmod.evaluate(poly, hb, ht) != vals[held]:
+        predicted = routingmod.evaluate(plain, rterms, hb, ht, routingmod.HELD_OUT_MARKER)
+        if predicted != vals[held]:
             raise ExportError(
                 "%s: the fit %s predicts %d at the held-out size B=%s,T=%s but the trace has %d "
                 "(size dependence of higher degree than the grid: add sizes)"
-                % (what, fitmod.to_text(poly), fitmod.evaluate(poly, hb, ht), hb, ht, vals[held]))
-        if fitmod.has_negative(poly):
+                % (what, text, predicted, hb, ht, vals[held]))
+        if any(c < 0 for c in list(plain.values()) + list(rterms.values())):
             raise ExportError("%s: %s has a negative coefficient, which the graph format cannot "
-                              "hold (e.g. a slice x[:, :-1] made contiguous)"
-                              % (what, fitmod.to_text(poly)))
-        return fitmod.to_text(poly)
+                              "hold (e.g. a slice x[:, :-1] made contiguous)" % (what, text))
+        return text
 
     tensors = []
     for i, t in enumerate(ref.tensors):
         label = "tensor %d '%s'" % (i, t.name)
-        shape = [fitted(lambda tr, i=i, d=d: tr.tensors[i].shape[d], "%s dim %d" % (label, d))
+        ctx = ref.ops[t.producer].routed if t.producer >= 0 else None
+        shape = [fitted(lambda tr, i=i, d=d: tr.tensors[i].shape[d], "%s dim %d" % (label, d), ctx)
                  for d in range(len(t.shape))]
         if len(set(len(traces[k].tensors[i].shape) for k in keys)) != 1:
             raise ExportError("%s: rank differs between traced sizes" % label)
@@ -299,13 +312,13 @@ def _assemble(traces, batches, seqs, held, names, classes, parents, containers, 
               "outputs": op.outputs, "params": op.params, "saved": op.saved}
         for field in ("fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes"):
             jo[field] = fitted(lambda tr, i=i, f=field: getattr(tr.ops[i], f),
-                               "%s %s" % (label, field))
+                               "%s %s" % (label, field), op.routed)
         jo["workspace_bytes"] = "0"
         jo["attrs"] = {"aten": str(op.func), "kind": op.kind}
         if op.bwd_temps:
             jo["bwd_temps"] = [
                 {"numel": fitted(lambda tr, i=i, k=k: tr.ops[i].bwd_temps[k][0],
-                                 "%s backward temporary %d" % (label, k)),
+                                 "%s backward temporary %d" % (label, k), op.routed),
                  "precision": prec} for k, (_, prec) in enumerate(op.bwd_temps)]
         ops.append(jo)
     modules = [{"name": n, "class_name": c, "parent": p, "is_container": bool(ct)}

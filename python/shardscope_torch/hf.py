@@ -68,8 +68,10 @@ def export_args(raw, cfg, layers=None, attn_implementation="sdpa"):
             max_seq = getattr(cfg, key)
             break
     wrap = None
+    from .routing import from_hf_config
     return {"model_fn": model_fn, "example_inputs": example_inputs, "vocab_size": vocab,
-            "max_seq_len": max_seq, "wrap_classes": wrap}
+            "max_seq_len": max_seq, "wrap_classes": wrap,
+            "routed_blocks": from_hf_config(cfg)}
 
 
 @contextlib.contextmanager

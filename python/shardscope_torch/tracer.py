@@ -101,6 +101,7 @@ class TracedOp:
         self.bwd_returned = set()  # storage keys of the gradients its nodes returned
         self.bwd_temps = []  # (numel, precision)
         self.name = None
+        self.routed = None  # (e, E, k): the expert token list it ran after (routing.py)
 
 
 def _gqa_shape(query, t):
@@ -154,6 +155,8 @@ class Trace(TorchDispatchMode):
         self.unattributed_bwd_flops = 0
         self.buffers, self.inputs = [], []
         self.loss = -1
+        self.routing = None  # routing.Routing: routed blocks traced under the balance assumption
+        self.module_classes_list = []
 
     # ---- setup ---------------------------------------------------------------
     def add_param(self, p, index):
@@ -221,7 +224,12 @@ class Trace(TorchDispatchMode):
             return self._backward(func, args, kwargs)
         self._flush_pending()
         try:
-            if func is torch.ops.aten.rand.default and _numel(args[0]) == 1:
+            routed = None if self.routing is None else self.routing.intercept(
+                func, args, self.stack[-1], self.module_classes_list[self.stack[-1]],
+                self._where())
+            if routed is not None:
+                out = routed
+            elif func is torch.ops.aten.rand.default and _numel(args[0]) == 1:
                 # A fake tensor with a known value: FakeTensorMode propagates constants, so a
                 # test on the draw (rand < layerdrop) reads a value instead of failing.
                 out = _fake_constant(RANDOM_DRAW_VALUE, list(args[0]),
@@ -255,6 +263,7 @@ class Trace(TorchDispatchMode):
         current = len(self.ops) - 1
         if new:
             op = TracedOp(func, self.stack[-1])
+            op.routed = self.routing.current if self.routing is not None else None
             idx = len(self.ops)
             for a in ins:
                 self._read(op, a, idx)
@@ -338,7 +347,7 @@ class Trace(TorchDispatchMode):
 
     def _collect_saved(self):
         attributed = set()
-        for node, op_idx in self.node_op.items():
+        for node, op_idx in list(self.node_op.items()):
             op = self.ops[op_idx]
             saved = []
             if hasattr(node, "saved_tensors") and not hasattr(node, "_saved_self"):
@@ -352,6 +361,14 @@ class Trace(TorchDispatchMode):
                         saved.extend(_tensors(getattr(node, attr)))
                     except RuntimeError:
                         pass  # freed or not a tensor field
+            # An in-place op's node (w /= w.sum(), index_add_) can be mapped to the op that
+            # produced w, which runs before the tensors the node saves: it belongs to the
+            # latest op producing one of them (an op reads only earlier tensors).
+            latest = max([self.tensors[self.storage[_skey(t)]].producer for t in saved
+                          if _skey(t) in self.storage] + [op_idx])
+            if latest > op_idx:
+                op_idx = self.node_op[node] = latest
+                op = self.ops[op_idx]
             for t in saved:
                 k = _skey(t)
                 attributed.add(k)
