@@ -4,6 +4,7 @@
 #include <set>
 
 #include "plan/error.h"
+#include "plan/overrides.h"
 
 namespace shardscope::plan {
 
@@ -75,6 +76,17 @@ UnitPlan build_units(const Graph& g, const Policy& policy, const World& world) {
 
   std::vector<std::vector<int>> owned(n_modules);
   for (size_t p = 0; p < g.params.size(); ++p) owned[owner[p]].push_back(static_cast<int>(p));
+
+  // An exported graph is traced in one compute dtype: its upcast copies
+  // (Precision::fp32_if_lowp) are priced against each op's own unit dtype, not
+  // the dtype the input arrives in from another unit, so a unit whose
+  // param_dtype differs from its neighbours' would be mispriced (an fp32 root
+  // over bf16 blocks: 13% low against PyTorch). Refused, not approximated.
+  if (g.is_exported() && has_precision_overrides(policy))
+    throw Error("policy: overrides: a per-unit mixed_precision on exported graph " + g.model_name +
+                " is not modelled (the graph was traced in one compute dtype; its casts "
+                "between units of different dtypes are not in it): export and simulate one "
+                "dtype, or use a built-in model (docs/export.md)");
 
   // Which modules the policy wraps. An exported graph under wrap type none
   // (the default: the policy does not say) wraps its default_wrap_classes,

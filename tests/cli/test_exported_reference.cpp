@@ -195,7 +195,10 @@ TEST_CASE("exported graphs of the reference models match the native builders",
     CHECK(std::fabs(err) <= 0.01);
     CHECK(std::fabs(err_measured) <= 0.02);
   }
-  CHECK(checked >= 20);  // the 12 native families, bf16 and fp32 (docs/export.md)
+  // The CPU reference grid: 64 of its 66 configurations, the 12 native families
+  // (the two left out give units different dtypes, which an exported graph
+  // refuses: test_exported_plan.cpp).
+  CHECK(checked >= 64);  // the 12 native families, bf16 and fp32 (docs/export.md)
 }
 
 // Routed mixture-of-experts blocks are exported under the token-balance

@@ -117,6 +117,27 @@ TEST_CASE("exported graph without default_wrap_classes: planning names wrap.clas
         std::vector<std::string>{"<root>"});
 }
 
+TEST_CASE("exported graph: a per-unit mixed_precision override is refused", "[plan][exported]") {
+  // Traced in one compute dtype, the graph has no casts between units of
+  // different dtypes: an fp32 root over bf16 blocks would be mispriced
+  // (the llama-h128 ovRootF32 reference: 13% low), so it is an error.
+  const json bf16 = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
+  const json root_fp32 = {
+      {"mixed_precision", bf16},
+      {"overrides", {{{"units", {"<root>"}}, {"mixed_precision", {{"param_dtype", "fp32"}}}}}}};
+  CHECK_THAT(units_error(tiny_mlp(), root_fp32),
+             Catch::StartsWith("policy: overrides: a per-unit mixed_precision on exported graph "
+                               "tiny-mlp is not modelled"));
+  // An override that keeps the policy's dtypes, or changes only resharding, plans.
+  const json same = {
+      {"mixed_precision", bf16},
+      {"overrides", {{{"units", {"<root>"}}, {"mixed_precision", bf16}}}}};
+  CHECK(unit_names(units_of(tiny_mlp(), same)).size() == 3);
+  // A native graph takes the same override (wrap none: the root alone).
+  CHECK(unit_names(units_of(load_model("llama-tiny"), root_fp32)) ==
+        std::vector<std::string>{"<root>"});
+}
+
 TEST_CASE("a requires_grad false tensor gets no gradient buffer", "[plan][exported]") {
   Graph g = tiny_mlp();
   const int relu0 = 3;  // layers.0.relu, read by layers.1.fc.mm
