@@ -129,9 +129,8 @@ TEST_CASE("exported graph: a per-unit mixed_precision override is refused", "[pl
              Catch::StartsWith("policy: overrides: a per-unit mixed_precision on exported graph "
                                "tiny-mlp is not modelled"));
   // An override that keeps the policy's dtypes, or changes only resharding, plans.
-  const json same = {
-      {"mixed_precision", bf16},
-      {"overrides", {{{"units", {"<root>"}}, {"mixed_precision", bf16}}}}};
+  const json same = {{"mixed_precision", bf16},
+                     {"overrides", {{{"units", {"<root>"}}, {"mixed_precision", bf16}}}}};
   CHECK(unit_names(units_of(tiny_mlp(), same)).size() == 3);
   // A native graph takes the same override (wrap none: the root alone).
   CHECK(unit_names(units_of(load_model("llama-tiny"), root_fp32)) ==
