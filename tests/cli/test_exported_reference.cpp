@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli/reference_files.h"
 #include "tests/cli/run_cli.h"
 #include "tests/temp_dir.h"
 
@@ -36,41 +37,28 @@ using nlohmann::json;
 
 namespace {
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  json j;
-  in >> j;
-  return j;
-}
+using shardscope::test::read_json;
+using shardscope::test::shell_quote;
 
 const std::string kRefDir = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/reference/";
 
+// The names of the exported graphs (tests/reference/exported/NAME.graph.json).
 std::vector<std::string> exported_names() {
   std::vector<std::string> out;
-  const std::string suffix = ".graph.json";
-  for (const auto& e : std::filesystem::directory_iterator(kRefDir + "exported")) {
-    const std::string f = e.path().filename().string();
-    if (f.size() > suffix.size() && f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0)
-      out.push_back(f.substr(0, f.size() - suffix.size()));
+  const std::string suffix = ".graph";
+  for (const auto& f : shardscope::test::reference_files("reference/exported")) {
+    const std::string stem = f.stem().string();
+    if (stem.size() > suffix.size() &&
+        stem.compare(stem.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.push_back(stem.substr(0, stem.size() - suffix.size()));
   }
-  std::sort(out.begin(), out.end());
   return out;
 }
 
 std::vector<std::string> no_builder_names() {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(kRefDir + "no-builder")) {
-    const std::string f = e.path().filename().string();
-    if (f.size() > 5 && f.compare(f.size() - 5, 5, ".json") == 0)
-      out.push_back(f.substr(0, f.size() - 5));
-  }
-  std::sort(out.begin(), out.end());
+  for (const auto& f : shardscope::test::reference_files("reference/no-builder"))
+    out.push_back(f.stem().string());
   return out;
 }
 

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli/reference_files.h"
 #include "tests/cli/run_cli.h"
 #include "tests/temp_dir.h"
 
@@ -31,27 +32,12 @@ using nlohmann::json;
 
 namespace {
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using shardscope::test::read_json;
+using shardscope::test::shell_quote;
 
 // The reference files directly under tests/<dir> (not its subfolders).
 std::vector<std::filesystem::path> references(const std::string& dir) {
-  std::vector<std::filesystem::path> out;
-  for (const auto& e :
-       std::filesystem::directory_iterator(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/" + dir))
-    if (e.path().extension() == ".json") out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  json j;
-  in >> j;
-  return j;
+  return shardscope::test::reference_files(dir);
 }
 
 // Known gaps: the reference's name -> the largest |relative error| accepted
