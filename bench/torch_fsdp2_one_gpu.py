@@ -16,6 +16,10 @@ profile shows the compute, the copy kernels FSDP2 adds around every unit, the
 stream structure and the memory of one rank; it does not show the
 communication time or overlap of a real world.
 
+--kineto-out FILE.json.gz records 2 more steps after the timed ones under
+torch.profiler with shapes (bench/hopper/kineto_record.py; do not combine
+with `shardscope profile`: CUPTI has one subscriber).
+
 --cpu runs the same on the CPU with gloo (a syntax and semantics check where
 there is no GPU). Prints one JSON object: step_ms (median after --warmup),
 tokens_per_s, peak_allocated_bytes / peak_reserved_bytes (torch.cuda memory
@@ -32,6 +36,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "hopper"))
+import kineto_record  # noqa: E402
 from torch_gpt2_eager import GPT2, PRESETS  # noqa: E402
 
 
@@ -43,6 +49,9 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--cpu", action="store_true", help="gloo on the CPU, fp32")
+    p.add_argument("--kineto-out", metavar="FILE.json.gz",
+                   help="after the timed steps, record 2 more with torch.profiler "
+                        "(record_shapes) into this gzipped Chrome trace")
     args = p.parse_args()
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -84,6 +93,15 @@ def main():
         sync()
         if step >= args.warmup:
             step_ms.append((time.perf_counter() - start) * 1e3)
+    if args.kineto_out:
+        # 1 + 2 more steps, the last 2 recorded with shapes (issue 31, item 1).
+        def step():
+            loss = model(ids, labels)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+        kineto_record.record(step, args.kineto_out, steps=2, cuda=not args.cpu)
     median_ms = statistics.median(step_ms)
     out = {
         "model": args.model, "batch": args.batch, "seq_len": args.seq_len,

@@ -16,6 +16,10 @@ Prints one JSON object on stdout:
 MFU = flops_per_token * tokens_per_s / peak, with PaLM's count
 flops_per_token = 6 N + 12 L d T (N parameters, L layers, d width, T sequence).
 
+--kineto-out FILE.json.gz records 2 more steps after the timed ones under
+torch.profiler with shapes (bench/hopper/kineto_record.py; the losses list
+then has those steps too).
+
 --find-max-batch tries batch sizes from --batch-candidates, largest first,
 and benchmarks the first that runs a step without running out of memory.
 """
@@ -23,6 +27,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -30,6 +35,9 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "hopper"))
+import kineto_record  # noqa: E402
 
 PRESETS = {
     # name: (layers, width, heads, positions, vocab)
@@ -128,6 +136,16 @@ def run(args, batch):
             if args.probe_only:
                 break  # --find-max-batch: one step tells whether it fits
         peak = torch.cuda.max_memory_allocated()
+        if args.kineto_out and not args.probe_only:
+            # 1 + 2 more steps, the last 2 recorded with shapes (issue 31, item 1).
+            def step():
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(state["ids"], state["labels"])
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                losses.append(loss.item())
+            kineto_record.record(step, args.kineto_out, steps=2)
     finally:
         model = opt = loss = None
         state.clear()
@@ -160,6 +178,9 @@ def main():
     p.add_argument("--find-max-batch", action="store_true",
                    help="benchmark the largest of --batch-candidates that fits")
     p.add_argument("--batch-candidates", default="128,96,64,48,32,24,16,12,8,4,2,1")
+    p.add_argument("--kineto-out", metavar="FILE.json.gz",
+                   help="after the timed steps, record 2 more with torch.profiler "
+                        "(record_shapes) into this gzipped Chrome trace")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("torch_gpt2_eager.py: no CUDA device (torch.cuda.is_available() is False)")
