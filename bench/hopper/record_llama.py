@@ -20,6 +20,9 @@ allocator is emptied and the peak statistics reset between them):
              (bench/torch_reference/torchtitan_sac.py) of every layer
   full       every decoder layer checkpointed (non-reentrant)
   noreshard  no checkpointing, reshard_after_forward=False
+  eager      (only when named) no FSDP: bf16 autocast over fp32 parameters,
+             fused AdamW, as bench/torch_gpt2_eager.py runs GPT-2; the
+             reference the CUDA engine's speed is compared with (issue 33)
 
 Layers: unless --layers is given, one step of the most memory-hungry
 policy (noreshard) is run at 1 and 2 layers; the peak's slope and intercept
@@ -56,6 +59,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "torch_reference"))
 import kineto_record  # noqa: E402
 
 POLICIES = ("none", "sac", "full", "noreshard")
+# Not FSDP: the model as is, bf16 autocast over fp32 parameters, fused AdamW
+# (bench/torch_gpt2_eager.py's precision): the reference for the CUDA
+# engine's speed (issue 33, item 4). Run only when named in --policies.
+EAGER = "eager"
 MAX_LAYERS = 32  # Llama-3-8B's own count
 
 LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
@@ -99,6 +106,10 @@ def build(policy, layers, seq, device, tiny, fused):
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(config(layers, seq, tiny))
+    if policy == EAGER:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8,
+                                weight_decay=0.1, fused=device.type == "cuda")
+        return model, opt
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     reshard = policy != "noreshard"
     wrap = ac_wrapper(policy)
@@ -140,7 +151,8 @@ class Run:
             losses = []
 
             def step():
-                loss = model(input_ids=ids, labels=ids).loss
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=policy == EAGER):
+                    loss = model(input_ids=ids, labels=ids).loss
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -155,7 +167,8 @@ class Run:
                 if i >= warmup:
                     times.append((time.perf_counter() - t0) * 1e3)
             row = {"policy": policy, "layers": layers, "batch": batch, "seq": args.seq,
-                   "optimizer": "AdamW fused" if args.fused else "AdamW default (foreach on CUDA)",
+                   "optimizer": "AdamW fused" if args.fused or policy == EAGER
+                   else "AdamW default (foreach on CUDA)",
                    "step_ms": statistics.median(times) if times else None,
                    "step_ms_all": times,
                    "peak_allocated_bytes": torch.cuda.max_memory_allocated() if self.cuda else None,
@@ -235,9 +248,10 @@ def main():
     p.add_argument("--tiny", action="store_true", help="tiny config (a CPU check of the script)")
     args = p.parse_args()
     policies = [x for x in args.policies.split(",") if x]
-    bad = [x for x in policies if x not in POLICIES]
+    bad = [x for x in policies if x not in POLICIES + (EAGER,)]
     if bad:
-        sys.exit("record_llama.py: unknown policy %r (known: %s)" % (bad[0], ", ".join(POLICIES)))
+        sys.exit("record_llama.py: unknown policy %r (known: %s)" % (
+            bad[0], ", ".join(POLICIES + (EAGER,))))
     if args.seq < 2 or args.batch < 1 or args.batch2 < 0 or args.steps < 1 or args.warmup < 0:
         sys.exit("record_llama.py: --seq >= 2, --batch >= 1, --batch2 >= 0, --steps >= 1, "
                  "--warmup >= 0")
