@@ -59,8 +59,11 @@ int64_t simulated_peak(const plan::Graph& g, const plan::Policy& policy, int wor
       .peak_allocated_bytes;
 }
 
+// bf16: losses only (parameters drift with the 16-bit GEMMs' rounding), and
+// under top-k the counts' sums only: a logit one bf16 ulp apart can swap two
+// near-tied experts between the engines.
 void check_against_cpu(const Model& m, const std::vector<std::string>& extra, double loss_rel,
-                       bool compare_params) {
+                       bool bf16) {
   const plan::Graph g = load(m);
   std::vector<std::string> sets = base_sets(m);
   sets.insert(sets.end(), extra.begin(), extra.end());
@@ -84,7 +87,7 @@ void check_against_cpu(const Model& m, const std::vector<std::string>& extra, do
     CHECK(std::isfinite(gpu.run.losses[i]));
     CHECK(std::abs(gpu.run.losses[i] - cpu.losses[i]) <= loss_rel * std::abs(cpu.losses[i]));
   }
-  if (compare_params) {
+  if (!bf16) {
     REQUIRE(gpu.run.params.size() == g.params.size());
     for (size_t p = 0; p < g.params.size(); ++p) {
       INFO("parameter " << g.params[p].name);
@@ -95,7 +98,16 @@ void check_against_cpu(const Model& m, const std::vector<std::string>& extra, do
   CHECK(gpu.run.peak_allocated_bytes == simulated_peak(g, base.policy, 1, 0));
   // Tokens per expert of the last step: [rank][router][expert], the CPU's.
   REQUIRE(cpu.expert_tokens.size() == 1);
-  CHECK(gpu.run.expert_tokens == cpu.expert_tokens);
+  const bool topk = base.policy.moe_routing == plan::MoeRouting::topk;
+  if (!bf16 || !topk) {
+    CHECK(gpu.run.expert_tokens == cpu.expert_tokens);
+  } else {
+    REQUIRE(gpu.run.expert_tokens.size() == 1);
+    REQUIRE(gpu.run.expert_tokens[0].size() == cpu.expert_tokens[0].size());
+    for (const std::vector<int64_t>& layer : gpu.run.expert_tokens[0])
+      CHECK(std::accumulate(layer.begin(), layer.end(), int64_t{0}) ==
+            2 * 12 * 2 * base.policy.grad_accum_steps);  // B*T*k per micro-step
+  }
   // Nothing in the MoE ops waits for the device: start and end of each step only.
   for (int syncs : gpu.host_syncs_per_step) CHECK(syncs == 2);
 }
@@ -106,11 +118,11 @@ TEST_CASE("cuda trains mixtral and qwen2_moe tiny like the CPU engine, forced ro
           "[cuda][exec][moe]") {
   for (const Model& m : kModels) {
     INFO(m.file);
-    check_against_cpu(m, {}, 1e-4, true);
+    check_against_cpu(m, {}, 1e-4, false);
     // Skewed: expert 3 gets no token (a zero-row dispatch and combine).
-    check_against_cpu(m, {"token_balance={\"weights\": [0.5, 0.3, 0.2, 0.0]}"}, 1e-4, true);
+    check_against_cpu(m, {"token_balance={\"weights\": [0.5, 0.3, 0.2, 0.0]}"}, 1e-4, false);
     check_against_cpu(m, {"mixed_precision={\"param_dtype\":\"bf16\",\"reduce_dtype\":\"fp32\"}"},
-                      2e-2, false);
+                      2e-2, true);
   }
 }
 
@@ -118,14 +130,14 @@ TEST_CASE("cuda trains mixtral and qwen2_moe tiny like the CPU engine, top-k rou
           "[cuda][exec][moe]") {
   for (const Model& m : kModels) {
     INFO(m.file);
-    check_against_cpu(m, {"moe_routing=topk"}, 1e-4, true);
+    check_against_cpu(m, {"moe_routing=topk"}, 1e-4, false);
     check_against_cpu(
         m, {"moe_routing=topk", "activation_checkpointing=\"full\"", "grad_accum_steps=2"}, 1e-4,
-        true);
+        false);
     check_against_cpu(m,
                       {"moe_routing=topk",
                        "mixed_precision={\"param_dtype\":\"bf16\",\"reduce_dtype\":\"fp32\"}"},
-                      2e-2, false);
+                      2e-2, true);
   }
 }
 
