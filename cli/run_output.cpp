@@ -81,13 +81,18 @@ void print_progress(const engine::run::StepProgress& p) {
 
 namespace {
 
-// Mixture of experts: per routed layer, rank 0's fewest and most tokens per
-// expert in the last step against the stated balance's.
+// Mixture of experts: per routed layer, the first measured rank's fewest and
+// most tokens per expert in the last step against the stated balance's (rank
+// 0; under emulated peers the one emulated rank, the only one measured).
 std::string moe_text(const nlohmann::json& metrics) {
   const auto it = metrics.find("moe_routing");
   if (it == metrics.end() || !it->is_object()) return "";
+  const auto emulated = metrics.find("emulated");
+  const int64_t rank =
+      emulated != metrics.end() && emulated->is_object() ? emulated->value("rank", int64_t{0}) : 0;
   std::string out = "experts (" + it->value("routing", std::string("?")) +
-                    " routing): tokens per expert in the last step, rank 0, vs assumed\n";
+                    " routing): tokens per expert in the last step, rank " + std::to_string(rank) +
+                    ", vs assumed\n";
   for (const nlohmann::json& layer : it->at("layers")) {
     const std::vector<int64_t> got = layer.at("measured").at(0).get<std::vector<int64_t>>();
     const std::vector<int64_t> want = layer.at("assumed").get<std::vector<int64_t>>();

@@ -22,8 +22,8 @@ int64_t* i64_of(const GraphOperands& o, const std::vector<void*>& ptrs, int tens
 
 }  // namespace
 
-void forced_routing(int64_t batch, int64_t seq, int64_t experts, int64_t k,
-                    const plan::TokenBalance* balance, int64_t* indices) {
+std::vector<int64_t> forced_routing_ends(int64_t seq, int64_t experts, int64_t k,
+                                         const plan::TokenBalance* balance) {
   std::vector<int64_t> end(static_cast<size_t>(experts));  // cumulative slot counts
   int64_t total = 0;
   for (int64_t e = 0; e < experts; ++e) {
@@ -36,6 +36,12 @@ void forced_routing(int64_t batch, int64_t seq, int64_t experts, int64_t k,
     end[static_cast<size_t>(e)] = total;
   }
   if (total != seq * k) throw ExecError("forced routing: expert counts do not sum to T*k");
+  return end;
+}
+
+void forced_routing(int64_t batch, int64_t seq, int64_t experts, int64_t k,
+                    const plan::TokenBalance* balance, int64_t* indices) {
+  const std::vector<int64_t> end = forced_routing_ends(seq, experts, k, balance);
   for (int64_t b = 0; b < batch; ++b) {
     int64_t e = 0;
     for (int64_t s = 0; s < seq * k; ++s) {

@@ -32,6 +32,12 @@ void run_moe(const GraphOperands& o, const std::vector<void*>& ptrs, const plan:
 // sigmoid_gate: y = sigmoid(g) * x (Qwen2-MoE's shared expert gate).
 void run_sigmoid_gate(const GraphOperands& o, const std::vector<void*>& ptrs);
 
+// Forced routing's cumulative per-sequence slot counts: ends[e] = n_0 + ... +
+// n_e, n_e = routed_tokens(seq, e, ...), ends[E-1] = seq * k. Throws
+// ExecError when an expert would get more than seq slots (a token twice).
+std::vector<int64_t> forced_routing_ends(int64_t seq, int64_t experts, int64_t k,
+                                         const plan::TokenBalance* balance);
+
 // The forced assignment above for `batch` sequences of `seq` tokens: indices[batch*seq, k].
 void forced_routing(int64_t batch, int64_t seq, int64_t experts, int64_t k,
                     const plan::TokenBalance* balance, int64_t* indices);

@@ -38,6 +38,11 @@ void check_cuda_supports(const plan::Graph& graph) {
       case plan::OpType::relu:
       case plan::OpType::residual:
       case plan::OpType::cross_entropy:
+      case plan::OpType::moe_router:  // forced and top-k routing
+                                      // (engine/cuda/exec/cuda_moe_ops.cpp)
+      case plan::OpType::moe_dispatch:
+      case plan::OpType::moe_combine:
+      case plan::OpType::sigmoid_gate:
         break;
       case plan::OpType::attention:
         if (op.attrs.sliding_window) refuse(op, "attribute sliding_window");
@@ -60,11 +65,6 @@ void check_cuda_supports(const plan::Graph& graph) {
         refuse(op, "the softcap op");
       case plan::OpType::rope:
         refuse(op, "a standalone rope op");
-      case plan::OpType::moe_router:
-      case plan::OpType::moe_dispatch:
-      case plan::OpType::moe_combine:
-      case plan::OpType::sigmoid_gate:
-        refuse(op, "mixture-of-experts routing");
       case plan::OpType::aten:  // exported graphs: engine/run/aten_support.h
         check_engine_runs_aten(graph, "CUDA");
         break;

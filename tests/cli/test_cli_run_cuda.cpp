@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/run/emulated_timing.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
@@ -60,6 +62,43 @@ TEST_CASE("run --backend cuda without a device names the runtime error and start
     // The launcher prefixes every line of a rank with "[rank r] ": none started.
     CHECK(r.output.find("[rank ") == std::string::npos);
   }
+}
+
+TEST_CASE("run --backend cuda trains mixtral-tiny and prints the emulated rank's expert counts",
+          "[cli][run][cuda][moe]") {
+  const std::string cmd = "run --backend cuda --model " + std::string(SHARDSCOPE_SOURCE_DIR) +
+                          "/tests/data/mixtral-tiny.json --set batch_size=2 --set seq_len=16"
+                          " --steps 2 --emulate-world 4 --rank 1";
+  if (!gpu_present()) {
+    // No GPU (CI): refused before any rank starts, naming the runtime error
+    // (the op coverage is checked after the device: test_cuda_support.cpp).
+    const auto r = run_cli(cmd);
+    INFO(r.output);
+    CHECK(r.status == 2);
+    CHECK((names_cuda_runtime_error(r.output) || names_missing_cuda_build(r.output)));
+    return;
+  }
+  // Forced uniform routing: per layer 2 x 16 x 2 / 4 = 16 tokens per expert,
+  // measured on the one emulated rank (1), as assumed.
+  const auto r = run_cli(cmd + " --json");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  // The JSON object after the progress lines (stderr shares the output).
+  const size_t at = r.output.rfind("\n{\n");
+  const size_t start = r.output.rfind("{\n", 0) == 0 ? 0 : (at == std::string::npos ? 0 : at + 1);
+  const nlohmann::json moe = nlohmann::json::parse(r.output.substr(start)).at("moe_routing");
+  CHECK(moe.at("routing") == "forced");
+  REQUIRE(moe.at("layers").size() == 2);
+  for (const nlohmann::json& layer : moe.at("layers")) {
+    CHECK(layer.at("assumed") == nlohmann::json({16, 16, 16, 16}));
+    CHECK(layer.at("measured") == nlohmann::json({{16, 16, 16, 16}}));
+  }
+  const auto text = run_cli(cmd);
+  INFO(text.output);
+  CHECK(text.output.find("tokens per expert in the last step, rank 1, vs assumed") !=
+        std::string::npos);
+  CHECK(text.output.find("model.layers.0.block_sparse_moe.router: measured 16..16, assumed "
+                         "16..16") != std::string::npos);
 }
 
 TEST_CASE("run --backend cuda flag errors exit 2 naming the flag, before any device check",

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -127,12 +128,32 @@ TEST_CASE("per-unit dtypes (policy overrides) are refused for the CUDA engine, r
                  {"units": ".*", "mixed_precision": {"param_dtype": "bf16"}}])")));
 }
 
-TEST_CASE("mixture-of-experts routing is refused by the CUDA engine, naming the op") {
-  const plan::Graph g =
-      plan::load_model(std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/mixtral-tiny.json");
-  CHECK(refusal(g) ==
-        "op 'model.layers.0.block_sparse_moe.router' (moe_router): mixture-of-experts routing is "
-        "not implemented by the CUDA engine (use --backend cpu)");
+TEST_CASE("the CUDA engine accepts the mixture-of-experts families: Mixtral and Qwen2-MoE") {
+  // Mixtral: router, dispatch and combine; Qwen2-MoE adds the shared expert's
+  // sigmoid gate. The CUDA engine refused all four op types before.
+  const std::string data = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/";
+  auto count = [](const plan::Graph& g, plan::OpType t) {
+    return std::count_if(g.ops.begin(), g.ops.end(),
+                         [t](const plan::Op& op) { return op.type == t; });
+  };
+  const plan::Graph mixtral = plan::load_model(data + "mixtral-tiny.json");
+  CHECK(count(mixtral, plan::OpType::moe_router) == 2);
+  CHECK(count(mixtral, plan::OpType::moe_dispatch) == 8);
+  CHECK(count(mixtral, plan::OpType::moe_combine) == 2);
+  CHECK(refusal(mixtral).empty());
+  // Qwen2-MoE with grouped KV heads repeats k and v before SDPA: refused for
+  // that attribute alone; with as many KV heads as heads it runs.
+  std::ifstream in(data + "qwen2_moe-tiny.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  CHECK(
+      refusal(plan::model_from_hf_config(config, "qwen2_moe-tiny")) ==
+      "op 'model.layers.0.self_attn.attention' (attention): attribute repeat_kv (k and v repeated "
+      "before SDPA) is not implemented by the CUDA engine (use --backend cpu)");
+  config["num_key_value_heads"] = config["num_attention_heads"];
+  const plan::Graph qwen = plan::model_from_hf_config(config, "qwen2_moe-tiny (MHA)");
+  CHECK(count(qwen, plan::OpType::moe_router) == 2);  // layer 1 is dense (mlp_only_layers)
+  CHECK(count(qwen, plan::OpType::sigmoid_gate) == 2);
+  CHECK(refusal(qwen).empty());
 }
 
 TEST_CASE("an exported graph's aten op is refused by name and overload, before any rank starts") {

@@ -103,6 +103,7 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
     return *b;
   };
 
+  if (is_moe_op(op.type)) return moe_graph_op(index, sop, ptrs, s);  // cuda_moe_ops.cpp
   switch (op.type) {
     case plan::OpType::embedding: {
       const int64_t rows = o.attr_i(op.attrs.num_embeddings, "num_embeddings"),

@@ -120,6 +120,11 @@ class CudaRankExecutor : private exec::RunnerBackend {
     return streams_[static_cast<size_t>(schedule_stream)];
   }
   const plan::Schedule& schedule() const { return s_; }
+  // Tokens each expert got in the last step, [rank][router (graph order)][expert],
+  // as the CPU engine's RankRun::expert_tokens: every rank's over NCCL (an
+  // all-gather, outside any step), this rank's alone under emulated peers.
+  // Empty without routers.
+  std::vector<std::vector<std::vector<int64_t>>> gather_expert_tokens();
   // Mean of `value` over the world (an all-reduce on a device scalar, then a
   // stream synchronisation; outside any step). Emulated peers move no data:
   // the rank's own value is returned.
@@ -181,6 +186,15 @@ class CudaRankExecutor : private exec::RunnerBackend {
                   cudaStream_t s);
   void run_fsdp_op(int index, const plan::ScheduleOp& op, const std::vector<void*>& ptrs,
                    cudaStream_t s);
+  // Mixture-of-experts ops (cuda_moe_ops.cpp: moe_router, moe_dispatch,
+  // moe_combine, sigmoid_gate), same contract as graph_op;
+  // the message of a dispatch's error flag (its expert's row count against
+  // the plan); the per-step zeroing of the routers' token counts.
+  static bool is_moe_op(plan::OpType type);
+  size_t moe_graph_op(int index, const plan::ScheduleOp& op, const std::vector<void*>* ptrs,
+                      cudaStream_t s);
+  std::string moe_flag_message(const plan::ScheduleOp& op, int32_t flag) const;
+  void zero_expert_tokens(cudaStream_t s);
   void run_scalar_all_reduce(int index, const plan::ScheduleOp& op, cudaStream_t s);
   void run_host_op(const plan::ScheduleOp& op, const std::vector<void*>& ptrs);
 
@@ -227,6 +241,16 @@ class CudaRankExecutor : private exec::RunnerBackend {
   int32_t* flags_host_ = nullptr;        // pinned mirror
   HostExchange* exchange_ = nullptr;     // pinned
   float* exchange_dev_ = nullptr;        // device float for the exchange's uploads (2)
+
+  // Per moe_router graph op, made at start-up sizing (device, own memory):
+  // forced routing's cumulative slot counts (null under top-k) and the
+  // step's tokens per expert.
+  struct MoeRouter {
+    const int64_t* forced_ends = nullptr;
+    int64_t* counts = nullptr;
+    int64_t experts = 0;
+  };
+  std::map<int, MoeRouter> moe_routers_;
 
   std::unique_ptr<CudaBacking> backing_;
   std::unique_ptr<alloc::CachingAllocator> allocator_;

@@ -205,6 +205,7 @@ exec::StepOutcome CudaRankExecutor::run_step(int64_t step) {
     SS_CUDA_CHECK(cudaMemsetAsync(scalars_, 0, sizeof(StepScalars), compute));
     SS_CUDA_CHECK(
         cudaMemsetAsync(flags_, 0, std::max<size_t>(s_.ops.size(), 1) * sizeof(int32_t), compute));
+    zero_expert_tokens(compute);
     for (size_t b = 0; b < s_.buffers.size(); ++b) {
       const plan::Buffer& buf = s_.buffers[b];
       if (!buf.persistent || buf.role != plan::BufferRole::grad_shard) continue;
@@ -288,7 +289,8 @@ exec::StepOutcome CudaRankExecutor::run_step(int64_t step) {
 
 // Embedding ids and cross-entropy labels outside their range: the kernels set
 // the op's flag to 1 + the row; reported here, naming the op, the row and the
-// id when it came from this rank's input data.
+// id when it came from this rank's input data. A moe_dispatch's flag is 1 +
+// the rows its expert got when that count breaks the plan.
 void CudaRankExecutor::check_error_flags() const {
   for (size_t i = 0; i < s_.ops.size(); ++i) {
     const int32_t flag = flags_host_[i];
@@ -298,6 +300,8 @@ void CudaRankExecutor::check_error_flags() const {
     std::string message = "rank " + std::to_string(s_.rank) + ", " + op_label(static_cast<int>(i));
     if (op.graph_op < 0) throw ExecError(message + ": error flag " + std::to_string(flag));
     const plan::Op& gop = g_.ops[static_cast<size_t>(op.graph_op)];
+    if (gop.type == plan::OpType::moe_dispatch)
+      throw ExecError(message + ": " + moe_flag_message(op, flag));
     const bool labels = gop.type == plan::OpType::cross_entropy;
     const int tensor = labels ? gop.inputs.at(1) : gop.inputs.at(0);
     const int64_t limit =

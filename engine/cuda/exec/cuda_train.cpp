@@ -154,6 +154,9 @@ CudaRankRun train(const CudaTrainConfig& config, const exec::RankPlan* prebuilt,
         out.cupti_dropped_records = rec.dropped_records;
         profiler::append_recording(rec, exec.trace_mapping(*recorder), trace, trace.ranks[0]);
       }
+      // The last step's tokens per expert; after the recording, so that the
+      // all-gather's scratch is not counted as the step's other memory.
+      run.expert_tokens = exec.gather_expert_tokens();
       traces::sort_events(trace.ranks[0]);
       run.trace = std::move(trace);
     } catch (const std::exception& e) {

@@ -151,6 +151,53 @@ size_t cross_entropy_forward_workspace_bytes(int64_t n, int64_t v);
 void cross_entropy_backward(cudaStream_t s, ConstDevPtr log_probs, const int64_t* labels,
                             float dloss, DevPtr dlogits, int64_t n, int64_t v);
 
+// ---- mixture of experts (moe.cu): cpu::moe_* and sigmoid_gate_* twins -----------------
+// indices and slots are device int64 arrays. No host synchronisation: the
+// launches are sized by the plan (an expert's `rows`), the counts found on
+// the device are checked against it through error flags.
+//
+// Router over n tokens: probs [n, E], indices [n, k], weights [n, k].
+// forced_ends null: top-k routing (ties to the lower expert, as the CPU op).
+// Non-null: forced routing, indices written from device int64 [E]
+// cumulative per-sequence slot counts (exec::forced_routing_ends; seq tokens
+// per sequence, n a multiple of seq). counts (device int64 [E], nullable): +=
+// the (token, choice) pairs each expert got (integer atomics).
+void moe_router_forward(cudaStream_t s, ConstDevPtr logits, DevPtr probs, int64_t* indices,
+                        DevPtr weights, int64_t n, int64_t experts, int64_t k, bool normalize,
+                        const int64_t* forced_ends, int64_t seq, int64_t* counts);
+// dlogits += the gradient through the weights and the softmax (fp64 row sums).
+void moe_router_backward(cudaStream_t s, ConstDevPtr probs, const int64_t* indices,
+                         ConstDevPtr dweights, DevPtr dlogits, int64_t n, int64_t experts,
+                         int64_t k, bool normalize);
+// xe [rows, c], slots [rows] of one expert, filled in the CPU op's order;
+// rows past the ones found are zeros with slot -1. A count against the plan
+// (more than `rows`; or other than `rows` when `exact`, forced routing) sets
+// *error_flag (nullable) to 1 + the count found.
+void moe_dispatch_forward(cudaStream_t s, ConstDevPtr x, const int64_t* indices, DevPtr xe,
+                          int64_t* slots, int64_t tokens, int64_t seq, int64_t c, int64_t k,
+                          int64_t expert, int64_t rows, bool exact, int32_t* error_flag);
+void moe_dispatch_backward(cudaStream_t s, ConstDevPtr dxe, const int64_t* slots, DevPtr dx,
+                           int64_t rows, int64_t c, int64_t k, int64_t tokens);
+// Host arrays of E device operands (y[e], slots[e]) and their row counts.
+// out [tokens, c] = sum over experts, in expert order, of weight * row, in
+// fp32; weighted (nullable host array of E) gets each row's product. A
+// 16-bit out accumulates in the workspace (tokens * c fp32) and is rounded once.
+void moe_combine_forward(cudaStream_t s, const ConstDevPtr* y, const int64_t* const* slots,
+                         const int64_t* rows, int64_t experts, ConstDevPtr weights, DevPtr out,
+                         int64_t tokens, int64_t c, int64_t k, const DevPtr* weighted,
+                         Workspace ws);
+size_t moe_combine_forward_workspace_bytes(plan::DType out, int64_t tokens, int64_t c);
+// dy[e] += weight * dout rows; dweights += row dot products (fp64, fixed order).
+void moe_combine_backward(cudaStream_t s, const ConstDevPtr* y, const int64_t* const* slots,
+                          const int64_t* rows, int64_t experts, ConstDevPtr weights,
+                          ConstDevPtr dout, const DevPtr* dy, DevPtr dweights, int64_t tokens,
+                          int64_t c, int64_t k);
+// y [n, c] = sigmoid(g[n]) * x, sig [n] kept; backward accumulates dg, dx.
+void sigmoid_gate_forward(cudaStream_t s, ConstDevPtr g, ConstDevPtr x, DevPtr y, DevPtr sig,
+                          int64_t n, int64_t c);
+void sigmoid_gate_backward(cudaStream_t s, ConstDevPtr sig, ConstDevPtr x, ConstDevPtr dy,
+                           DevPtr dg, DevPtr dx, int64_t n, int64_t c);
+
 // ---- casts and copies (cast.cu) ------------------------------------------------------------
 // dst[i] = src[i] rounded to dst's dtype (same dtype: cudaMemcpyAsync).
 void cast(cudaStream_t s, ConstDevPtr src, DevPtr dst, int64_t n);
