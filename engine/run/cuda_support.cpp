@@ -19,19 +19,13 @@ namespace {
 void check_cuda_supports(const plan::Graph& graph) {
   for (const plan::Op& op : graph.ops) {
     switch (op.type) {
-      case plan::OpType::rmsnorm: {
-        if (op.attrs.weight_offset) refuse(op, "attribute weight_offset");
-        const plan::Tensor& x = graph.tensors[static_cast<size_t>(op.inputs.at(0))];
-        if (op.attrs.dim &&
-            (x.shape.empty() || x.shape.back() != plan::Poly::constant(*op.attrs.dim)))
-          refuse(op, "normalizing groups of dim " + std::to_string(*op.attrs.dim) +
-                         " narrower than the last dim (per-head RMSNorm)");
-        break;
-      }
+      // Per-head RMSNorm (dim), (offset + w) norms, OPT's position_offset and
+      // padding_idx, the scale and softcap ops: engine/cuda/ops (norm.cu,
+      // embedding.cu, gated.cu).
+      case plan::OpType::rmsnorm:
       case plan::OpType::embedding:
-        if (op.attrs.position_offset) refuse(op, "attribute position_offset (OPT positions)");
-        if (op.attrs.padding_idx) refuse(op, "attribute padding_idx");
-        break;
+      case plan::OpType::scale:
+      case plan::OpType::softcap:
       case plan::OpType::linear:
       case plan::OpType::layernorm:
       case plan::OpType::gelu:
@@ -54,15 +48,12 @@ void check_cuda_supports(const plan::Graph& graph) {
         if (op.attrs.qkv_per_head) refuse(op, "attribute qkv_per_head (GPT-NeoX qkv layout)");
         if (op.attrs.repeat_kv) refuse(op, "attribute repeat_kv (k and v repeated before SDPA)");
         break;
-      case plan::OpType::swiglu:
-        if (op.attrs.activation.value_or("silu") != "silu")
-          refuse(op, "activation '" + *op.attrs.activation + "' (SiLU only)");
-        if (op.attrs.packed) refuse(op, "attribute packed");
+      case plan::OpType::swiglu: {  // packed gate|up too (gated.cu)
+        const std::string act = op.attrs.activation.value_or("silu");
+        if (act != "silu" && act != "gelu" && act != "gelu_tanh")
+          refuse(op, "activation '" + act + "' (silu, gelu, gelu_tanh)");
         break;
-      case plan::OpType::scale:
-        refuse(op, "the scale op");
-      case plan::OpType::softcap:
-        refuse(op, "the softcap op");
+      }
       case plan::OpType::rope:
         refuse(op, "a standalone rope op");
       case plan::OpType::aten:  // exported graphs: engine/run/aten_support.h

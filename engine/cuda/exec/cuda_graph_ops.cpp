@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cpu/optim.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/exec/cuda_rank_executor.h"
 #include "engine/exec/graph_operands.h"
@@ -111,19 +112,26 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       const int out = op.outputs[0];
       const int64_t n = o.numel(out) / dim;
       const int64_t* id = op.inputs.empty() ? nullptr : ids(op.inputs[0]);
+      // Positions from row `offset` on (OPT: 2): the table from that row, as the CPU engine.
+      const int64_t offset = op.attrs.position_offset.value_or(0);
+      if (offset < 0 || offset >= rows || (!op.inputs.empty() && offset != 0))
+        throw ExecError("op '" + op.name + "': position_offset " + std::to_string(offset) +
+                        " is not a row of a position table of " + std::to_string(rows));
+      const int64_t padding_idx = op.attrs.padding_idx.value_or(-1);
       if (!backward) {
         const Operand table = o.param(op.params[0], false);
         const Operand y = o.value(out, true);
         if (sizing) return 0;
-        embedding_forward(s, id, dev(table), dev(y), n, rows, dim,
+        embedding_forward(s, id, dev(table).at(offset * dim), dev(y), n, rows - offset, dim,
                           op.inputs.empty() ? nullptr : flags_ + index);
         return 0;
       }
       const Operand dy = need_grad(out);
       const Operand dtable = o.param(op.params[0], true);
-      const size_t bytes = embedding_backward_workspace_bytes(n, rows, dim);
+      const size_t bytes = embedding_backward_workspace_bytes(n, rows - offset, dim);
       if (sizing) return bytes;
-      embedding_backward(s, id, dev(dy), dev(dtable), n, rows, dim, op_ws(bytes));
+      embedding_backward(s, id, dev(dy), dev(dtable).at(offset * dim), n, rows - offset, dim,
+                         op_ws(bytes), padding_idx);
       return 0;
     }
     case plan::OpType::linear: {
@@ -158,8 +166,14 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
     case plan::OpType::rmsnorm: {
       const bool ln = op.type == plan::OpType::layernorm;
       const int x_t = op.inputs[0];
-      const int64_t c = o.last_dim(x_t), n = o.numel(x_t) / c;
+      // rmsnorm's dim may be a divisor of the last dim (one row per head).
+      const int64_t c = ln ? o.last_dim(x_t) : op.attrs.dim.value_or(o.last_dim(x_t));
+      if (c < 1 || o.last_dim(x_t) % c != 0)
+        throw ExecError("op '" + op.name + "': dim " + std::to_string(c) +
+                        " does not divide the last dim " + std::to_string(o.last_dim(x_t)));
+      const int64_t n = o.numel(x_t) / c;
       const double eps = op.attrs.eps.value_or(1e-5);
+      const double offset = op.attrs.weight_offset.value_or(0.0);  // RMSNorm's (offset + w)
       const Operand x = o.value(x_t, false);
       const Operand w = o.param(op.params[0], false);
       if (!backward) {
@@ -173,7 +187,7 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
         } else {
           float* rstd = stat_out(o.value(op.outputs[1], true));
           if (sizing) return carved;
-          rmsnorm_forward(s, dev(x), dev(w), dev(y), rstd, n, c, eps);
+          rmsnorm_forward(s, dev(x), dev(w), dev(y), rstd, n, c, eps, offset);
         }
         flush_stats();
         return 0;
@@ -194,7 +208,8 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
         const float* rstd = stat_in(o.value(op.outputs[1], false));
         const size_t bytes = rmsnorm_backward_workspace_bytes(n, c);
         if (sizing) return carved + bytes;
-        rmsnorm_backward(s, dev(x), dev(w), rstd, dev(dy), dev(*dx), dev(dw), n, c, op_ws(bytes));
+        rmsnorm_backward(s, dev(x), dev(w), rstd, dev(dy), dev(*dx), dev(dw), n, c, op_ws(bytes),
+                         offset);
       }
       return 0;
     }
@@ -270,10 +285,46 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       return 0;
     }
     case plan::OpType::swiglu: {
-      if (op.attrs.activation.value_or("silu") != "silu")
-        throw ExecError("op '" + op.name +
-                        "': the CUDA engine runs the SiLU-gated MLP only, not '" +
-                        *op.attrs.activation + "'");
+      const std::string act = op.attrs.activation.value_or("silu");
+      cpu::GateActivation ga = cpu::GateActivation::silu;
+      if (act == "gelu")
+        ga = cpu::GateActivation::gelu;
+      else if (act == "gelu_tanh")
+        ga = cpu::GateActivation::gelu_tanh;
+      else if (act != "silu")
+        throw ExecError("op '" + op.name + "': the CUDA engine has no gated activation '" + act +
+                        "' (silu, gelu, gelu_tanh)");
+      if (op.attrs.packed.value_or(false) || ga != cpu::GateActivation::silu) {
+        // exec::run_gated's operands: packed, one [rows, 2F] input, gate =
+        // columns [0, F), up = [F, 2F); unpacked, gate and up each one dense
+        // row of rows * F.
+        const bool packed = op.attrs.packed.value_or(false);
+        const int y_t = op.outputs[0];
+        const int64_t width = o.last_dim(y_t), rows = o.numel(y_t) / width;
+        if (packed ? op.inputs.size() != 1 || o.last_dim(op.inputs[0]) != 2 * width
+                   : op.inputs.size() != 2)
+          throw ExecError("op '" + op.name + "': a packed gated MLP reads one [.., 2F] input, " +
+                          "an unpacked one gate and up");
+        const int64_t stride = packed ? 2 * width : rows * width;
+        const int64_t r = packed ? rows : 1, w = packed ? width : rows * width;
+        std::vector<Operand> in;
+        for (int t : op.inputs) in.push_back(o.value(t, false));
+        if (!backward) {
+          const Operand y = o.value(y_t, true);
+          if (sizing) return 0;
+          const DevPtr gate = dev(in[0]);
+          gated_forward(s, gate, packed ? gate.at(width) : dev(in[1]), dev(y), r, w, stride, ga);
+          return 0;
+        }
+        const Operand dy = need_grad(y_t);
+        std::vector<Operand> gin;
+        for (int t : op.inputs) gin.push_back(need_grad(t));
+        if (sizing) return 0;
+        const DevPtr gate = dev(in[0]), dgate = dev(gin[0]);
+        gated_backward(s, gate, packed ? gate.at(width) : dev(in[1]), dev(dy), dgate,
+                       packed ? dgate.at(width) : dev(gin[1]), r, w, stride, ga);
+        return 0;
+      }
       const int64_t n = o.numel(op.outputs[0]);
       const Operand gate = o.value(op.inputs[0], false);
       const Operand up = o.value(op.inputs[1], false);
@@ -340,9 +391,53 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       cross_entropy_backward(s, dev(logp), labels, dloss_, dev(*dl), n, v);
       return 0;
     }
+    case plan::OpType::scale: {
+      if (!op.attrs.scale) throw o.missing("attribute scale");
+      const int x_t = op.inputs.at(0), y_t = op.outputs.at(0);
+      const int64_t n = o.numel(x_t);
+      // torch.tensor(c, dtype=x.dtype): the constant is rounded to the
+      // activation dtype (x's in forward; its gradient's in backward), as
+      // exec::run_scale_softcap does.
+      auto rounded = [&](plan::DType dt) {
+        const auto c = static_cast<float>(*op.attrs.scale);
+        if (dt == plan::DType::bf16) return cpu::round_to_bf16(c);
+        if (dt == plan::DType::f16) return cpu::round_to_fp16(c);
+        return c;
+      };
+      if (!backward) {
+        const Operand x = o.value(x_t, false);
+        const Operand y = o.value(y_t, true);
+        if (sizing) return 0;
+        scale_forward(s, dev(x), dev(y), n, rounded(x.dtype));
+        return 0;
+      }
+      const Operand dx = need_grad(x_t);
+      const Operand dy = need_grad(y_t);
+      if (sizing) return 0;
+      scale_backward(s, dev(dy), dev(dx), n, rounded(dx.dtype));
+      return 0;
+    }
+    case plan::OpType::softcap: {
+      if (!op.attrs.softcap) throw o.missing("attribute softcap");
+      const auto cap = static_cast<float>(*op.attrs.softcap);
+      const int x_t = op.inputs.at(0), y_t = op.outputs.at(0);
+      const int64_t n = o.numel(x_t);
+      if (!backward) {
+        const Operand x = o.value(x_t, false);
+        const Operand y = o.value(y_t, true);
+        const Operand th = o.value(op.outputs.at(1), true);  // tanh(x / cap), for backward
+        if (sizing) return 0;
+        softcap_forward(s, dev(x), dev(y), dev(th), n, cap);
+        return 0;
+      }
+      const Operand th = o.value(op.outputs.at(1), false);
+      const Operand dy = need_grad(y_t);
+      const Operand dx = need_grad(x_t);
+      if (sizing) return 0;
+      softcap_backward(s, dev(th), dev(dy), dev(dx), n);
+      return 0;
+    }
     case plan::OpType::rope:
-    case plan::OpType::scale:    // refused on the host (engine/run/cuda_support.cpp)
-    case plan::OpType::softcap:  // as well
     case plan::OpType::moe_router:
     case plan::OpType::moe_dispatch:
     case plan::OpType::moe_combine:

@@ -5,11 +5,13 @@
 //    workspace (slot = the id's first position, found with atomicMin), then
 //    added once to the table and rounded: a repeated id is rounded once, not
 //    once per occurrence. Atomics make the fp32 sum order vary between runs.
-// Positions (ids null) touch distinct rows: a plain elementwise add.
+// Positions (ids null) touch distinct rows: a plain elementwise add. Rows
+// whose id is padding_idx add nothing in backward (hf::embedding_grad_row).
 #include <string>
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops/access.cuh"
+#include "engine/cuda/ops/hf_math.h"
 #include "engine/cuda/ops/internal.h"
 #include "engine/cuda/ops/nvtx_range.h"
 #include "engine/cuda/ops/op_checks.h"
@@ -63,26 +65,28 @@ __global__ void __launch_bounds__(kEmbeddingThreads)
 }
 
 // fp32 table: dtable[ids[i], :] += dout[i, :] with fp32 atomics (bad ids skipped:
-// the forward flagged them).
+// the forward flagged them; padding ids add nothing).
 __global__ void __launch_bounds__(kEmbeddingThreads)
     embedding_backward_atomic_kernel(const int64_t* ids, const void* dout, ElemType tdout,
-                                     float* dtable, int64_t n, int64_t rows, int64_t dim) {
+                                     float* dtable, int64_t n, int64_t rows, int64_t dim,
+                                     int64_t padding_idx) {
   const int lane = threadIdx.x % 32;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (i >= n) return;
-  const int64_t id = table_row(ids, i, rows);
+  const int64_t id = hf::embedding_grad_row(ids, i, rows, padding_idx);
   if (id < 0) return;
   for (int64_t c = lane; c < dim; c += 32)
     atomicAdd(dtable + id * dim + c, load_elem(dout, tdout, i * dim + c));
 }
 
-// owner[id] = smallest i with ids[i] == id (0xffffffff, the memset fill, where none).
-__global__ void embedding_owner_kernel(const int64_t* ids, unsigned* owner, int64_t n,
-                                       int64_t rows) {
+// owner[id] = smallest i with ids[i] == id (0xffffffff, the memset fill, where
+// none, and for padding_idx: the three kernels below skip the rows it holds).
+__global__ void embedding_owner_kernel(const int64_t* ids, unsigned* owner, int64_t n, int64_t rows,
+                                       int64_t padding_idx) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    const int64_t id = table_row(ids, i, rows);
+    const int64_t id = hf::embedding_grad_row(ids, i, rows, padding_idx);
     if (id >= 0) atomicMin(owner + id, static_cast<unsigned>(i));
   }
 }
@@ -90,11 +94,12 @@ __global__ void embedding_owner_kernel(const int64_t* ids, unsigned* owner, int6
 // acc[owner[ids[i]], :] += dout[i, :] (acc fp32 [n, dim], zeroed).
 __global__ void __launch_bounds__(kEmbeddingThreads)
     embedding_gather_grad_kernel(const int64_t* ids, const unsigned* owner, const void* dout,
-                                 ElemType tdout, float* acc, int64_t n, int64_t rows, int64_t dim) {
+                                 ElemType tdout, float* acc, int64_t n, int64_t rows, int64_t dim,
+                                 int64_t padding_idx) {
   const int lane = threadIdx.x % 32;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (i >= n) return;
-  const int64_t id = table_row(ids, i, rows);
+  const int64_t id = hf::embedding_grad_row(ids, i, rows, padding_idx);
   if (id < 0) return;
   const int64_t slot = owner[id];
   for (int64_t c = lane; c < dim; c += 32)
@@ -104,12 +109,12 @@ __global__ void __launch_bounds__(kEmbeddingThreads)
 // For each owner row i: dtable[ids[i], :] += acc[i, :], rounded once.
 __global__ void __launch_bounds__(kEmbeddingThreads)
     embedding_apply_grad_kernel(const int64_t* ids, const unsigned* owner, const float* acc,
-                                void* dtable, ElemType ttable, int64_t n, int64_t rows,
-                                int64_t dim) {
+                                void* dtable, ElemType ttable, int64_t n, int64_t rows, int64_t dim,
+                                int64_t padding_idx) {
   const int lane = threadIdx.x % 32;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (i >= n) return;
-  const int64_t id = table_row(ids, i, rows);
+  const int64_t id = hf::embedding_grad_row(ids, i, rows, padding_idx);
   if (id < 0 || owner[id] != static_cast<unsigned>(i)) return;
   for (int64_t c = lane; c < dim; c += 32) {
     const int64_t at = id * dim + c;
@@ -162,9 +167,12 @@ size_t embedding_backward_workspace_bytes(int64_t n, int64_t rows, int64_t dim) 
 }
 
 void embedding_backward(cudaStream_t s, const int64_t* ids, ConstDevPtr dout, DevPtr dtable,
-                        int64_t n, int64_t rows, int64_t dim, Workspace ws) {
+                        int64_t n, int64_t rows, int64_t dim, Workspace ws, int64_t padding_idx) {
   const char* fn = "embedding_backward";
   check_embedding(fn, ids, n, rows, dim);
+  require(padding_idx >= -1 && padding_idx < rows, fn,
+          "padding_idx " + std::to_string(padding_idx) + " is not -1 or a row of " +
+              std::to_string(rows));
   const ElemType tdout = require_operand(fn, "dout", dout, n * dim);
   const ElemType ttable = require_operand(fn, "dtable", dtable, n > 0 ? rows * dim : 0);
   const bool via_workspace = ids != nullptr && ttable != ElemType::f32;
@@ -180,7 +188,7 @@ void embedding_backward(cudaStream_t s, const int64_t* ids, ConstDevPtr dout, De
   }
   if (!via_workspace) {
     embedding_backward_atomic_kernel<<<row_blocks(n), kEmbeddingThreads, 0, s>>>(
-        ids, dout.ptr, tdout, static_cast<float*>(dtable.ptr), n, rows, dim);
+        ids, dout.ptr, tdout, static_cast<float*>(dtable.ptr), n, rows, dim, padding_idx);
     SS_CUDA_CHECK_LAUNCH(fn);
     return;
   }
@@ -189,13 +197,13 @@ void embedding_backward(cudaStream_t s, const int64_t* ids, ConstDevPtr dout, De
   SS_CUDA_CHECK(cudaMemsetAsync(owner, 0xff, static_cast<size_t>(rows) * sizeof(unsigned), s));
   SS_CUDA_CHECK(cudaMemsetAsync(acc, 0, static_cast<size_t>(n * dim) * sizeof(float), s));
   embedding_owner_kernel<<<detail::grid_for(n, kEmbeddingThreads), kEmbeddingThreads, 0, s>>>(
-      ids, owner, n, rows);
+      ids, owner, n, rows, padding_idx);
   SS_CUDA_CHECK_LAUNCH(fn);
   embedding_gather_grad_kernel<<<row_blocks(n), kEmbeddingThreads, 0, s>>>(
-      ids, owner, dout.ptr, tdout, acc, n, rows, dim);
+      ids, owner, dout.ptr, tdout, acc, n, rows, dim, padding_idx);
   SS_CUDA_CHECK_LAUNCH(fn);
   embedding_apply_grad_kernel<<<row_blocks(n), kEmbeddingThreads, 0, s>>>(
-      ids, owner, acc, dtable.ptr, ttable, n, rows, dim);
+      ids, owner, acc, dtable.ptr, ttable, n, rows, dim, padding_idx);
   SS_CUDA_CHECK_LAUNCH(fn);
 }
 

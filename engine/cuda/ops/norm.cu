@@ -3,10 +3,12 @@
 // row is re-read from L1/L2 for each pass. Backward: dx by the row kernel;
 // dw/db by deterministic column sums (fp32 per-chunk partials in the
 // workspace, added in chunk order).
+#include <cmath>
 #include <string>
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops/access.cuh"
+#include "engine/cuda/ops/hf_math.h"
 #include "engine/cuda/ops/internal.h"
 #include "engine/cuda/ops/nvtx_range.h"
 #include "engine/cuda/ops/op_checks.h"
@@ -42,6 +44,7 @@ struct NormOperands {
   const float* rstd_in = nullptr;
   int64_t n = 0, c = 0;
   float eps = 0.0f;
+  float w_offset = 0.0f;  // RMSNorm: the weight is w_offset + w (hf::rms_weight); 0 for LayerNorm
 };
 
 template <typename A, bool kRms>
@@ -84,13 +87,15 @@ __global__ void __launch_bounds__(kNormThreads) norm_forward_kernel(NormOperands
     if (!kRms) ab.load(o.b, i, bv);
 #pragma unroll
     for (int e = 0; e < W; ++e)
-      y[e] = kRms ? v[e] * rstd * wv[e] : (v[e] - mean) * rstd * wv[e] + bv[e];
+      y[e] = kRms ? v[e] * rstd * hf::rms_weight(wv[e], o.w_offset)
+                  : (v[e] - mean) * rstd * wv[e] + bv[e];
     ay.store(o.out, base + i, y);
   }
 }
 
 // dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dy * w,
-// xhat = (x - mean) * rstd; RMSNorm drops the mean(dnorm) term (mean 0).
+// xhat = (x - mean) * rstd; RMSNorm drops the mean(dnorm) term (mean 0) and
+// its w is hf::rms_weight(w, w_offset).
 template <typename A, bool kRms>
 __global__ void __launch_bounds__(kNormThreads) norm_backward_kernel(NormOperands o) {
   constexpr int W = A::kWidth;
@@ -110,7 +115,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_backward_kernel(NormOperand
     ady.load(o.dy, base + i, dyv);
 #pragma unroll
     for (int e = 0; e < W; ++e) {
-      const float dnorm = dyv[e] * wv[e];
+      const float dnorm = dyv[e] * (kRms ? hf::rms_weight(wv[e], o.w_offset) : wv[e]);
       sum_dnorm += dnorm;
       sum_dnorm_xhat += dnorm * ((v[e] - mean) * rstd);
     }
@@ -126,7 +131,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_backward_kernel(NormOperand
 #pragma unroll
     for (int e = 0; e < W; ++e) {
       const float xhat = (v[e] - mean) * rstd;
-      dx[e] += rstd * (dyv[e] * wv[e] - mean_dnorm - xhat * mean_dnorm_xhat);
+      const float wk = kRms ? hf::rms_weight(wv[e], o.w_offset) : wv[e];
+      dx[e] += rstd * (dyv[e] * wk - mean_dnorm - xhat * mean_dnorm_xhat);
     }
     adx.store(o.out, base + i, dx);
   }
@@ -163,6 +169,11 @@ void check_norm(const char* fn, int64_t n, int64_t c) {
 
 void check_eps(const char* fn, double eps) {
   require(eps >= 0.0, fn, "eps < 0");
+}
+
+void check_weight_offset(const char* fn, double weight_offset) {
+  require(std::isfinite(weight_offset), fn,
+          "weight_offset = " + std::to_string(weight_offset) + " is not finite");
 }
 
 }  // namespace
@@ -216,10 +227,11 @@ void layernorm_backward(cudaStream_t s, ConstDevPtr x, ConstDevPtr w, const floa
 }
 
 void rmsnorm_forward(cudaStream_t s, ConstDevPtr x, ConstDevPtr w, DevPtr y, float* rstd, int64_t n,
-                     int64_t c, double eps) {
+                     int64_t c, double eps, double weight_offset) {
   const char* fn = "rmsnorm_forward";
   check_norm(fn, n, c);
   check_eps(fn, eps);
+  check_weight_offset(fn, weight_offset);
   NormOperands o;
   o.tx = require_operand(fn, "x", x, n * c);
   o.tw = require_operand(fn, "w", w, c);
@@ -227,6 +239,7 @@ void rmsnorm_forward(cudaStream_t s, ConstDevPtr x, ConstDevPtr w, DevPtr y, flo
   require_ptr(fn, "rstd", rstd, n);
   o.x = x.ptr, o.w = w.ptr, o.out = y.ptr;
   o.rstd_out = rstd, o.n = n, o.c = c, o.eps = static_cast<float>(eps);
+  o.w_offset = static_cast<float>(weight_offset);
   NvtxRange range(fn);
   launch_norm<true>(s, o, true, fn);
 }
@@ -236,9 +249,11 @@ size_t rmsnorm_backward_workspace_bytes(int64_t n, int64_t c) {
 }
 
 void rmsnorm_backward(cudaStream_t s, ConstDevPtr x, ConstDevPtr w, const float* rstd,
-                      ConstDevPtr dy, DevPtr dx, DevPtr dw, int64_t n, int64_t c, Workspace ws) {
+                      ConstDevPtr dy, DevPtr dx, DevPtr dw, int64_t n, int64_t c, Workspace ws,
+                      double weight_offset) {
   const char* fn = "rmsnorm_backward";
   check_norm(fn, n, c);
+  check_weight_offset(fn, weight_offset);
   NormOperands o;
   o.tx = require_operand(fn, "x", x, n * c);
   o.tw = require_operand(fn, "w", w, c);
@@ -248,7 +263,7 @@ void rmsnorm_backward(cudaStream_t s, ConstDevPtr x, ConstDevPtr w, const float*
   require_operand(fn, "dw", dw, c);
   require_workspace(fn, ws, rmsnorm_backward_workspace_bytes(n, c));
   o.x = x.ptr, o.w = w.ptr, o.dy = dy.ptr, o.out = dx.ptr;
-  o.rstd_in = rstd, o.n = n, o.c = c;
+  o.rstd_in = rstd, o.n = n, o.c = c, o.w_offset = static_cast<float>(weight_offset);
   NvtxRange range(fn);
   launch_norm<true>(s, o, false, fn);
   detail::ColumnSumInput in;

@@ -75,8 +75,13 @@ size_t linear_backward_workspace_bytes(int64_t n, int64_t in, int64_t out);
 // end of the step and reports the bad id there.
 void embedding_forward(cudaStream_t s, const int64_t* ids, ConstDevPtr table, DevPtr out, int64_t n,
                        int64_t rows, int64_t dim, int32_t* error_flag);
+// padding_idx >= 0: rows whose id is padding_idx add nothing (that table row
+// gets no gradient, as cpu::embedding_backward); -1: none; else in [0, rows).
+// A table read from row r on (OPT's learned positions, position_offset r) is
+// the caller's pointer table + r * dim with rows - r rows.
 void embedding_backward(cudaStream_t s, const int64_t* ids, ConstDevPtr dout, DevPtr dtable,
-                        int64_t n, int64_t rows, int64_t dim, Workspace ws);
+                        int64_t n, int64_t rows, int64_t dim, Workspace ws,
+                        int64_t padding_idx = -1);
 size_t embedding_backward_workspace_bytes(int64_t n, int64_t rows, int64_t dim);
 
 // ---- normalisation (norm.cu): mean, rstd are fp32 [n] -----------------------------------
@@ -86,10 +91,14 @@ void layernorm_backward(cudaStream_t s, ConstDevPtr x, ConstDevPtr w, const floa
                         const float* rstd, ConstDevPtr dy, DevPtr dx, DevPtr dw, DevPtr db,
                         int64_t n, int64_t c, Workspace ws);
 size_t layernorm_backward_workspace_bytes(int64_t n, int64_t c);
+// y = x * rstd * (weight_offset + w) (Gemma: weight_offset 1; finite); dw is
+// unchanged by the offset. Per-head RMSNorm (Qwen3's q_norm) is n = B*T*H
+// rows of c = head_dim.
 void rmsnorm_forward(cudaStream_t s, ConstDevPtr x, ConstDevPtr w, DevPtr y, float* rstd, int64_t n,
-                     int64_t c, double eps);
+                     int64_t c, double eps, double weight_offset = 0.0);
 void rmsnorm_backward(cudaStream_t s, ConstDevPtr x, ConstDevPtr w, const float* rstd,
-                      ConstDevPtr dy, DevPtr dx, DevPtr dw, int64_t n, int64_t c, Workspace ws);
+                      ConstDevPtr dy, DevPtr dx, DevPtr dw, int64_t n, int64_t c, Workspace ws,
+                      double weight_offset = 0.0);
 size_t rmsnorm_backward_workspace_bytes(int64_t n, int64_t c);
 
 // ---- attention (attention.cu): fused, tiled, online softmax; never T x T -----------------
@@ -139,6 +148,24 @@ void residual_forward(cudaStream_t s, ConstDevPtr a, ConstDevPtr b, DevPtr y, in
 void residual_backward(cudaStream_t s, ConstDevPtr dy, DevPtr da, DevPtr db, int64_t n, int64_t b_n,
                        Workspace ws);
 size_t residual_backward_workspace_bytes(int64_t n, int64_t b_n);
+
+// ---- gated MLP, scale, softcap (gated.cu) -----------------------------------------------
+// y = act(gate) * up over rows x width (cpu::gated_forward): gate and up rows
+// start `stride` elements apart (Phi-3's packed gate_up [N, 2F]: up = gate +
+// F, stride 2F; separate tensors: one row of rows * width); y, dy dense;
+// dgate / dup laid out as gate / up. stride < width throws.
+void gated_forward(cudaStream_t s, ConstDevPtr gate, ConstDevPtr up, DevPtr y, int64_t rows,
+                   int64_t width, int64_t stride, cpu::GateActivation act);
+void gated_backward(cudaStream_t s, ConstDevPtr gate, ConstDevPtr up, ConstDevPtr dy, DevPtr dgate,
+                    DevPtr dup, int64_t rows, int64_t width, int64_t stride,
+                    cpu::GateActivation act);
+// y = x * scale; dx += dy * scale (the caller rounds scale as the plan's dtype).
+void scale_forward(cudaStream_t s, ConstDevPtr x, DevPtr y, int64_t n, float scale);
+void scale_backward(cudaStream_t s, ConstDevPtr dy, DevPtr dx, int64_t n, float scale);
+// th = tanh(x / cap), y = cap * th (th kept for backward); dx += dy * (1 - th^2).
+// cap finite and > 0.
+void softcap_forward(cudaStream_t s, ConstDevPtr x, DevPtr y, DevPtr th, int64_t n, float cap);
+void softcap_backward(cudaStream_t s, ConstDevPtr th, ConstDevPtr dy, DevPtr dx, int64_t n);
 
 // ---- loss (loss.cu) --------------------------------------------------------------------------
 // Writes log_probs [n, v] and adds (sum of the rows' losses) / n to *loss_acc

@@ -8,6 +8,7 @@ shardscope_test(test_cuda_exec_nodevice
 # emulated peers against the simulator, CUPTI memory accounting, layout kernels.
 shardscope_gpu_test(test_cuda_exec
   test_cuda_exec_train.cpp
+  test_cuda_exec_families.cpp
   test_cuda_exec_emulated.cpp
   test_cuda_exec_cupti.cpp
   test_cuda_exec_layout.cpp

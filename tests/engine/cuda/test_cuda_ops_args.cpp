@@ -214,4 +214,59 @@ TEST_CASE("linear argument checks reject mixed dtypes, null operands and a small
                                       nullptr, 0));  // no dbias: no workspace needed
 }
 
+TEST_CASE("gated, scale and softcap launchers reject a short stride, null operands and a bad cap") {
+  using cpu::GateActivation;
+  // Phi-3's packed gate_up: stride 2F; a stride below the width overlaps rows.
+  CHECK_THROWS_WITH(
+      gated_forward(kStream, f32(1), f32(2), f32(3), 4, 8, 7, GateActivation::gelu_tanh),
+      Contains("gated_forward") && Contains("stride 7 < width 8"));
+  CHECK_THROWS_WITH(gated_forward(kStream, f32(1), f32(2), f32(3), -1, 8, 8, GateActivation::gelu),
+                    Contains("gated_forward") && Contains("rows = -1 is negative"));
+  CHECK_THROWS_WITH(
+      gated_forward(kStream, f32(1), ConstDevPtr(), f32(3), 4, 8, 16, GateActivation::silu),
+      Contains("gated_forward") && Contains("up is null but 56 elements are needed"));
+  CHECK_THROWS_WITH(gated_backward(kStream, f32(1), f32(2), f32(3), f32(4), DevPtr{}, 4, 8, 16,
+                                   GateActivation::gelu),
+                    Contains("gated_backward") && Contains("dup is null"));
+  CHECK_THROWS_WITH(gated_backward(kStream, f32(1), f32(2), ConstDevPtr(fake(3), DType::i64),
+                                   f32(4), f32(5), 4, 8, 16, GateActivation::gelu),
+                    Contains("gated_backward: dy") && Contains("i64"));
+  CHECK_THROWS_WITH(scale_forward(kStream, f32(1), f32(2), -3, 2.0f),
+                    Contains("scale_forward") && Contains("n = -3 is negative"));
+  CHECK_THROWS_WITH(scale_backward(kStream, f32(1), DevPtr{}, 3, 2.0f),
+                    Contains("scale_backward") && Contains("dx is null"));
+  CHECK_THROWS_WITH(softcap_forward(kStream, f32(1), f32(2), f32(3), 8, 0.0f),
+                    Contains("softcap_forward") && Contains("must be finite and > 0"));
+  CHECK_THROWS_WITH(
+      softcap_forward(kStream, f32(1), f32(2), f32(3), 8, std::numeric_limits<float>::infinity()),
+      Contains("softcap_forward") && Contains("must be finite and > 0"));
+  CHECK_THROWS_WITH(softcap_forward(kStream, f32(1), f32(2), DevPtr{}, 8, 30.0f),
+                    Contains("softcap_forward") && Contains("th is null"));
+  CHECK_THROWS_WITH(softcap_backward(kStream, ConstDevPtr(), f32(2), f32(3), 8),
+                    Contains("softcap_backward") && Contains("th is null"));
+  // No elements: no launch, so no CUDA call (none would work here).
+  CHECK_NOTHROW(gated_forward(kStream, ConstDevPtr(), ConstDevPtr(), DevPtr{}, 0, 8, 16,
+                              GateActivation::gelu));
+  CHECK_NOTHROW(gated_backward(kStream, f32(1), f32(2), f32(3), f32(4), f32(5), 3, 0, 0,
+                               GateActivation::gelu));
+  CHECK_NOTHROW(softcap_forward(kStream, ConstDevPtr(), DevPtr{}, DevPtr{}, 0, 30.0f));
+}
+
+TEST_CASE("rmsnorm rejects a non-finite weight_offset, embedding a padding_idx outside the table") {
+  CHECK_THROWS_WITH(rmsnorm_forward(kStream, f32(1), f32(2), f32(3), fptr(4), 4, 8, 1e-6,
+                                    std::numeric_limits<double>::quiet_NaN()),
+                    Contains("rmsnorm_forward") && Contains("weight_offset = nan is not finite"));
+  CHECK_THROWS_WITH(rmsnorm_backward(kStream, f32(1), f32(2), fptr(3), f32(4), f32(5), f32(6), 4, 8,
+                                     Workspace{}, std::numeric_limits<double>::infinity()),
+                    Contains("rmsnorm_backward") && Contains("weight_offset = inf is not finite"));
+  const auto* ids = static_cast<const int64_t*>(fake(7));
+  CHECK_THROWS_WITH(
+      embedding_backward(kStream, ids, f32(1), f32(2), 3, 10, 4, Workspace{}, 10),
+      Contains("embedding_backward") && Contains("padding_idx 10 is not -1 or a row of 10"));
+  CHECK_THROWS_WITH(embedding_backward(kStream, ids, f32(1), f32(2), 3, 10, 4, Workspace{}, -2),
+                    Contains("padding_idx -2"));
+  // A valid padding row with no rows to add: returns before any CUDA call.
+  CHECK_NOTHROW(embedding_backward(kStream, ids, f32(1), f32(2), 0, 10, 4, Workspace{}, 1));
+}
+
 }  // namespace shardscope::engine::cuda
