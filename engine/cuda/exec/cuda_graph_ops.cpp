@@ -438,7 +438,7 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       return 0;
     }
     case plan::OpType::rope:
-    case plan::OpType::moe_router:
+    case plan::OpType::moe_router:  // the MoE ops are handed to moe_graph_op above
     case plan::OpType::moe_dispatch:
     case plan::OpType::moe_combine:
     case plan::OpType::sigmoid_gate:
