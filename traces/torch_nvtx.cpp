@@ -222,7 +222,12 @@ KernelDtype kernel_dtype(std::string_view kernel_name) {
   if (contains(s, "fp8") || contains(s, "e4m3") || contains(s, "e5m2")) return KernelDtype::unknown;
   const bool bf16 = contains(s, "bf16") || contains(s, "bfloat16");
   bool fp16 = contains(s, "fp16") || contains(s, "half") || contains(s, "hgemm");
-  for (size_t at = s.find("f16"); !fp16 && at != std::string::npos; at = s.find("f16", at + 1))
+  // cuDNN's generated kernels say "f16" for either 16-bit type (its SDPA
+  // kernels of a bf16 run are "..._wgmma_f16_knob_..."): a bare "f16" counts
+  // only in other names.
+  const bool bare_f16_means_fp16 = !contains(s, "cudnn");
+  for (size_t at = s.find("f16"); bare_f16_means_fp16 && !fp16 && at != std::string::npos;
+       at = s.find("f16", at + 1))
     if (at == 0 || s[at - 1] != 'b') fp16 = true;
   if (bf16 && fp16) return KernelDtype::unknown;
   if (bf16) return KernelDtype::bf16;

@@ -70,7 +70,9 @@ bool is_backward_node_name(std::string_view name);
 // "sgemm", "float"); 16-bit names win over fp32 ones (accumulators are fp32
 // in bf16 and fp16 kernels). unknown when it names none, both 16-bit types,
 // or an 8-bit float ("fp8", "e4m3", "e5m2"), and for names that encode types
-// in other ways (cuBLAS's "nvjet_*" kernels): never a guess.
+// in other ways: cuBLAS's "nvjet_*" kernels (PyTorch 2.11's bf16 GEMMs on
+// the H200: "nvjet_sm90_tst_..."), and cuDNN's, whose "f16" stands for
+// either 16-bit type. Never a guess.
 enum class KernelDtype { unknown, fp32, bf16, fp16 };
 KernelDtype kernel_dtype(std::string_view kernel_name);
 const char* kernel_dtype_name(KernelDtype dtype);  // "unknown", "fp32", "bf16", "fp16"

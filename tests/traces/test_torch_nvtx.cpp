@@ -127,6 +127,19 @@ TEST_CASE("torch nvtx: the dtype a kernel name states, never a guess", "[traces]
   CHECK(kernel_dtype("sm90_xmma_gemm_f32f32_tf32f32_f32_nt_n_tilesize128x128x32") ==
         KernelDtype::fp32);
   CHECK(kernel_dtype("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT") == KernelDtype::unknown);
+  // Kernel names of a bf16 autocast run on the H200 (tests/recorded/h200/
+  // profile-torch-eager-b48): cuBLAS's nvjet GEMMs and cuDNN's SDPA state no
+  // dtype (cuDNN's "f16" is either 16-bit type); cuBLASLt's split-K reduction does.
+  CHECK(kernel_dtype("nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN") ==
+        KernelDtype::unknown);
+  CHECK(kernel_dtype("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_"
+                     "4x1x1_cga1x1x1_kernel0_0") == KernelDtype::unknown);
+  CHECK(kernel_dtype("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, "
+                     "__nv_bfloat16, false>") == KernelDtype::bf16);
+  CHECK(
+      kernel_dtype("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_tn_"
+                   "align1>(cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_tn_align1::Params)") ==
+      KernelDtype::bf16);
   CHECK(kernel_dtype("sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n") == KernelDtype::unknown);
   CHECK(kernel_dtype("convert_bf16_to_half_kernel") == KernelDtype::unknown);
   CHECK(kernel_dtype("void at::native::reduce_kernel<512, 1>") == KernelDtype::unknown);
