@@ -8,7 +8,9 @@
 // through CUDA_INJECTION64_PATH (`shardscope profile -- COMMAND`).
 //
 // Activity kinds: CONCURRENT_KERNEL, MEMCPY, MEMSET, MEMORY2, SYNCHRONIZATION,
-// MARKER (NVTX), EXTERNAL_CORRELATION, DEVICE (names). Buffers of
+// MARKER (NVTX), EXTERNAL_CORRELATION, DEVICE (names); RUNTIME and DRIVER
+// with CuptiConfig::external_correlation or ::launches (kept as launch
+// records only with the latter: profiler/cupti/torch_ops.h). Buffers of
 // CuptiConfig::buffer_bytes are handed to CUPTI and decoded on its completion
 // callback and by take(); records CUPTI dropped (cuptiActivityGetNumDroppedRecords)
 // are counted and reported in the Recording (and in the trace's metadata by
