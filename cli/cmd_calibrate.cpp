@@ -17,6 +17,7 @@
 #include "sim/calibrate.h"
 #include "sim/hardware.h"
 #include "sim/nccl_tests.h"
+#include "traces/torch_nvtx.h"
 
 namespace shardscope::cli {
 
@@ -112,6 +113,50 @@ int cmd_calibrate(int argc, char** argv) {
     inputs.push_back(sim::CalibrationTrace{path, loaded.back().get()});
   }
 
+  // A `profile --torch-shapes` trace has no policy: the names of its kernels
+  // with FLOPs state their dtype. Used only when every input is such a
+  // profile and they agree (calibrate takes one dtype for all): anything
+  // else needs --dtype, never a guess.
+  std::string torch_dtype_note;
+  if (!options.dtype) {
+    std::string chosen, chosen_from;
+    bool others = measure;
+    for (size_t i = 0; i < loaded.size(); ++i) {
+      std::string why;
+      const std::string d = traces::torch_nvtx_compute_dtype(*loaded[i], &why);
+      if (!why.empty())
+        throw UsageError(trace_paths[i] + ": " + why +
+                         ": calibrate cannot tell which dtype to fit; pass --dtype");
+      if (d.empty() || !loaded[i]->meta.policy_json.empty()) {
+        others = true;
+        continue;
+      }
+      if (!chosen.empty() && d != chosen)
+        throw UsageError("the kernels of " + chosen_from + " ran in " + chosen + ", those of " +
+                         trace_paths[i] + " in " + d +
+                         " (from their names): calibrate them separately, or pass --dtype");
+      chosen = d;
+      chosen_from = trace_paths[i];
+    }
+    if (!chosen.empty() && others)
+      throw UsageError("the kernels of " + chosen_from + " ran in " + chosen +
+                       " (from their names, a --torch-shapes profile), and other inputs take "
+                       "their dtype from their policies: calibrate them separately, or pass "
+                       "--dtype");
+    if (!chosen.empty()) {
+      options.dtype = plan::parse_dtype(chosen, "kernel dtype");
+      torch_dtype_note = "compute dtype " + chosen +
+                         ": the names of every kernel with FLOPs in the --torch-shapes "
+                         "profile(s) state it (fitted as with --dtype " +
+                         chosen + ")";
+    }
+  }
+  // What the inputs say about their kernels' FLOPs (CUPTI profiles).
+  std::vector<std::string> flops_notes;
+  for (size_t i = 0; i < loaded.size(); ++i)
+    for (const std::string& note : traces::torch_nvtx_notes(*loaded[i]))
+      flops_notes.push_back(trace_paths[i] + ": " + note);
+
   // --measure: this machine's runs of the model, after any TRACE.
   std::vector<engine::run::MeasuredRun> measured;
   if (measure) {
@@ -157,7 +202,16 @@ int cmd_calibrate(int argc, char** argv) {
     for (sim::NcclTestsTable& t : sim::load_nccl_tests(file, kind)) tables.push_back(std::move(t));
   }
 
-  const sim::CalibrationResult r = sim::calibrate(inputs, tables, options);
+  sim::CalibrationResult r;
+  try {
+    r = sim::calibrate(inputs, tables, options);
+  } catch (const sim::Error&) {
+    for (const std::string& note : flops_notes)
+      std::fprintf(stderr, "shardscope calibrate: note: %s\n", note.c_str());
+    throw;
+  }
+  if (!torch_dtype_note.empty()) r.report.notes.push_back(torch_dtype_note);
+  for (const std::string& note : flops_notes) r.report.notes.push_back(note);
   const nlohmann::json hw_doc = sim::calibrated_hardware_json(
       r.hw, sim::is_hardware_preset(base_spec) ? base_spec : std::string());
   io::write_output_file(out, hw_doc.dump(2) + "\n");

@@ -1,4 +1,4 @@
-// shardscope profile [--out OUT] [--buffer-size SIZE] -- COMMAND [ARGS...]
+// shardscope profile [--out OUT] [--buffer-size SIZE] [--torch-shapes] -- COMMAND [ARGS...]
 //
 // Runs COMMAND with the CUPTI injection library (profiler/cupti/inject.cpp)
 // named in CUDA_INJECTION64_PATH: every process of COMMAND that initialises
@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/output_flags.h"
 #include "profiler/cupti/process_trace.h"
+#include "profiler/torch_shapes.h"
 #include "traces/trace_io.h"
 
 extern char** environ;
@@ -35,7 +36,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
-    "usage: shardscope profile [--out OUT] [--buffer-size SIZE] -- COMMAND [ARGS...]\n\n"
+    "usage: shardscope profile [--out OUT] [--buffer-size SIZE] [--torch-shapes] -- COMMAND "
+    "[ARGS...]\n\n"
     "Runs COMMAND with shardscope's CUPTI recorder injected into every process that\n"
     "initialises CUDA (CUDA_INJECTION64_PATH), then merges their traces into OUT: kernels\n"
     "(NCCL collectives as communication), copies, memsets, device memory allocations,\n"
@@ -43,7 +45,13 @@ constexpr const char* kUsage =
     "OMPI_COMM_WORLD_RANK or LOCAL_RANK). Exits with COMMAND's status.\n\n"
     "  --out OUT           the merged trace (default profile.trace; .json writes the JSON form)\n"
     "  --buffer-size SIZE  CUPTI activity buffer size (default 4MiB); raise it when records\n"
-    "                      are dropped\n\n"
+    "                      are dropped\n"
+    "  --torch-shapes      for a Python program using PyTorch (python, torchrun, a python\n"
+    "                      script): enter torch.autograd.profiler.emit_nvtx(record_shapes=True)\n"
+    "                      in its processes (a generated sitecustomize.py first on PYTHONPATH)\n"
+    "                      and record each CUDA API call, so that kernels get the op type and\n"
+    "                      FLOPs of the aten op that launched them (for calibrate); costs host\n"
+    "                      time on every op (one NVTX range with its input sizes each)\n\n"
     "example: shardscope profile --out run.trace -- torchrun --nproc-per-node 8 train.py\n"
     "         shardscope report run.trace\n";
 
@@ -207,7 +215,7 @@ std::string rank_list(const traces::Trace& t) {
 }  // namespace
 
 int cmd_profile(int argc, char** argv) {
-  Args args(argc, argv, {{"out"}, {"buffer-size"}}, false);
+  Args args(argc, argv, {{"out"}, {"buffer-size"}, {"torch-shapes", false, false}}, false);
   if (args.help()) {
     std::printf("%s", kUsage);
     return 0;
@@ -229,10 +237,32 @@ int cmd_profile(int argc, char** argv) {
                              "): the CUDA driver loads one injection library per process; unset "
                              "it to profile with shardscope");
 
+  const bool torch_shapes = args.has("torch-shapes");
+  if (torch_shapes) {
+    const char* path = std::getenv("PATH");
+    std::string resolved;
+    if (!profiler::is_python_command(command[0], path ? path : "", &resolved) && !resolved.empty())
+      throw UsageError(
+          "--torch-shapes needs a Python program (python, torchrun or a script "
+          "with a python #! line) to enter PyTorch's emit_nvtx in: " +
+          command[0] + " (" + resolved + ") is not one; profile the Python command itself");
+  }
+
   const fs::path lib = inject_library_path();
   ProfileDir dir;
   extra_env.push_back("CUDA_INJECTION64_PATH=" + lib.string());
   extra_env.push_back("SHARDSCOPE_PROFILE_DIR=" + dir.path.string());
+  if (torch_shapes) {
+    // The sitecustomize in a subdirectory: the profile directory itself
+    // holds only the processes' .trace and .error files.
+    const fs::path site = dir.path / "torch-shapes";
+    fs::create_directory(site);
+    profiler::write_torch_shapes_site(site.string());
+    const char* python_path = std::getenv("PYTHONPATH");
+    extra_env.push_back("PYTHONPATH=" + site.string() +
+                        (python_path && *python_path ? ":" + std::string(python_path) : ""));
+    extra_env.push_back("SHARDSCOPE_CUPTI_LAUNCHES=1");
+  }
   // NVTX ranges: NVTX loads this library too and is forwarded to CUPTI's handler.
   if (const char* nvtx = std::getenv("NVTX_INJECTION64_PATH"))
     std::fprintf(stderr,
@@ -254,7 +284,8 @@ int cmd_profile(int argc, char** argv) {
   std::vector<profiler::ProcessTraceFile> processes;
   std::vector<std::string> errors;
   std::vector<fs::path> entries;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir.path)) entries.push_back(e.path());
+  for (const fs::directory_entry& e : fs::directory_iterator(dir.path))
+    if (e.is_regular_file()) entries.push_back(e.path());
   std::sort(entries.begin(), entries.end());
   for (const fs::path& p : entries) {
     if (p.extension() == ".trace")

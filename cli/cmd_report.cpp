@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "traces/metrics.h"
 #include "traces/metrics_collectives.h"
+#include "traces/torch_nvtx.h"
 #include "traces/trace_io.h"
 
 namespace shardscope::cli {
@@ -71,6 +72,9 @@ int cmd_report(int argc, char** argv) {
   } catch (const traces::StepRuleError& e) {
     throw UsageError(std::string("--step-rule: ") + e.what());
   }
+  // A CUPTI profile: whether its kernels carry FLOPs (--torch-shapes), and why not.
+  for (std::string& note : traces::torch_nvtx_notes(trace))
+    metrics.notes.push_back(std::move(note));
   const bool ranks = args.has("ranks");
   if (args.has("json")) {
     nlohmann::json j = traces::metrics_to_json(metrics);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "profiler/cupti/cupti_recorder.h"
+#include "profiler/cupti/torch_ops.h"
 #include "traces/kernel_names.h"
 
 namespace shardscope::profiler {
@@ -128,16 +129,33 @@ class Appender {
   }
 
   void kernels() {
-    for (const KernelRecord& k : rec_.kernels) {
+    // With launch records: the PyTorch op of each kernel from its NVTX ranges.
+    std::vector<KernelOpCost> costs;
+    if (!rec_.launches.empty()) {
+      TorchOpSummary summary;
+      costs = torch_op_costs(rec_, &summary);
+      add_torch_op_summary(summary, t_.meta.tool_versions);
+    }
+    for (size_t i = 0; i < rec_.kernels.size(); ++i) {
+      const KernelRecord& k = rec_.kernels[i];
       std::string name = k.name, unit, op;
+      bool mapped = false;
       if (k.external_id != 0 && mapping_.op_for) {
         std::string mapped_name;
-        if (mapping_.op_for(k.external_id, &mapped_name, &unit, &op)) name = mapped_name;
+        mapped = mapping_.op_for(k.external_id, &mapped_name, &unit, &op);
+        if (mapped) name = mapped_name;
       }
       traces::Event& e = traces::add_event(r_, stream_lane(k.device, k.stream), t_.intern(name),
                                            traces::kernel_category(k.name), k.start_ns,
                                            duration(k.start_ns, k.end_ns));
       e.correlation = k.correlation;
+      if (!mapped && i < costs.size() && costs[i].set) {
+        // Named by what it computes (calibrate fits graph op types); the
+        // kernel keeps its own name, as the Kineto importer does.
+        op = costs[i].op_type;
+        e.flops = costs[i].flops;
+        e.bytes = costs[i].bytes;
+      }
       if (!unit.empty()) e.unit = t_.intern(unit);
       if (!op.empty()) e.op = t_.intern(op);
     }

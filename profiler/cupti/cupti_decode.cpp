@@ -1,6 +1,6 @@
 // CUPTI activity records -> Recording. Record layouts are those of the CUPTI
 // headers this is built against (CUDA 13.0: Kernel10, Memcpy6, Memset4,
-// Memory4, Synchronization2, Marker2, ExternalCorrelation, Device5); newer
+// Memory4, Synchronization2, Marker2, ExternalCorrelation, Device5, API); newer
 // CUPTI versions append fields, and the recorder refuses another major version.
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -96,6 +96,7 @@ void RecordDecoder::decode(uint8_t* buffer, size_t valid_bytes, Recording& out) 
         r.block[0] = k->blockX;
         r.block[1] = k->blockY;
         r.block[2] = k->blockZ;
+        r.graph_id = k->graphId;
         out.kernels.push_back(std::move(r));
         break;
       }
@@ -169,12 +170,15 @@ void RecordDecoder::decode(uint8_t* buffer, size_t valid_bytes, Recording& out) 
       case CUPTI_ACTIVITY_KIND_MARKER: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMarker2*>(record);
         const int64_t t = host_ns(m->timestamp);
+        // The thread that pushed it (push/pop ranges end on the same thread).
+        const uint32_t thread =
+            m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? m->objectId.pt.threadId : 0;
         if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS) {
           out.markers.push_back(
-              MarkerRecord{t, t, m->name ? m->name : "", m->domain ? m->domain : ""});
+              MarkerRecord{t, t, m->name ? m->name : "", m->domain ? m->domain : "", thread});
         } else if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
           open_markers_[m->id] =
-              MarkerRecord{t, t, m->name ? m->name : "", m->domain ? m->domain : ""};
+              MarkerRecord{t, t, m->name ? m->name : "", m->domain ? m->domain : "", thread};
         } else if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
           auto it = open_markers_.find(m->id);
           if (it == open_markers_.end()) break;  // started before recording began
@@ -182,6 +186,14 @@ void RecordDecoder::decode(uint8_t* buffer, size_t valid_bytes, Recording& out) 
           out.markers.push_back(std::move(it->second));
           open_markers_.erase(it);
         }
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_RUNTIME:
+      case CUPTI_ACTIVITY_KIND_DRIVER: {
+        if (!keep_launches_) break;
+        const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+        if (untimed(a->start, a->end)) break;
+        out.launches.push_back(LaunchRecord{host_ns(a->start), a->correlationId, a->threadId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {

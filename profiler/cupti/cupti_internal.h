@@ -37,7 +37,10 @@ class RecordDecoder {
  public:
   // offset added to every CUPTI timestamp (0 when CUPTI's timestamps already
   // come from profiler::host_now_ns through the timestamp callback).
-  explicit RecordDecoder(int64_t timestamp_offset_ns = 0) : offset_ns_(timestamp_offset_ns) {}
+  // keep_launches: RUNTIME and DRIVER records become Recording::launches
+  // (CuptiConfig::launches); otherwise they are dropped.
+  explicit RecordDecoder(int64_t timestamp_offset_ns = 0, bool keep_launches = false)
+      : offset_ns_(timestamp_offset_ns), keep_launches_(keep_launches) {}
 
   void decode(uint8_t* buffer, size_t valid_bytes, Recording& out);
   // Sets external_id of records launched inside push_external_id() (CUPTI
@@ -50,6 +53,7 @@ class RecordDecoder {
   const std::string& demangled(const char* name);
 
   int64_t offset_ns_;
+  bool keep_launches_;
   std::unordered_map<const char*, std::string> names_;   // CUPTI's shared name pointers
   std::unordered_map<uint32_t, uint64_t> external_ids_;  // correlation id -> external id
   std::map<uint32_t, MarkerRecord> open_markers_;        // NVTX marker id -> its start

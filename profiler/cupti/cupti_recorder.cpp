@@ -180,7 +180,7 @@ std::unique_ptr<CuptiRecorder> CuptiRecorder::start(const CuptiConfig& config) {
   detail::check_cupti(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
                       "cuptiActivityRegisterCallbacks");
   impl.session = std::make_unique<Session>();
-  impl.session->decoder = detail::RecordDecoder(offset_ns);
+  impl.session->decoder = detail::RecordDecoder(offset_ns, config.launches);
   {
     std::lock_guard<std::mutex> lock(g.mutex);
     if (g.session)  // another thread won the race since the check above
@@ -197,8 +197,9 @@ std::unique_ptr<CuptiRecorder> CuptiRecorder::start(const CuptiConfig& config) {
                                            CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
                                            CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
   // EXTERNAL_CORRELATION records precede API records only: without these two
-  // kinds CUPTI writes none and push_external_id() tags nothing.
-  if (config.external_correlation) {
+  // kinds CUPTI writes none and push_external_id() tags nothing. They are also
+  // the launch records (thread, time) of CuptiConfig::launches.
+  if (config.external_correlation || config.launches) {
     kinds.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
     kinds.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
   }

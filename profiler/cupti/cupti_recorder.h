@@ -8,7 +8,9 @@
 // through CUDA_INJECTION64_PATH (`shardscope profile -- COMMAND`).
 //
 // Activity kinds: CONCURRENT_KERNEL, MEMCPY, MEMSET, MEMORY2, SYNCHRONIZATION,
-// MARKER (NVTX), EXTERNAL_CORRELATION, DEVICE (names). Buffers of
+// MARKER (NVTX), EXTERNAL_CORRELATION, DEVICE (names); RUNTIME and DRIVER
+// with CuptiConfig::external_correlation or ::launches (kept as launch
+// records only with the latter: profiler/cupti/torch_ops.h). Buffers of
 // CuptiConfig::buffer_bytes are handed to CUPTI and decoded on its completion
 // callback and by take(); records CUPTI dropped (cuptiActivityGetNumDroppedRecords)
 // are counted and reported in the Recording (and in the trace's metadata by
@@ -59,6 +61,11 @@ struct CuptiConfig {
   // so this also enables CUPTI_ACTIVITY_KIND_RUNTIME and _DRIVER (one record per
   // CUDA API call, decoded and dropped): on for the engine, off for injection.
   bool external_correlation = false;
+  // Recording::launches: the thread and time of every CUDA runtime and driver
+  // API call (CUPTI_ACTIVITY_KIND_RUNTIME and _DRIVER), which attribute a
+  // kernel to the NVTX range open on its launching thread (torch_ops.h). One
+  // record per API call: off unless asked for (`profile --torch-shapes`).
+  bool launches = false;
 };
 
 // Records, host-clock nanoseconds. `stream` is CUPTI's stream id; `external_id`
@@ -69,6 +76,9 @@ struct KernelRecord {
   uint64_t external_id = 0;
   std::string name;  // demangled
   int32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+  // The CUDA graph it ran in (CUPTI's graphId; 0 = launched on its own): a
+  // graph replay's kernels share the correlation id of its cudaGraphLaunch.
+  uint32_t graph_id = 0;
 };
 enum class CopyKind : uint8_t { h2d, d2h, d2d, h2h, other };
 struct CopyRecord {
@@ -102,7 +112,15 @@ struct SyncRecord {
 struct MarkerRecord {  // an NVTX range (push/pop or start/end); a mark has start == end
   int64_t start_ns = 0, end_ns = 0;
   std::string name;
-  std::string domain;  // NVTX domain; "" = the default domain
+  std::string domain;   // NVTX domain; "" = the default domain
+  uint32_t thread = 0;  // CUPTI's id of the thread that started it; 0 = unknown
+};
+// A CUDA runtime or driver API call (CuptiConfig::launches): the kernels,
+// copies and memsets it launched carry its correlation id.
+struct LaunchRecord {
+  int64_t start_ns = 0;
+  uint32_t correlation = 0;
+  uint32_t thread = 0;  // CUPTI's thread id, the same ids as MarkerRecord::thread
 };
 
 struct Recording {
@@ -112,6 +130,7 @@ struct Recording {
   std::vector<MemoryRecord> memory;  // in time order
   std::vector<SyncRecord> syncs;
   std::vector<MarkerRecord> markers;
+  std::vector<LaunchRecord> launches;            // CuptiConfig::launches; empty otherwise
   uint64_t dropped_records = 0;                  // CUPTI's count; > 0 means the trace is incomplete
   uint64_t untimed_records = 0;                  // records CUPTI gave without timestamps (left out)
   uint32_t cupti_api_version = 0;                // cuptiGetVersion(); 0 = unknown

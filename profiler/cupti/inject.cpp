@@ -107,9 +107,13 @@ void install_signal_handlers() {
   }
 }
 
-// SHARDSCOPE_CUPTI_BUFFER_BYTES (set by `shardscope profile --buffer-size`).
+// SHARDSCOPE_CUPTI_BUFFER_BYTES (set by `shardscope profile --buffer-size`);
+// SHARDSCOPE_CUPTI_LAUNCHES=1 (set by `profile --torch-shapes`): launch
+// records, which attribute kernels to PyTorch's NVTX op ranges.
 CuptiConfig config_from_env() {
   CuptiConfig config;
+  const char* launches = std::getenv("SHARDSCOPE_CUPTI_LAUNCHES");
+  config.launches = launches && std::string(launches) == "1";
   const char* text = std::getenv("SHARDSCOPE_CUPTI_BUFFER_BYTES");
   if (!text || !*text) return config;
   char* end = nullptr;

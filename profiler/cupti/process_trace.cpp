@@ -167,6 +167,11 @@ MergedProfile merge_process_traces(std::vector<ProcessTraceFile> processes) {
     if (t.meta.tool_versions.count("clock") == 0 && !tool(pt, "clock").empty())
       t.meta.tool_versions["clock"] = tool(pt, "clock");
     untimed += count_of(pt, "cupti_untimed_records");
+    // torch_ops.h's counts (profile --torch-shapes), summed over processes.
+    for (const auto& [key, value] : pt.meta.tool_versions)
+      if (key.rfind("torch_nvtx.", 0) == 0)
+        t.meta.tool_versions[key] =
+            std::to_string(count_of(t, key.c_str()) + count_of(pt, key.c_str()));
     if (t.meta.hardware.empty()) t.meta.hardware = pt.meta.hardware;
     world = std::max(world, pt.meta.world_size);
     ++out.processes;

@@ -81,6 +81,20 @@ TEST_CASE("profile: usage errors exit 2", "[cli][profile]") {
   CHECK_THAT(r.output, Catch::Contains("/nonexistent/dir"));
 }
 
+TEST_CASE("profile: --torch-shapes refuses a command that does not run Python, naming it",
+          "[cli][profile]") {
+  // Checked before anything is run or looked up: the same on builds without CUDA.
+  auto r = run_cli("profile --torch-shapes -- /bin/sh -c true");
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("--torch-shapes needs a Python program") &&
+                           Catch::Contains("/bin/sh (/bin/sh) is not one"));
+  r = run_cli("profile --torch-shapes=1 -- python3 -c pass");
+  CHECK(r.status == 2);
+  r = run_cli("profile --help");
+  CHECK_THAT(r.output, Catch::Contains("--torch-shapes"));
+}
+
 TEST_CASE("profile: a foreign CUDA_INJECTION64_PATH is an error naming it", "[cli][profile]") {
   const auto r =
       run_cli_with("CUDA_INJECTION64_PATH=/opt/other/libtool.so", "profile -- /bin/true");
@@ -202,4 +216,88 @@ TEST_CASE("profile: a process that could not record is reported", "[cli][profile
              Catch::Contains("pid 77 did not record: another profiler already uses CUPTI"));
   CHECK_THAT(r.output, Catch::Contains("no process recorded a trace"));
   CHECK_FALSE(fs::exists(out));
+}
+
+namespace {
+
+// A process trace as `profile --torch-shapes` leaves it: GEMM kernels
+// launched under aten::mm ranges (launch records and NVTX ranges on thread
+// 1), kernel names from `kernel_name`; without launch records, as plain
+// `profile` leaves it.
+std::string write_torch_shapes_trace(const TempDir& dir, const std::string& name,
+                                     const std::string& kernel_name, bool launches) {
+  profiler::Recording rec;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t t = 1000 * (i + 1);
+    profiler::MarkerRecord m;
+    m.start_ns = t;
+    m.end_ns = t + 100;
+    m.thread = 1;
+    m.name = "aten::mm, seq = " + std::to_string(i) + ", op_id = " + std::to_string(i + 1) +
+             ", sizes = [[1024, 1024], [1024, " + std::to_string(1024 * (i + 1)) + "]]";
+    rec.markers.push_back(m);
+    profiler::KernelRecord k;
+    k.name = kernel_name;
+    k.stream = 7;
+    k.correlation = static_cast<uint32_t>(i + 1);
+    k.start_ns = 100000 + 100000 * i;
+    k.end_ns = k.start_ns + 20000 * (i + 1);
+    rec.kernels.push_back(k);
+    if (launches) rec.launches.push_back(profiler::LaunchRecord{t + 50, k.correlation, 1});
+  }
+  profiler::ProcessIdentity id;
+  id.pid = 7;
+  const std::string path = (dir.path / name).string();
+  traces::save_trace(profiler::process_trace(rec, id), path);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "profile traces: report and calibrate say why kernels lack FLOPs, and --torch-shapes "
+    "ones calibrate in the dtype their names state",
+    "[cli][profile]") {
+  TempDir dir;
+  const std::string gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64";
+  const std::string plain = write_torch_shapes_trace(dir, "plain.trace", gemm, false);
+  auto r = run_cli("report " + plain);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("note: none of the 4 compute kernels carries FLOPs") &&
+                           Catch::Contains("profile --torch-shapes"));
+  const std::string fit = (dir.path / "fit.json").string();
+  r = run_cli("calibrate " + plain + " --base h100-sxm --out " + fit);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("note: " + plain + ": none of the 4 compute kernels") &&
+                           Catch::Contains("no compute events with FLOPs"));
+
+  const std::string shaped = write_torch_shapes_trace(dir, "shaped.trace", gemm, true);
+  r = run_cli("report " + shaped);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("note: --torch-shapes: 4 of 4 compute kernels got an op "
+                                       "type and FLOPs from PyTorch's NVTX ranges (dtype from "
+                                       "kernel names: bf16 4)"));
+  r = run_cli("calibrate " + shaped + " --base h100-sxm --out " + fit + " --json");
+  REQUIRE(r.status == 0);
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  CHECK_THAT(j.at("notes").dump(), Catch::Contains("compute dtype bf16: the names of every "
+                                                   "kernel with FLOPs"));
+
+  // A name that states no dtype: calibrate refuses rather than guess, unless told.
+  const std::string unknown =
+      write_torch_shapes_trace(dir, "unknown.trace", "nvjet_tst_128x256_64x4_1x2_h_bz_NNT", true);
+  r = run_cli("calibrate " + unknown + " --base h100-sxm --out " + fit);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains(unknown + ": its kernels with FLOPs state no dtype for "
+                                                 "some in their names (unknown 4)") &&
+                           Catch::Contains("pass --dtype"));
+  r = run_cli("calibrate " + unknown + " --base h100-sxm --dtype bf16 --out " + fit);
+  CHECK(r.status == 0);
+  // Profiles whose kernels ran in different dtypes: one calibration each.
+  const std::string fp32 =
+      write_torch_shapes_trace(dir, "fp32.trace", "ampere_sgemm_128x64_tn", true);
+  r = run_cli("calibrate " + shaped + " " + fp32 + " --base h100-sxm --out " + fit);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("ran in bf16, those of " + fp32 + " in fp32"));
 }
