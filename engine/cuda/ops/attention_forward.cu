@@ -1,10 +1,11 @@
 // Fused causal attention forward (FlashAttention-2 structure, fp32 SIMT):
 // one block per (query tile, batch b, head h) loops over the key tiles its
 // rows see (causal; with a sliding window, tiles wholly before every row's
-// window are skipped: attention_math.h forward_key_tiles), held in shared memory, keeping each
-// query row's running max and sum in registers (online softmax). No T x T matrix exists anywhere:
-// shared memory holds one [kBQ, kBK] tile of probabilities, global memory only q, k, v, out and
-// lse. Math in fp32 for every element type.
+// window are skipped: attention_math.h forward_key_tiles), held in shared
+// memory, keeping each query row's running max and sum in registers (online
+// softmax). No T x T matrix exists anywhere: shared memory holds one
+// [kBQ, kBK] tile of probabilities, global memory only q, k, v, out and lse.
+// Math in fp32 for every element type.
 //
 // Block of kFwdThreads = 128 threads = 8 row groups (ty) of 16 lanes (tx).
 // Thread (ty, tx) owns query rows r = ty + 8 i (i < kRows) of the tile, the
