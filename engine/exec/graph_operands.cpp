@@ -126,11 +126,9 @@ int64_t GraphOperands::attr_i(const std::optional<int64_t>& value, const char* k
 cpu::AttentionShape attention_shape(const GraphOperands& o, const plan::Workload& w,
                                     const char* engine) {
   const plan::Op& op = o.op();
-  const bool cpu = std::string(engine) == "CPU";  // the CPU engine runs windows and softcap
-  if ((!cpu && (op.attrs.sliding_window || op.attrs.softcap)) || op.attrs.rope_scaling)
-    throw ExecError(
-        "op '" + op.name + "': the " + engine + " engine has no " +
-        (op.attrs.rope_scaling ? "RoPE scaling" : "sliding-window or soft-capped attention"));
+  // Both engines run windows and softcap; neither scales RoPE frequencies.
+  if (op.attrs.rope_scaling)
+    throw ExecError("op '" + op.name + "': the " + engine + " engine has no RoPE scaling");
   cpu::AttentionShape s;
   s.batch = w.batch;
   s.seq = w.seq;

@@ -85,8 +85,7 @@ inline void* operand_base(const std::vector<void*>& ptrs, const Operand& x) {
 
 // Attention geometry of an attention op at the schedule's workload (heads,
 // head_dim, scale, RoPE, soft-capping, sliding window). Throws ExecError naming
-// `engine` for attributes it does not implement: RoPE scaling (every engine),
-// sliding window and softcap (all but "CPU").
+// `engine` for attributes it does not implement: RoPE scaling (every engine).
 cpu::AttentionShape attention_shape(const GraphOperands& operands, const plan::Workload& workload,
                                     const char* engine);
 

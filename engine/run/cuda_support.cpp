@@ -39,14 +39,11 @@ void check_cuda_supports(const plan::Graph& graph) {
       case plan::OpType::sigmoid_gate:
         break;
       case plan::OpType::attention:
-        if (op.attrs.sliding_window) refuse(op, "attribute sliding_window");
-        if (op.attrs.rope_scaling) refuse(op, "attribute rope_scaling");
-        if (op.attrs.softcap) refuse(op, "attribute softcap");
-        if (op.attrs.qkv_packed.value_or(false) && op.attrs.n_kv_head != op.attrs.n_head)
-          refuse(op, "a packed q|k|v input with grouped key/value heads");
-        if (op.attrs.rotary_dim) refuse(op, "attribute rotary_dim (partial rotary)");
-        if (op.attrs.qkv_per_head) refuse(op, "attribute qkv_per_head (GPT-NeoX qkv layout)");
-        if (op.attrs.repeat_kv) refuse(op, "attribute repeat_kv (k and v repeated before SDPA)");
+        // Windows, softcap, partial rotary, the packed and per-head qkv
+        // layouts and repeated k/v run as on the CPU engine
+        // (engine/cuda/exec/cuda_graph_ops.cpp). RoPE scaling has no CPU twin.
+        if (op.attrs.rope_scaling)
+          refuse(op, "attribute rope_scaling (the CPU engine has none either)");
         break;
       case plan::OpType::swiglu: {  // packed gate|up too (gated.cu)
         const std::string act = op.attrs.activation.value_or("silu");

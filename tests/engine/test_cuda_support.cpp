@@ -5,7 +5,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
-#include <utility>
+#include <vector>
 
 #include "engine/run/aten_support.h"
 #include "engine/run/cuda_support.h"
@@ -41,60 +41,34 @@ TEST_CASE("the CUDA engine accepts the GPT-2 and Llama presets") {
   CHECK(refusal(plan::load_model("llama-tiny")).empty());
 }
 
+TEST_CASE("every tiny family configuration is accepted by the CUDA engine") {
+  // Issue 33, item 3: the norms, scale, softcap, gated MLPs and OPT positions
+  // (h-cuda-hf), windows, soft-capped attention, partial rotary, GPT-NeoX's
+  // and Phi-3's qkv layouts and repeated k/v (h-cuda-attn), and the MoE ops.
+  std::vector<std::string> refused;
+  for (const char* file :
+       {"gemma-tiny.json", "gemma2-tiny.json", "gpt_neox-sequential-tiny.json",
+        "gpt_neox-tiny.json", "mixtral-tiny.json", "opt-postln-tiny.json", "opt-tiny.json",
+        "phi3-tiny.json", "qwen2-tiny.json", "qwen2_moe-tiny.json", "qwen3-tiny.json"}) {
+    const std::string got = refusal(tiny(file));
+    if (!got.empty()) refused.push_back(std::string(file) + ": " + got);
+  }
+  CHECK(refused == std::vector<std::string>{});
+  // Mistral: llama-tiny's layers with a sliding window (k and v repeated under the mask).
+  plan::Graph mistral = plan::load_model("llama-tiny");
+  for (plan::Op& op : mistral.ops)
+    if (op.type == plan::OpType::attention) op.attrs.sliding_window = 8;
+  CHECK(refusal(mistral).empty());
+}
+
 TEST_CASE("an attribute the CUDA kernels do not implement is refused naming the op") {
   plan::Graph g = plan::load_model("llama-tiny");
-  first_op(g, plan::OpType::attention).attrs.sliding_window = 16;
+  first_op(g, plan::OpType::attention).attrs.rope_scaling =
+      R"({"factor":8.0,"rope_type":"llama3"})";
   const std::string why = refusal(g);
-  CHECK(why.find("op 'model.layers.0.self_attn.attention' (attention): attribute sliding_window") !=
-        std::string::npos);
+  CHECK(why.find("op 'model.layers.0.self_attn.attention' (attention): attribute rope_scaling "
+                 "(the CPU engine has none either)") != std::string::npos);
   CHECK(why.find("--backend cpu") != std::string::npos);
-}
-
-TEST_CASE(
-    "the CUDA engine accepts the tiny configs of every dense family whose attention it runs") {
-  // Accepted: every op, attention included, is implemented (engine/cuda).
-  for (const char* file : {"gemma-tiny.json", "qwen2-tiny.json", "qwen3-tiny.json", "opt-tiny.json",
-                           "opt-postln-tiny.json", "mixtral-tiny.json"}) {
-    const std::string got = refusal(tiny(file));
-    INFO(file << ": " << got);
-    CHECK(got.empty());
-  }
-  // Refused: each by its first op that needs an attention kernel the CUDA
-  // engine does not have yet.
-  const std::pair<const char*, const char*> refused[] = {
-      {"gemma2-tiny.json", "(attention): attribute sliding_window"},
-      {"phi3-tiny.json", "(attention): attribute sliding_window"},
-      {"gpt_neox-tiny.json", "(attention): attribute rotary_dim (partial rotary)"},
-      {"gpt_neox-sequential-tiny.json", "(attention): attribute rotary_dim (partial rotary)"},
-      {"qwen2_moe-tiny.json", "(attention): attribute repeat_kv"}};
-  for (const auto& [file, why] : refused) {
-    const std::string got = refusal(tiny(file));
-    INFO(file << ": " << got);
-    CHECK(got.find(why) != std::string::npos);
-  }
-}
-
-TEST_CASE("Gemma 2's and Phi-3's non-attention ops are accepted and their attention refused") {
-  // Gemma 2: once the attention attributes go, the softcap op, the scale op,
-  // the (1 + w) norms and the GeGLU-tanh MLP are all accepted.
-  plan::Graph gemma2 = tiny("gemma2-tiny.json");
-  for (plan::Op& op : gemma2.ops) op.attrs.sliding_window.reset();
-  CHECK(refusal(gemma2).find("(attention): attribute softcap") != std::string::npos);
-  for (plan::Op& op : gemma2.ops)
-    if (op.type == plan::OpType::attention) op.attrs.softcap.reset();
-  CHECK(refusal(gemma2).empty());
-  CHECK(first_op(gemma2, plan::OpType::softcap).name == "final_logit_softcapping");
-  CHECK(first_op(gemma2, plan::OpType::swiglu).attrs.activation == "gelu_tanh");
-  // Phi-3: packed q|k|v with 2 kv heads for 4 query heads stays refused; the
-  // packed gate_up is accepted.
-  plan::Graph phi3 = tiny("phi3-tiny.json");
-  for (plan::Op& op : phi3.ops) op.attrs.sliding_window.reset();
-  CHECK(refusal(phi3).find("a packed q|k|v input with grouped key/value heads") !=
-        std::string::npos);
-  for (plan::Op& op : phi3.ops)
-    if (op.type == plan::OpType::attention) op.attrs.n_kv_head = op.attrs.n_head;
-  CHECK(refusal(phi3).empty());
-  CHECK(first_op(phi3, plan::OpType::swiglu).attrs.packed.value_or(false));
 }
 
 TEST_CASE("a gated activation other than silu or gelu or gelu_tanh is refused naming it") {
@@ -103,15 +77,6 @@ TEST_CASE("a gated activation other than silu or gelu or gelu_tanh is refused na
   CHECK(refusal(g) ==
         "op 'model.layers.0.mlp.swiglu' (swiglu): activation 'relu' (silu, gelu, gelu_tanh) is "
         "not implemented by the CUDA engine (use --backend cpu)");
-}
-
-TEST_CASE("GPT-NeoX partial rotary and qkv layout are refused") {
-  const std::string neox = refusal(tiny("gpt_neox-tiny.json"));
-  CHECK(neox.find("op 'gpt_neox.layers.0.attention.attention' (attention): attribute rotary_dim "
-                  "(partial rotary) is not implemented by the CUDA engine") != std::string::npos);
-  plan::Graph full = tiny("gpt_neox-tiny.json");
-  first_op(full, plan::OpType::attention).attrs.rotary_dim.reset();
-  CHECK(refusal(full).find("attribute qkv_per_head (GPT-NeoX qkv layout)") != std::string::npos);
 }
 
 TEST_CASE("per-unit dtypes (policy overrides) are refused for the CUDA engine, reshards are not") {
@@ -148,14 +113,11 @@ TEST_CASE("the CUDA engine accepts the mixture-of-experts families: Mixtral and 
   CHECK(count(mixtral, plan::OpType::moe_dispatch) == 8);
   CHECK(count(mixtral, plan::OpType::moe_combine) == 2);
   CHECK(refusal(mixtral).empty());
-  // Qwen2-MoE with grouped KV heads repeats k and v before SDPA: refused for
-  // that attribute alone; with as many KV heads as heads it runs.
+  // Qwen2-MoE repeats k and v before SDPA with grouped KV heads (run since
+  // h-cuda-attn); with as many KV heads as heads too.
   std::ifstream in(data + "qwen2_moe-tiny.json");
   nlohmann::json config = nlohmann::json::parse(in);
-  CHECK(
-      refusal(plan::model_from_hf_config(config, "qwen2_moe-tiny")) ==
-      "op 'model.layers.0.self_attn.attention' (attention): attribute repeat_kv (k and v repeated "
-      "before SDPA) is not implemented by the CUDA engine (use --backend cpu)");
+  CHECK(refusal(plan::model_from_hf_config(config, "qwen2_moe-tiny")).empty());
   config["num_key_value_heads"] = config["num_attention_heads"];
   const plan::Graph qwen = plan::model_from_hf_config(config, "qwen2_moe-tiny (MHA)");
   CHECK(count(qwen, plan::OpType::moe_router) == 2);  // layer 1 is dense (mlp_only_layers)

@@ -18,6 +18,7 @@
 #include "engine/cuda/check.h"
 #include "engine/cuda/exec/cuda_rank_executor.h"
 #include "engine/exec/graph_operands.h"
+#include "plan/sdpa.h"
 
 namespace shardscope::engine::cuda {
 
@@ -214,11 +215,43 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       return 0;
     }
     case plan::OpType::attention: {
+      // The CPU engine's layouts (engine/exec/exec_graph_ops.cpp, the
+      // attention case), which this case mirrors operand for operand.
       const AttentionShape shape = exec::attention_shape(o, s_.workload, "CUDA");
       const int64_t hd = shape.n_head * shape.head_dim, kvd = shape.n_kv_head * shape.head_dim;
       const bool packed = op.inputs.size() == 1;
+      // Packed [.., q: H*D | k: Hkv*D | v: Hkv*D] (GPT-2, Phi-3's grouped KV
+      // heads), or per head [.., H, 3, D] (GPT-NeoX, Hkv = H): k and v D and
+      // 2*D after q, heads 3*D apart.
+      const bool per_head = op.attrs.qkv_per_head.value_or(false);
+      if (per_head && !packed)
+        throw ExecError("op '" + op.name + "': qkv_per_head needs one packed qkv input");
+      if (per_head && shape.n_kv_head != shape.n_head)
+        throw ExecError("op '" + op.name + "': qkv_per_head needs n_kv_head == n_head");
+      const int64_t head_stride = per_head ? 3 * shape.head_dim : 0;
+      const int64_t row = hd + 2 * kvd;
+      const int64_t k_off = per_head ? shape.head_dim : hd,
+                    v_off = per_head ? 2 * shape.head_dim : hd + kvd;
+      // k and v copied to H heads (plan/sdpa.h SdpaCall::kv_copied) live in
+      // the op's kernel_saved buffer ([B, T, H*D] k, then v): forward writes
+      // each row there as H / Hkv copies of its Hkv*D values, and, for a
+      // packed input with RoPE, q (unrotated) into the q_roped output;
+      // backward reads them back instead of the inputs.
+      const bool repeated = plan::sdpa_call(op, sop.dtype, s_.workload.seq).kv_copied;
+      const bool q_in_roped = repeated && packed && op.attrs.rope.value_or(false);
+      if (q_in_roped && (per_head || op.outputs.size() < 4))
+        throw ExecError("op '" + op.name + "': repeated k and v need a q_roped output");
+      const int64_t rows = s_.workload.batch * s_.workload.seq;
       std::vector<DevPtr> in;
-      for (int t : op.inputs) in.push_back(dev(o.value(t, false)));
+      if (!backward || !repeated) {
+        for (int t : op.inputs) in.push_back(dev(o.value(t, false)));
+      } else {
+        in.push_back(dev(o.value(q_in_roped ? op.outputs[2] : op.inputs[0], false)));
+      }
+      const DevPtr kv_copies = repeated ? dev(o.kernel_saved(2 * rows * hd)) : DevPtr{};
+      if (repeated && kv_copies.dt != in.at(0).dt)
+        throw ExecError("op '" + op.name + "': the copies of k and v are " +
+                        plan::dtype_name(kv_copies.dt) + ", q is " + plan::dtype_name(in[0].dt));
       // The kernel family's refusals at start-up sizing, before any step.
       if (sizing) {
         try {
@@ -228,14 +261,42 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
         }
       }
       DevQkv qkv;  // (no pointers to offset while sizing)
-      if (!sizing && packed) qkv = {in[0], in[0].at(hd), in[0].at(2 * hd), 3 * hd, 3 * hd};
-      if (!sizing && !packed) qkv = {in.at(0), in.at(1), in.at(2), hd, kvd};
+      if (!sizing) {
+        if (backward && repeated) {
+          // q: the q_roped copy, q's own tensor, or (packed without RoPE) the packed input.
+          const int64_t q_stride = packed && !q_in_roped ? row : hd;
+          qkv = {in[0], kv_copies, kv_copies.at(rows * hd), q_stride, hd, 0};
+        } else if (packed) {
+          qkv = {in[0], in[0].at(k_off), in[0].at(v_off), row, row, head_stride};
+        } else {
+          qkv = {in.at(0), in.at(1), in.at(2), hd, kvd, 0};
+        }
+      }
       if (!backward) {
         const Operand out = o.value(op.outputs[0], true);
         float* lse = stat_out(o.value(op.outputs[1], true));
+        const Operand q_copy = q_in_roped ? o.value(op.outputs[2], true) : Operand{};
         if (sizing) return carved;
         attention_forward(s, shape, qkv, dev(out), lse, opts_.attention_kernel);
         flush_stats();
+        // Strided device-to-device row copies: `width` elements of each of
+        // `rows` rows, from rows `src_stride` apart to rows `dst_stride` apart.
+        const auto copy_rows = [&](void* dst, int64_t dst_stride, const void* src,
+                                   int64_t src_stride, int64_t width) {
+          const auto eb = static_cast<size_t>(plan::dtype_bytes(in[0].dt));
+          SS_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_stride) * eb, src,
+                                          static_cast<size_t>(src_stride) * eb,
+                                          static_cast<size_t>(width) * eb,
+                                          static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, s));
+        };
+        if (repeated) {
+          const DevPtr kc = kv_copies, vc = kv_copies.at(rows * hd);
+          for (int64_t c = 0; c < hd; c += kvd) {
+            copy_rows(kc.at(c).ptr, hd, qkv.k.ptr, qkv.kv_stride, kvd);
+            copy_rows(vc.at(c).ptr, hd, qkv.v.ptr, qkv.kv_stride, kvd);
+          }
+        }
+        if (q_in_roped) copy_rows(dev(q_copy).ptr, hd, qkv.q.ptr, qkv.q_stride, hd);
         return 0;
       }
       const Operand out = o.value(op.outputs[0], false);
@@ -247,9 +308,9 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       if (sizing) return carved + bytes;
       DevQkvGrad grad;
       if (packed)
-        grad = {gin[0], gin[0].at(hd), gin[0].at(2 * hd), 3 * hd, 3 * hd};
+        grad = {gin[0], gin[0].at(k_off), gin[0].at(v_off), row, row, head_stride};
       else
-        grad = {gin.at(0), gin.at(1), gin.at(2), hd, kvd};
+        grad = {gin.at(0), gin.at(1), gin.at(2), hd, kvd, 0};
       attention_backward(s, shape, qkv, dev(out), lse, dev(dout), grad, op_ws(bytes),
                          opts_.attention_kernel);
       return 0;

@@ -4,9 +4,12 @@
 //     term, fp32 [B, H, T]) and dq_acc = 0 (fp32 [B, T, H, D]);
 //  2. main: one block per (key tile, batch b, kv head hk) keeps the tile's
 //     roped k and v in shared memory and dK, dV in registers, and loops over
-//     the query heads of the group and the causal query tiles: recomputes
-//     P = exp(S - lse) from q, k and lse, dV += P^T dO, dS = P (dO V^T -
-//     delta), dK += dS^T Q, and adds dS K to dq_acc with atomics. Finally
+//     the query heads of the group and the query tiles that see its keys
+//     (attention_math.h backward_query_tiles: causal, and with a sliding
+//     window none past the window of its last key): recomputes
+//     P = exp(cap(S) - lse) from q, k and lse (cap: the soft-capping, the
+//     identity without), dV += P^T dO, dS = P (dO V^T - delta) cap'(S),
+//     dK += dS^T Q, and adds dS K to dq_acc with atomics. Finally
 //     dk += R^T dK (RoPE transpose) and dv += dV; the block owns those rows;
 //  3. dq: dq += R^T (scale * dq_acc).
 // Workspace: dq_acc then delta, O(B*T*H*D) floats; never T x T.
@@ -104,8 +107,7 @@ __global__ void __launch_bounds__(kBwdThreads)
     attention_backward_kernel(const __grid_constant__ AttentionParams p, const Elt* __restrict__ q,
                               const Elt* __restrict__ k, const Elt* __restrict__ v,
                               const Elt* __restrict__ dout, const float* __restrict__ lse,
-                              const float* __restrict__ delta, float* dq_acc, Elt* dk, Elt* dv,
-                              int64_t num_q_tiles) {
+                              const float* __restrict__ delta, float* dq_acc, Elt* dk, Elt* dv) {
   using Tiles = BackwardTiles<kDMax, kB>;
   constexpr int kStride = Tiles::kStride, kPStride = Tiles::kPStride;
   constexpr int kR = kB / kLanesPerRow;        // tile rows (or columns) per thread
@@ -134,8 +136,8 @@ __global__ void __launch_bounds__(kBwdThreads)
   zero_pad_columns<kDMax>(v_s, kStride, kB, head_dim);
   zero_pad_columns<kDMax>(q_s, kStride, kB, head_dim);
   zero_pad_columns<kDMax>(do_s, kStride, kB, head_dim);
-  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, head_dim);
-  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, head_dim);
+  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, p.head_stride);
+  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, p.head_stride);
   load_tile(k_s, kStride, k_head, p.kv_stride, k0, kB, p, p.rope, 1.0f);
   load_tile(v_s, kStride, v_head, p.kv_stride, k0, kB, p, false, 1.0f);
 
@@ -147,13 +149,15 @@ __global__ void __launch_bounds__(kBwdThreads)
 
   // Queries before k0 see none of this tile's keys: query tiles start at k_tile
   // (query and key tiles have the same size kB, so q0 >= k0 below).
+  const attention_math::TileRange q_tiles =
+      attention_math::backward_query_tiles(k0, kB, seq, p.window, kB);
   for (int64_t g = 0; g < p.group; ++g) {
     const int64_t h = hk * p.group + g;
-    const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, head_dim);
+    const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, p.head_stride);
     const Elt* dout_head = head_rows(dout, b, seq, dout_stride, h, head_dim);
     const float* lse_head = lse + (b * n_head + h) * seq;
     const float* delta_head = delta + (b * n_head + h) * seq;
-    for (int64_t q_tile = k_tile; q_tile < num_q_tiles; ++q_tile) {
+    for (int64_t q_tile = q_tiles.first; q_tile <= q_tiles.last; ++q_tile) {
       const int64_t q0 = q_tile * kB;
       __syncthreads();  // every thread is done with q_s, do_s, p_s, ds_s, lse_s of the last tile
       load_tile(q_s, kStride, q_head, p.q_stride, q0, kB, p, p.rope, p.scale);
@@ -189,7 +193,8 @@ __global__ void __launch_bounds__(kBwdThreads)
             dp[i][j] = fmaf(dov[i], vv[j], dp[i][j]);
           }
       }
-      // P = exp(S - lse) where key <= query < T, else 0; dS = P (dP - delta).
+      // P = exp(cap(S) - lse) where the query (< T) sees the key, else 0;
+      // dS = P (dP - delta) cap'(S).
 #pragma unroll
       for (int i = 0; i < kR; ++i) {
         const int r = ty + kBwdRowGroups * i;
@@ -197,10 +202,15 @@ __global__ void __launch_bounds__(kBwdThreads)
 #pragma unroll
         for (int j = 0; j < kR; ++j) {
           const int c = tx + kLanesPerRow * j;
-          const bool visible = query < seq && k0 + c <= query;
-          const float prob = visible ? expf(s[i][j] - lse_s[r]) : 0.0f;
+          const bool visible = query < seq && attention_math::key_visible(query, k0 + c, p.window);
+          float prob = 0.0f, ds = 0.0f;
+          if (visible) {
+            prob = expf(attention_math::capped_score(s[i][j], p.softcap) - lse_s[r]);
+            ds = prob * (dp[i][j] - delta_s[r]) *
+                 attention_math::capped_score_grad(s[i][j], p.softcap);
+          }
           p_s[r * kPStride + c] = prob;
-          ds_s[r * kPStride + c] = prob * (dp[i][j] - delta_s[r]);
+          ds_s[r * kPStride + c] = ds;
         }
       }
       __syncthreads();  // p_s, ds_s visible
@@ -267,7 +277,7 @@ __global__ void __launch_bounds__(kBwdThreads)
   for (int i = 0; i < kR; ++i) {
     const int64_t key = k0 + ty + kBwdRowGroups * i;
     if (key >= seq) continue;
-    Elt* dv_row = dv + (b * seq + key) * p.kv_stride + hk * head_dim;
+    Elt* dv_row = dv + (b * seq + key) * p.dkv_stride + hk * p.head_stride;
 #pragma unroll
     for (int j = 0; j < kDims; ++j) {
       const int d = tx + kLanesPerRow * j;
@@ -282,35 +292,25 @@ __global__ void __launch_bounds__(kBwdThreads)
     for (int j = 0; j < kDims; ++j)
       k_s[(ty + kBwdRowGroups * i) * kStride + tx + kLanesPerRow * j] = dk_acc[i][j];
   __syncthreads();  // dK rows visible
-  Elt* dk_head = head_rows(dk, b, seq, p.kv_stride, hk, head_dim);
-  if (p.rope) {
-    const int half = head_dim / 2;
-    for (int idx = tid; idx < kB * half; idx += kBwdThreads) {
-      const int c = idx / half, i = idx % half;
-      const int64_t key = k0 + c;
-      if (key < seq)
-        add_rotated_back_pair(dk_head + key * p.kv_stride, k_s + c * kStride, i, half, key, p,
-                              1.0f);
-    }
-  } else {
-    for (int idx = tid; idx < kB * head_dim; idx += kBwdThreads) {
-      const int c = idx / head_dim, d = idx % head_dim;
-      const int64_t key = k0 + c;
-      if (key < seq) {
-        Elt* dk_row = dk_head + key * p.kv_stride;
-        Elem<Elt>::store(dk_row, d, Elem<Elt>::load(dk_row, d) + k_s[c * kStride + d]);
-      }
-    }
+  Elt* dk_head = head_rows(dk, b, seq, p.dkv_stride, hk, p.head_stride);
+  const int slots = attention_math::rotary_slots(head_dim, p.rotary_half);
+  for (int idx = tid; idx < kB * slots; idx += kBwdThreads) {
+    const int c = idx / slots, e = idx % slots;
+    const int64_t key = k0 + c;
+    if (key < seq)
+      add_rotated_back_slot(dk_head + key * p.dkv_stride, k_s + c * kStride, e, p.rotary_half, key,
+                            p, 1.0f);
   }
 }
 
-// dq[b, t, h] += R^T (scale * dq_acc[(b*T + t)*H + h]) (R: RoPE at position t;
-// identity without rope). One thread per dim pair (rope) or per dim.
+// dq[b, t, h] += R^T (scale * dq_acc[(b*T + t)*H + h]) (R: RoPE at position t
+// on the first 2 * rotary_half dims; identity without rope). One thread per
+// rotary slot: a dim pair or a pass-through dim (attention_math.h).
 template <typename Elt>
 __global__ void attention_backward_dq_kernel(const __grid_constant__ AttentionParams p,
                                              const float* __restrict__ dq_acc, Elt* dq) {
   const int head_dim = p.head_dim;
-  const int per_row = p.rope ? head_dim / 2 : head_dim;
+  const int per_row = attention_math::rotary_slots(head_dim, p.rotary_half);
   const int64_t total = p.batch * p.seq * p.n_head * per_row;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -318,13 +318,9 @@ __global__ void attention_backward_dq_kernel(const __grid_constant__ AttentionPa
     const int64_t row = idx / per_row;  // (b*T + t)*H + h
     const int e = static_cast<int>(idx % per_row);
     const int64_t h = row % p.n_head, bt = row / p.n_head;
-    Elt* dq_row = dq + bt * p.q_stride + h * head_dim;
-    const float* acc_row = dq_acc + row * head_dim;
-    if (p.rope) {
-      add_rotated_back_pair(dq_row, acc_row, e, per_row, bt % p.seq, p, p.scale);
-    } else {
-      Elem<Elt>::store(dq_row, e, Elem<Elt>::load(dq_row, e) + acc_row[e] * p.scale);
-    }
+    Elt* dq_row = dq + bt * p.dq_stride + h * p.head_stride;
+    add_rotated_back_slot(dq_row, dq_acc + row * head_dim, e, p.rotary_half, bt % p.seq, p,
+                          p.scale);
   }
 }
 
@@ -343,7 +339,7 @@ void launch_backward_preprocess(cudaStream_t s, const AttentionParams& p, ConstD
 template <typename Elt>
 void launch_backward_dq(cudaStream_t s, const AttentionParams& p, const float* dq_acc, DevPtr dq) {
   const int64_t rows = p.batch * p.seq * p.n_head;
-  const int64_t dq_threads = rows * (p.rope ? p.head_dim / 2 : p.head_dim);
+  const int64_t dq_threads = rows * attention_math::rotary_slots(p.head_dim, p.rotary_half);
   attention_backward_dq_kernel<Elt>
       <<<static_cast<unsigned>(pointwise_blocks(dq_threads)), kPointwiseThreads, 0, s>>>(
           p, dq_acc, static_cast<Elt*>(dq.ptr));
@@ -367,7 +363,7 @@ void launch_backward(cudaStream_t s, const AttentionParams& p, const DevQkv& qkv
   kernel<<<static_cast<unsigned>(main_blocks), kBwdThreads, Tiles::kSmemBytes, s>>>(
       p, static_cast<const Elt*>(qkv.q.ptr), static_cast<const Elt*>(qkv.k.ptr),
       static_cast<const Elt*>(qkv.v.ptr), static_cast<const Elt*>(dout.ptr), lse, delta, dq_acc,
-      static_cast<Elt*>(grad.dk.ptr), static_cast<Elt*>(grad.dv.ptr), num_tiles);
+      static_cast<Elt*>(grad.dk.ptr), static_cast<Elt*>(grad.dv.ptr));
   SS_CUDA_CHECK_LAUNCH("attention_backward_kernel");
 
   launch_backward_dq<Elt>(s, p, dq_acc, grad.dq);
@@ -401,11 +397,13 @@ void attention_backward(cudaStream_t s, const AttentionShape& shape, const DevQk
                         Workspace ws, AttentionKernel kernel) {
   using namespace attention_detail;
   const char* fn = "attention_backward";
-  const AttentionParams p = make_attention_params(fn, shape, qkv.q_stride, qkv.kv_stride);
-  if (grad.q_stride != qkv.q_stride || grad.kv_stride != qkv.kv_stride)
-    throw std::invalid_argument(std::string(fn) +
-                                ": gradient strides (grad.q_stride, grad.kv_stride) differ from "
-                                "the input strides");
+  AttentionParams p =
+      make_attention_params(fn, shape, qkv.q_stride, qkv.kv_stride, qkv.head_stride);
+  if (grad.head_stride != qkv.head_stride)
+    throw std::invalid_argument(std::string(fn) + ": grad.head_stride " +
+                                std::to_string(grad.head_stride) + " differs from the inputs' " +
+                                std::to_string(qkv.head_stride));
+  set_gradient_strides(fn, p, grad.q_stride, grad.kv_stride);
   const int64_t rows = shape.batch * shape.seq;
   const plan::DType dt = qkv.q.dt;
   const ElemType et = elem_type(dt, "attention_backward: q");

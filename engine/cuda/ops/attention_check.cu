@@ -25,7 +25,7 @@ namespace {
 }  // namespace
 
 AttentionParams make_attention_params(const char* fn, const cpu::AttentionShape& shape,
-                                      int64_t q_stride, int64_t kv_stride) {
+                                      int64_t q_stride, int64_t kv_stride, int64_t head_stride) {
   const auto str = [](int64_t v) { return std::to_string(v); };
   if (shape.batch < 0) fail(fn, "batch = " + str(shape.batch) + " < 0");
   if (shape.seq < 0) fail(fn, "seq = " + str(shape.seq) + " < 0");
@@ -39,18 +39,30 @@ AttentionParams make_attention_params(const char* fn, const cpu::AttentionShape&
     fail(fn,
          "n_head " + str(shape.n_head) + " is not a multiple of n_kv_head " + str(shape.n_kv_head));
   if (!std::isfinite(shape.scale)) fail(fn, "scale is not finite");
+  if (!(shape.softcap >= 0.0 && std::isfinite(shape.softcap)))
+    fail(fn, "softcap must be finite and >= 0, got " + std::to_string(shape.softcap));
+  if (shape.sliding_window < 0) fail(fn, "sliding_window = " + str(shape.sliding_window) + " < 0");
+  if (shape.rotary_dim < 0 || shape.rotary_dim > shape.head_dim)
+    fail(fn, "rotary_dim " + str(shape.rotary_dim) + " is not in [0, head_dim " +
+                 str(shape.head_dim) + "]");
+  const int64_t rotary_dim = shape.rotary_dim == 0 ? shape.head_dim : shape.rotary_dim;
   if (shape.rope) {
-    if (shape.head_dim % 2 != 0)
-      fail(fn, "rope needs an even head_dim, got " + str(shape.head_dim));
+    if (rotary_dim % 2 != 0)
+      fail(fn, std::string("rope needs an even ") +
+                   (shape.rotary_dim == 0 ? "head_dim" : "rotary_dim") + ", got " +
+                   str(rotary_dim));
     if (!(shape.rope_theta > 0.0 && std::isfinite(shape.rope_theta)))
       fail(fn, "rope_theta must be finite and > 0");
   }
-  if (q_stride < shape.n_head * shape.head_dim)
-    fail(fn, "q_stride " + str(q_stride) + " < n_head * head_dim " +
-                 str(shape.n_head * shape.head_dim));
-  if (kv_stride < shape.n_kv_head * shape.head_dim)
-    fail(fn, "kv_stride " + str(kv_stride) + " < n_kv_head * head_dim " +
-                 str(shape.n_kv_head * shape.head_dim));
+  const int64_t hs = head_stride == 0 ? shape.head_dim : head_stride;
+  if (hs < shape.head_dim)
+    fail(fn, "head_stride " + str(hs) + " < head_dim " + str(shape.head_dim));
+  if (q_stride < (shape.n_head - 1) * hs + shape.head_dim)
+    fail(fn, "q_stride " + str(q_stride) + " < (n_head - 1) * head_stride + head_dim " +
+                 str((shape.n_head - 1) * hs + shape.head_dim));
+  if (kv_stride < (shape.n_kv_head - 1) * hs + shape.head_dim)
+    fail(fn, "kv_stride " + str(kv_stride) + " < (n_kv_head - 1) * head_stride + head_dim " +
+                 str((shape.n_kv_head - 1) * hs + shape.head_dim));
   // Positions are converted to float for RoPE and tile indices are int inside
   // a tile; keep T well inside both (2^24: every position exact in float).
   if (shape.seq > (int64_t{1} << 24))
@@ -62,18 +74,36 @@ AttentionParams make_attention_params(const char* fn, const cpu::AttentionShape&
   p.n_head = shape.n_head;
   p.n_kv_head = shape.n_kv_head;
   p.group = shape.n_head / shape.n_kv_head;
-  p.q_stride = q_stride;
-  p.kv_stride = kv_stride;
+  p.q_stride = p.dq_stride = q_stride;
+  p.kv_stride = p.dkv_stride = kv_stride;
+  p.head_stride = hs;
+  p.window = shape.sliding_window;
   p.head_dim = static_cast<int>(shape.head_dim);
   p.scale = static_cast<float>(shape.scale);
+  p.softcap = static_cast<float>(shape.softcap);
   p.rope = shape.rope;
   if (shape.rope) {
-    for (int64_t i = 0; i < shape.head_dim / 2; ++i)
-      p.inv_freq[i] = static_cast<float>(
-          1.0 / std::pow(shape.rope_theta,
-                         static_cast<double>(2 * i) / static_cast<double>(shape.head_dim)));
+    p.rotary_half = static_cast<int>(rotary_dim / 2);
+    for (int64_t i = 0; i < rotary_dim / 2; ++i)
+      p.inv_freq[i] =
+          static_cast<float>(1.0 / std::pow(shape.rope_theta, static_cast<double>(2 * i) /
+                                                                  static_cast<double>(rotary_dim)));
   }
   return p;
+}
+
+void set_gradient_strides(const char* fn, AttentionParams& p, int64_t dq_stride,
+                          int64_t dkv_stride) {
+  const auto str = [](int64_t v) { return std::to_string(v); };
+  const int64_t hs = p.head_stride;
+  if (dq_stride < (p.n_head - 1) * hs + p.head_dim)
+    fail(fn, "grad.q_stride " + str(dq_stride) + " < (n_head - 1) * head_stride + head_dim " +
+                 str((p.n_head - 1) * hs + p.head_dim));
+  if (dkv_stride < (p.n_kv_head - 1) * hs + p.head_dim)
+    fail(fn, "grad.kv_stride " + str(dkv_stride) + " < (n_kv_head - 1) * head_stride + head_dim " +
+                 str((p.n_kv_head - 1) * hs + p.head_dim));
+  p.dq_stride = dq_stride;
+  p.dkv_stride = dkv_stride;
 }
 
 void require_operand(const char* fn, const char* name, const void* ptr, plan::DType dt,

@@ -1,9 +1,11 @@
 // Fused causal attention forward (FlashAttention-2 structure, fp32 SIMT):
-// one block per (query tile, batch b, head h) loops over the causal key tiles
-// held in shared memory, keeping each query row's running max and sum in
-// registers (online softmax). No T x T matrix exists anywhere: shared memory
-// holds one [kBQ, kBK] tile of probabilities, global memory only q, k, v,
-// out and lse. Math in fp32 for every element type.
+// one block per (query tile, batch b, head h) loops over the key tiles its
+// rows see (causal; with a sliding window, tiles wholly before every row's
+// window are skipped: attention_math.h forward_key_tiles), held in shared
+// memory, keeping each query row's running max and sum in registers (online
+// softmax). No T x T matrix exists anywhere: shared memory holds one
+// [kBQ, kBK] tile of probabilities, global memory only q, k, v, out and lse.
+// Math in fp32 for every element type.
 //
 // Block of kFwdThreads = 128 threads = 8 row groups (ty) of 16 lanes (tx).
 // Thread (ty, tx) owns query rows r = ty + 8 i (i < kRows) of the tile, the
@@ -88,9 +90,9 @@ __global__ void __launch_bounds__(kFwdThreads)
   const int64_t hk = h / p.group;
   const int64_t q0 = q_tile * kBQ;
 
-  const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, head_dim);
-  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, head_dim);
-  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, head_dim);
+  const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, p.head_stride);
+  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, p.head_stride);
+  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, p.head_stride);
 
   zero_pad_columns<kDMax>(q_s, Tiles::kQStride, kBQ, head_dim);
   zero_pad_columns<kDMax>(k_s, Tiles::kKStride, kFwdBK, head_dim);
@@ -107,12 +109,12 @@ __global__ void __launch_bounds__(kFwdThreads)
     for (int j = 0; j < kDims; ++j) o_acc[i][j] = 0.0f;
   }
 
-  // Key tiles 0 .. last cover keys 0 .. the tile's last valid query. Tile 0
-  // holds key 0, visible to every row (padding rows included), so each row's
-  // running max is finite after the first tile.
-  const int64_t last_query = (q0 + kBQ < seq ? q0 + kBQ : seq) - 1;
-  const int64_t num_k_tiles = last_query / kFwdBK + 1;
-  for (int64_t k_tile = 0; k_tile < num_k_tiles; ++k_tile) {
+  // The key tiles some row of the tile sees. A row may see no key of the
+  // first tiles (a sliding window): its running max stays -inf until it does
+  // (attention_math::softmax_offset keeps the exponents finite meanwhile).
+  const attention_math::TileRange k_tiles =
+      attention_math::forward_key_tiles(q0, kBQ, seq, p.window, kFwdBK);
+  for (int64_t k_tile = k_tiles.first; k_tile <= k_tiles.last; ++k_tile) {
     const int64_t k0 = k_tile * kFwdBK;
     __syncthreads();  // every thread is done reading k_s, v_s, p_s of the previous tile
     load_tile(k_s, Tiles::kKStride, k_head, p.kv_stride, k0, kFwdBK, p, p.rope, 1.0f);
@@ -138,25 +140,29 @@ __global__ void __launch_bounds__(kFwdThreads)
         for (int j = 0; j < kCols; ++j) s[i][j] = fmaf(qv[i], kv[j], s[i][j]);
     }
 
-    // Causal mask, online softmax update, probabilities into p_s.
+    // Soft-capping, the mask, online softmax update, probabilities into p_s.
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int r = ty + kFwdRowGroups * i;
       const int64_t query = q0 + r;
-      const int64_t last_visible = query < seq ? query : seq - 1;  // padding rows: any valid key
+      const int64_t row_query = query < seq ? query : seq - 1;  // padding rows: row seq - 1's mask
       float tile_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kCols; ++j) {
-        if (k0 + tx + kLanesPerRow * j > last_visible) s[i][j] = -INFINITY;
+        const int64_t key = k0 + tx + kLanesPerRow * j;
+        s[i][j] = attention_math::key_visible(row_query, key, p.window)
+                      ? attention_math::capped_score(s[i][j], p.softcap)
+                      : -INFINITY;
         tile_max = fmaxf(tile_max, s[i][j]);
       }
       tile_max = half_warp_max(tile_max);
-      const float new_max = fmaxf(row_max[i], tile_max);    // finite (see above)
-      const float correction = expf(row_max[i] - new_max);  // 0 on the first tile
+      const float new_max = fmaxf(row_max[i], tile_max);  // -inf until the row sees a key
+      const float offset = attention_math::softmax_offset(new_max);
+      const float correction = expf(row_max[i] - offset);  // 0 until the row saw a key
       float tile_sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < kCols; ++j) {
-        const float prob = expf(s[i][j] - new_max);  // 0 where masked
+        const float prob = expf(s[i][j] - offset);  // 0 where masked
         tile_sum += prob;
         p_s[r * Tiles::kPStride + tx + kLanesPerRow * j] = prob;
       }
@@ -223,7 +229,8 @@ void attention_forward(cudaStream_t s, const AttentionShape& shape, const DevQkv
                        float* lse, AttentionKernel kernel) {
   using namespace attention_detail;
   const char* fn = "attention_forward";
-  const AttentionParams p = make_attention_params(fn, shape, qkv.q_stride, qkv.kv_stride);
+  const AttentionParams p =
+      make_attention_params(fn, shape, qkv.q_stride, qkv.kv_stride, qkv.head_stride);
   const int64_t rows = shape.batch * shape.seq;
   const plan::DType dt = qkv.q.dt;
   const ElemType et = elem_type(dt, "attention_forward: q");

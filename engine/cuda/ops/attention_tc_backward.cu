@@ -6,14 +6,16 @@
 // Block: one (key tile of 64, batch b, kv head hk), 4 warps, warp w owns key
 // rows 16w .. 16w + 15. It keeps the tile's roped k and v in shared memory
 // and the warp's dK, dV rows [16][kD] in accumulator fragments (registers),
-// and loops over the query heads of the group and the causal query tiles of
-// 64. Per query tile each warp
+// and loops over the query heads of the group and the query tiles of 64 that
+// see its keys (attention_math.h backward_query_tiles: causal, and none past
+// a sliding window). Per query tile each warp
 //  1. computes S^T = K_w Q^T and dP^T = V_w dO^T [16 keys][64 queries] with
 //     wmma (Q^T, dO^T: col_major matrix_b views of the row-major tiles) into
 //     its fp32 scratch;
 //  2. lanes 2r, 2r + 1 own key row r (query columns c = 2j + lane % 2):
-//     P^T = exp(S^T - lse[q]) where key <= query < T, else 0, and
-//     dS^T = P^T (dP^T - delta[q]), both rounded to 16 bits into the block's
+//     P^T = exp(cap(S^T) - lse[q]) where query < T sees the key, else 0,
+//     and dS^T = P^T (dP^T - delta[q]) cap'(S^T) (cap: the soft-capping,
+//     the identity without), both rounded to 16 bits into the block's
 //     P^T and dS^T tiles;
 //  3. dV_w += P^T_w dO and dK_w += dS^T_w Q (Q carries the scale, so dK is
 //     the gradient of the roped key rows, as in the SIMT kernel);
@@ -79,7 +81,7 @@ __global__ void __launch_bounds__(kTcThreads)
                                  const Elt* __restrict__ q, const Elt* __restrict__ k,
                                  const Elt* __restrict__ v, const Elt* __restrict__ dout,
                                  const float* __restrict__ lse, const float* __restrict__ delta,
-                                 float* dq_acc, Elt* dk, Elt* dv, int64_t num_q_tiles) {
+                                 float* dq_acc, Elt* dk, Elt* dv) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // bf16 wmma needs sm_80
 #else
@@ -129,8 +131,8 @@ __global__ void __launch_bounds__(kTcThreads)
   zero_pad_columns<kD>(v_s, kLd, kTcTile, head_dim);
   zero_pad_columns<kD>(q_s, kLd, kTcTile, head_dim);
   zero_pad_columns<kD>(do_s, kLd, kTcTile, head_dim);
-  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, head_dim);
-  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, head_dim);
+  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, p.head_stride);
+  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, p.head_stride);
   load_tile(k_s, kLd, k_head, p.kv_stride, k0, kTcTile, p, p.rope, 1.0f);
   load_tile(v_s, kLd, v_head, p.kv_stride, k0, kTcTile, p, false, 1.0f);
 
@@ -143,14 +145,17 @@ __global__ void __launch_bounds__(kTcThreads)
 
   // Queries before k0 see none of this tile's keys: query tiles start at k_tile
   // (query and key tiles have the same size, so q0 >= k0 below).
+  const attention_math::TileRange q_tiles =
+      attention_math::backward_query_tiles(k0, kTcTile, seq, p.window, kTcTile);
+  const int64_t key = k0 + key_row;  // step 2's key
   for (int64_t g = 0; g < p.group; ++g) {
     const int64_t h = hk * p.group + g;
-    const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, head_dim);
+    const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, p.head_stride);
     const Elt* dout_head = head_rows(dout, b, seq, dout_stride, h, head_dim);
     const float* lse_head = lse + (b * n_head + h) * seq;
     const float* delta_head = delta + (b * n_head + h) * seq;
     float* dq_head = dq_acc + (b * seq * n_head + h) * head_dim;  // row t at + t * dout_stride
-    for (int64_t q_tile = k_tile; q_tile < num_q_tiles; ++q_tile) {
+    for (int64_t q_tile = q_tiles.first; q_tile <= q_tiles.last; ++q_tile) {
       const int64_t q0 = q_tile * kTcTile;
       __syncthreads();  // every warp is done with q_s, do_s, P^T, dS^T, lse_s of the last tile
       load_tile(q_s, kLd, q_head, p.q_stride, q0, kTcTile, p, p.rope, p.scale);
@@ -185,18 +190,10 @@ __global__ void __launch_bounds__(kTcThreads)
       }
       __syncwarp();  // the warp's S^T, dP^T visible to all its lanes
 
-      // 2. P^T = exp(S^T - lse) where key <= query < T, else 0 (padding query
-      // rows and keys past T included: never exp of their scores);
-      // dS^T = P^T (dP^T - delta).
+      // 2. P^T = exp(cap(S^T) - lse) where query q0 + c < T sees the key,
+      // else 0 (padding query rows and keys past T included: never exp of
+      // their scores); dS^T = P^T (dP^T - delta) cap'(S^T).
       {
-        // Query column c is visible to key k0 + key_row iff first <= c < end:
-        // key <= q0 + c and q0 + c < seq (both clamped to [0, 64]).
-        int first, end;
-        {
-          const int64_t f = k0 + key_row - q0, e = seq - q0;
-          first = static_cast<int>(f < 0 ? 0 : (f > kTcTile ? kTcTile : f));
-          end = static_cast<int>(e > kTcTile ? kTcTile : e);  // e >= 1: q0 < seq
-        }
         const float* st_row = st_w + row * kTcScoreLd;
         const float* dpt_row = dpt_w + row * kTcScoreLd;
         Elt* pt_row = pt_w + row * kTcProbLd;
@@ -204,9 +201,14 @@ __global__ void __launch_bounds__(kTcThreads)
 #pragma unroll 4
         for (int j = 0; j < kTcTile / 2; ++j) {
           const int c = 2 * j + parity;
-          const bool visible = c >= first && c < end;
-          const float prob = visible ? expf(st_row[c] - lse_s[c]) : 0.0f;
-          const float ds = visible ? prob * (dpt_row[c] - delta_s[c]) : 0.0f;
+          const int64_t query = q0 + c;
+          const bool visible = query < seq && attention_math::key_visible(query, key, p.window);
+          float prob = 0.0f, ds = 0.0f;
+          if (visible) {
+            prob = expf(attention_math::capped_score(st_row[c], p.softcap) - lse_s[c]);
+            ds = prob * (dpt_row[c] - delta_s[c]) *
+                 attention_math::capped_score_grad(st_row[c], p.softcap);
+          }
           Elem<Elt>::store(pt_row, c, prob);
           Elem<Elt>::store(dst_row, c, ds);
         }
@@ -280,7 +282,7 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int r = 0; r < 16; ++r) {
     const int64_t t = k0 + 16 * warp + r;
     if (t >= seq) break;
-    Elt* dv_row = dv + (b * seq + t) * p.kv_stride + hk * head_dim;
+    Elt* dv_row = dv + (b * seq + t) * p.dkv_stride + hk * p.head_stride;
     for (int c = lane; c < head_dim; c += 32)
       Elem<Elt>::store(dv_row, c, Elem<Elt>::load(dv_row, c) + stage_w[r * kOLd + c]);
   }
@@ -289,24 +291,14 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int j = 0; j < kDBlocks; ++j)
     wmma::store_matrix_sync(stage_w + 16 * j, dk_acc[j], kOLd, wmma::mem_row_major);
   __syncwarp();
-  Elt* dk_head = head_rows(dk, b, seq, p.kv_stride, hk, head_dim);
-  if (p.rope) {
-    const int half = head_dim / 2;
-    for (int idx = lane; idx < 16 * half; idx += 32) {
-      const int r = idx / half, i = idx % half;
-      const int64_t t = k0 + 16 * warp + r;
-      if (t < seq)
-        add_rotated_back_pair(dk_head + t * p.kv_stride, stage_w + r * kOLd, i, half, t, p, 1.0f);
-    }
-  } else {
-#pragma unroll 1
-    for (int r = 0; r < 16; ++r) {
-      const int64_t t = k0 + 16 * warp + r;
-      if (t >= seq) break;
-      Elt* dk_row = dk_head + t * p.kv_stride;
-      for (int c = lane; c < head_dim; c += 32)
-        Elem<Elt>::store(dk_row, c, Elem<Elt>::load(dk_row, c) + stage_w[r * kOLd + c]);
-    }
+  Elt* dk_head = head_rows(dk, b, seq, p.dkv_stride, hk, p.head_stride);
+  const int slots = attention_math::rotary_slots(head_dim, p.rotary_half);
+  for (int idx = lane; idx < 16 * slots; idx += 32) {
+    const int r = idx / slots, e = idx % slots;
+    const int64_t t = k0 + 16 * warp + r;
+    if (t < seq)
+      add_rotated_back_slot(dk_head + t * p.dkv_stride, stage_w + r * kOLd, e, p.rotary_half, t, p,
+                            1.0f);
   }
 #endif
 }
@@ -317,7 +309,6 @@ void launch_backward_tc_bucket(cudaStream_t s, const AttentionParams& p, const v
                                const float* delta, float* dq_acc, void* dk, void* dv) {
   using Tiles = TcBackwardTiles<kD>;
   const char* fn = "attention_backward";
-  const int64_t num_tiles = (p.seq + kTcTile - 1) / kTcTile;
   const int64_t blocks = backward_tc_blocks(p);
   require_grid(fn, blocks);
   const auto kernel = attention_backward_tc_kernel<Elt, kD>;
@@ -325,7 +316,7 @@ void launch_backward_tc_bucket(cudaStream_t s, const AttentionParams& p, const v
   kernel<<<static_cast<unsigned>(blocks), kTcThreads, Tiles::kSmemBytes, s>>>(
       p, static_cast<const Elt*>(q), static_cast<const Elt*>(k), static_cast<const Elt*>(v),
       static_cast<const Elt*>(dout), lse, delta, dq_acc, static_cast<Elt*>(dk),
-      static_cast<Elt*>(dv), num_tiles);
+      static_cast<Elt*>(dv));
   SS_CUDA_CHECK_LAUNCH("attention_backward_tc_kernel");
 }
 

@@ -3,10 +3,12 @@
 // the two products S = Q K^T and O += P V on mma_sync.
 //
 // Block: 4 warps, a query tile of 64 rows (warp w owns rows 16w .. 16w + 15),
-// key tiles of 64. Per key tile each warp
+// key tiles of 64 (those some row sees: attention_math.h forward_key_tiles,
+// which skips tiles wholly before a sliding window). Per key tile each warp
 //  1. computes its S [16, 64] with wmma (K^T: a col_major matrix_b view of
 //     the row-major k tile) into its fp32 scratch;
-//  2. runs the online softmax on it: lanes 2r and 2r + 1 own row r (columns
+//  2. soft-caps and masks it and runs the online softmax on it: lanes 2r
+//     and 2r + 1 own row r (columns
 //     c = 2j + lane % 2), keep the row's running max and sum in registers,
 //     write P rounded to 16 bits into the warp's P tile and rescale the
 //     warp's fp32 O rows in shared memory by the correction;
@@ -94,9 +96,9 @@ __global__ void __launch_bounds__(kTcThreads)
   const int64_t hk = h / p.group;
   const int64_t q0 = q_tile * kTcTile;
 
-  const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, head_dim);
-  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, head_dim);
-  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, head_dim);
+  const Elt* q_head = head_rows(q, b, seq, p.q_stride, h, p.head_stride);
+  const Elt* k_head = head_rows(k, b, seq, p.kv_stride, hk, p.head_stride);
+  const Elt* v_head = head_rows(v, b, seq, p.kv_stride, hk, p.head_stride);
 
   // The warp's slices: 16 query rows of q_s, S, P and O.
   const Elt* q_w = q_s + 16 * warp * kLd;
@@ -116,24 +118,18 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int kk = 0; kk < kDBlocks; ++kk) wmma::load_matrix_sync(q_frag[kk], q_w + 16 * kk, kLd);
 
   // Running max and sum of the lane's row (both lanes of a pair hold them).
-  // Key tile 0 holds key 0, visible to every row (padding rows included), so
-  // the running max is finite after the first tile.
+  // The max stays -inf until the row sees a key (a sliding window may start
+  // after the first tile): attention_math::softmax_offset keeps the exponents
+  // finite meanwhile.
   float row_max = -INFINITY, row_sum = 0.0f;
   const int r_tile = 16 * warp + row;  // the lane's row in the query tile
+  // The row's mask: padding rows (past seq) take row seq - 1's.
+  const int64_t row_query = q0 + r_tile < seq ? q0 + r_tile : seq - 1;
 
-  const int64_t last_query = (q0 + kTcTile < seq ? q0 + kTcTile : seq) - 1;
-  const int64_t num_k_tiles = last_query / kTcTile + 1;
-  for (int64_t k_tile = 0; k_tile < num_k_tiles; ++k_tile) {
+  const attention_math::TileRange k_tiles =
+      attention_math::forward_key_tiles(q0, kTcTile, seq, p.window, kTcTile);
+  for (int64_t k_tile = k_tiles.first; k_tile <= k_tiles.last; ++k_tile) {
     const int64_t k0 = k_tile * kTcTile;
-    // Columns c <= visible are keys k0 + c <= min(query, seq - 1) (padding
-    // rows: any valid key); in [-1, 63] after clamping.
-    int visible;
-    {
-      const int64_t query = q0 + r_tile;
-      const int64_t last = (query < seq ? query : seq - 1) - k0;
-      visible = static_cast<int>(last < kTcTile ? last : kTcTile - 1);
-      if (visible < -1) visible = -1;
-    }
     __syncthreads();  // every warp is done reading k_s, v_s of the previous tile
     load_tile(k_s, kLd, k_head, p.kv_stride, k0, kTcTile, p, p.rope, 1.0f);
     load_tile(v_s, kLd, v_head, p.kv_stride, k0, kTcTile, p, false, 1.0f);
@@ -155,7 +151,7 @@ __global__ void __launch_bounds__(kTcThreads)
     }
     __syncwarp();  // the warp's S visible to all its lanes
 
-    // Causal mask and online softmax of row `row`, columns c = 2j + parity.
+    // Soft-capping, the mask and online softmax of row `row`, columns c = 2j + parity.
     {
       const float* s_row = s_w + row * kTcScoreLd;
       Elt* p_row = p_w + row * kTcProbLd;
@@ -164,16 +160,19 @@ __global__ void __launch_bounds__(kTcThreads)
 #pragma unroll
       for (int j = 0; j < kTcTile / 2; ++j) {
         const int c = 2 * j + parity;
-        sv[j] = c <= visible ? s_row[c] : -INFINITY;
+        sv[j] = attention_math::key_visible(row_query, k0 + c, p.window)
+                    ? attention_math::capped_score(s_row[c], p.softcap)
+                    : -INFINITY;
         tile_max = fmaxf(tile_max, sv[j]);
       }
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      const float new_max = fmaxf(row_max, tile_max);    // finite (see above)
-      const float correction = expf(row_max - new_max);  // 0 on the first tile
+      const float new_max = fmaxf(row_max, tile_max);  // -inf until the row sees a key
+      const float offset = attention_math::softmax_offset(new_max);
+      const float correction = expf(row_max - offset);  // 0 until the row saw a key
       float tile_sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < kTcTile / 2; ++j) {
-        const float prob = expf(sv[j] - new_max);  // 0 where masked
+        const float prob = expf(sv[j] - offset);  // 0 where masked
         tile_sum += prob;
         Elem<Elt>::store(p_row, 2 * j + parity, prob);
       }

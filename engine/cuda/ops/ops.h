@@ -102,14 +102,20 @@ void rmsnorm_backward(cudaStream_t s, ConstDevPtr x, ConstDevPtr w, const float*
 size_t rmsnorm_backward_workspace_bytes(int64_t n, int64_t c);
 
 // ---- attention (attention.cu): fused, tiled, online softmax; never T x T -----------------
-// q/k/v of one dtype; lse fp32 [B, H, T]. Strides as cpu::QkvView.
+// q/k/v of one dtype; lse fp32 [B, H, T]. Strides as cpu::QkvView and
+// cpu::QkvGrad: the gradients have their own row strides (q, k and v read
+// from [B, T, H*D] copies, their gradients written into a packed buffer) and
+// the inputs' head_stride (0: head_dim; GPT-NeoX's per-head qkv: 3*D).
+// The shape's softcap, sliding_window and rotary_dim are cpu::attention's.
 struct DevQkv {
   ConstDevPtr q, k, v;
   int64_t q_stride = 0, kv_stride = 0;
+  int64_t head_stride = 0;
 };
 struct DevQkvGrad {
   DevPtr dq, dk, dv;
   int64_t q_stride = 0, kv_stride = 0;
+  int64_t head_stride = 0;  // must equal the inputs'
 };
 // Kernel family. simt: fp32 math on the CUDA cores, every dtype and head_dim
 // <= 256. tensor_core: WMMA (bf16/f16 operands rounded in shared memory, fp32

@@ -5,3 +5,7 @@ shardscope_gpu_test(test_cuda_attention test_cuda_attention.cpp
   LIBS shardscope_engine_cuda_ops shardscope_engine_cpu)
 shardscope_test(test_cuda_attention_args test_cuda_attention_args.cpp
   LIBS shardscope_engine_cuda_ops)
+# The kernels' mask / tile-range / soft-capping / rotary index math
+# (attention_math.h, plain C++ too) against cpu::attention on the host.
+shardscope_test(test_attention_math test_attention_math.cpp
+  LIBS shardscope_engine_cpu)

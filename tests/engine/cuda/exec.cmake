@@ -9,6 +9,7 @@ shardscope_test(test_cuda_exec_nodevice
 shardscope_gpu_test(test_cuda_exec
   test_cuda_exec_train.cpp
   test_cuda_exec_families.cpp
+  test_cuda_exec_families_attention.cpp
   test_cuda_exec_emulated.cpp
   test_cuda_exec_cupti.cpp
   test_cuda_exec_layout.cpp

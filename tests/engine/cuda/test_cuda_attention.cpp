@@ -5,7 +5,12 @@
 // sincosf ulps differ); bf16/f16 inputs are rounded on the CPU side first, so
 // the remaining difference is the rounding of the stored results (2^-9
 // relative for bf16): 1e-2 + 2e-2 |ref|. Layouts: packed GPT-2 qkv
-// [B, T, 3*H*D] without RoPE and separate q/k/v with GQA and RoPE.
+// [B, T, 3*H*D] without RoPE and separate q/k/v with GQA and RoPE; then the
+// attributes of the other dense families, each forward and backward, both
+// kernel families: sliding windows (Mistral, Gemma 2, Phi-3), soft-capped
+// scores (Gemma 2), partial rotary (GPT-NeoX, Phi), GPT-NeoX's per-head
+// [B, T, H, 3, D] qkv, a packed q|k|v with grouped KV heads (Phi-3), and k, v
+// read from [B, T, H*D] copies with gradients into a packed buffer (repeat_kv).
 //
 // AttentionKernel::tensor_core (bf16/f16 only) also rounds its operands to 16
 // bits in shared memory (roped, scaled q and roped k; P and dS), so besides
@@ -139,7 +144,11 @@ void require_close(const char* what, const FVec& got, const FVec& ref, double at
 struct Case {
   int64_t batch = 2, seq = 1, n_head = 1, n_kv_head = 1, head_dim = 8;
   bool rope = false;
-  bool packed = false;  // GPT-2 c_attn output [B, T, 3*H*D] (needs n_head == n_kv_head)
+  bool packed = false;  // one [B, T, H*D + 2*Hkv*D] q|k|v buffer (GPT-2's c_attn, Phi-3's qkv_proj)
+  bool per_head = false;   // packed per head [B, T, H, 3, D] (GPT-NeoX; n_head == n_kv_head)
+  bool copied_kv = false;  // separate q and k, v copies [B, T, H*D]; gradients packed
+  int64_t window = 0, rotary_dim = 0;
+  double softcap = 0.0;
   DType dt = DType::f32;
   double scale = 0.0;  // 0: 1 / sqrt(head_dim)
   uint64_t seed = 1;
@@ -150,6 +159,8 @@ std::string describe(const Case& c) {
   std::ostringstream o;
   o << "B=" << c.batch << " T=" << c.seq << " H=" << c.n_head << " Hkv=" << c.n_kv_head
     << " D=" << c.head_dim << " rope=" << c.rope << " packed=" << c.packed
+    << " per_head=" << c.per_head << " copied_kv=" << c.copied_kv << " window=" << c.window
+    << " softcap=" << c.softcap << " rotary_dim=" << c.rotary_dim
     << " dtype=" << plan::dtype_name(c.dt)
     << " kernel=" << (c.kernel == AttentionKernel::simt ? "simt" : "tensor_core");
   return o.str();
@@ -165,15 +176,23 @@ cpu::AttentionShape shape_of(const Case& c) {
   s.scale = c.scale != 0.0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   s.rope = c.rope;
   s.rope_theta = 10000.0;
+  s.sliding_window = c.window;
+  s.softcap = c.softcap;
+  s.rotary_dim = c.rotary_dim;
   return s;
 }
 
 // Seeded inputs of a case (rounded to its dtype) and the CPU results on them.
-// Packed: q holds the whole [rows, 3*hd] buffer (and dq0 the whole gradient)
-// and k, v, dk0, dv0 stay empty.
+// Packed: q holds the whole [rows, row] buffer (and dq0 the whole gradient)
+// and k, v, dk0, dv0 stay empty. copied_kv: q, k, v separate [rows, hd] (k
+// and v: H / Hkv copies of their Hkv*D values), the gradients packed
+// (dq0 whole, dk0 and dv0 empty).
 struct Problem {
   cpu::AttentionShape s;
   int64_t rows = 0, hd = 0, q_stride = 0, kv_stride = 0, k_offset = 0, v_offset = 0;
+  int64_t head_stride = 0;
+  bool grad_packed = false;
+  int64_t dq_stride = 0, dkv_stride = 0, dk_offset = 0, dv_offset = 0;
   FVec q, k, v, dout, dq0, dk0, dv0;
   FVec out_ref, lse_ref;        // cpu forward
   FVec out_used;                // out_ref as stored in dt: the backward's input
@@ -185,25 +204,39 @@ Problem make_problem(const Case& c) {
   pr.s = shape_of(c);
   pr.rows = c.batch * c.seq;
   pr.hd = c.n_head * c.head_dim;
-  const int64_t kvd = c.n_kv_head * c.head_dim;
-  pr.q_stride = c.packed ? 3 * pr.hd : pr.hd;
-  pr.kv_stride = c.packed ? 3 * pr.hd : kvd;
-  pr.k_offset = c.packed ? pr.hd : 0;
-  pr.v_offset = c.packed ? 2 * pr.hd : 0;
+  const int64_t kvd = c.n_kv_head * c.head_dim, row = pr.hd + 2 * kvd;
+  const int64_t packed_k = c.per_head ? c.head_dim : pr.hd;
+  const int64_t packed_v = c.per_head ? 2 * c.head_dim : pr.hd + kvd;
+  pr.q_stride = c.packed ? row : pr.hd;
+  pr.kv_stride = c.packed ? row : (c.copied_kv ? pr.hd : kvd);
+  pr.k_offset = c.packed ? packed_k : 0;
+  pr.v_offset = c.packed ? packed_v : 0;
+  pr.head_stride = c.per_head ? 3 * c.head_dim : 0;
+  pr.grad_packed = c.packed || c.copied_kv;
+  pr.dq_stride = pr.grad_packed ? row : pr.hd;
+  pr.dkv_stride = pr.grad_packed ? row : kvd;
+  pr.dk_offset = pr.grad_packed ? packed_k : 0;
+  pr.dv_offset = pr.grad_packed ? packed_v : 0;
 
   std::mt19937_64 rng(c.seed);
   pr.q = random_values(rng, pr.rows * pr.q_stride);
-  pr.k = c.packed ? FVec() : random_values(rng, pr.rows * kvd);
-  pr.v = c.packed ? FVec() : random_values(rng, pr.rows * kvd);
+  pr.k = c.packed ? FVec() : random_values(rng, pr.rows * pr.kv_stride);
+  pr.v = c.packed ? FVec() : random_values(rng, pr.rows * pr.kv_stride);
   pr.dout = random_values(rng, pr.rows * pr.hd);
-  pr.dq0 = random_values(rng, static_cast<int64_t>(pr.q.size()));  // prefilled gradients
-  pr.dk0 = random_values(rng, static_cast<int64_t>(pr.k.size()));
-  pr.dv0 = random_values(rng, static_cast<int64_t>(pr.v.size()));
+  pr.dq0 = random_values(rng, pr.rows * pr.dq_stride);  // prefilled gradients
+  pr.dk0 = pr.grad_packed ? FVec() : random_values(rng, pr.rows * pr.dkv_stride);
+  pr.dv0 = pr.grad_packed ? FVec() : random_values(rng, pr.rows * pr.dkv_stride);
   for (FVec* x : {&pr.q, &pr.k, &pr.v, &pr.dout, &pr.dq0, &pr.dk0, &pr.dv0}) round_to(c.dt, *x);
+  if (c.copied_kv)  // every copy holds the first Hkv*D values of its row
+    for (FVec* x : {&pr.k, &pr.v})
+      for (int64_t r = 0; r < pr.rows; ++r)
+        for (int64_t col = kvd; col < pr.hd; ++col)
+          (*x)[static_cast<size_t>(r * pr.hd + col)] =
+              (*x)[static_cast<size_t>(r * pr.hd + col % kvd)];
   const float* kbase = c.packed ? pr.q.data() : pr.k.data();
   const float* vbase = c.packed ? pr.q.data() : pr.v.data();
-  const cpu::QkvView view{pr.q.data(), kbase + pr.k_offset, vbase + pr.v_offset, pr.q_stride,
-                          pr.kv_stride};
+  const cpu::QkvView view{pr.q.data(), kbase + pr.k_offset, vbase + pr.v_offset,
+                          pr.q_stride, pr.kv_stride,        pr.head_stride};
 
   pr.out_ref.resize(static_cast<size_t>(pr.rows * pr.hd));
   pr.lse_ref.resize(static_cast<size_t>(pr.rows * c.n_head));
@@ -215,11 +248,11 @@ Problem make_problem(const Case& c) {
   pr.dq_ref = pr.dq0;
   pr.dk_ref = pr.dk0;
   pr.dv_ref = pr.dv0;
-  float* dk_base = c.packed ? pr.dq_ref.data() : pr.dk_ref.data();
-  float* dv_base = c.packed ? pr.dq_ref.data() : pr.dv_ref.data();
-  cpu::attention_backward(
-      pr.s, view, pr.out_used.data(), pr.lse_ref.data(), pr.dout.data(),
-      {pr.dq_ref.data(), dk_base + pr.k_offset, dv_base + pr.v_offset, pr.q_stride, pr.kv_stride});
+  float* dk_base = pr.grad_packed ? pr.dq_ref.data() : pr.dk_ref.data();
+  float* dv_base = pr.grad_packed ? pr.dq_ref.data() : pr.dv_ref.data();
+  cpu::attention_backward(pr.s, view, pr.out_used.data(), pr.lse_ref.data(), pr.dout.data(),
+                          {pr.dq_ref.data(), dk_base + pr.dk_offset, dv_base + pr.dv_offset,
+                           pr.dq_stride, pr.dkv_stride, pr.head_stride});
   return pr;
 }
 
@@ -242,8 +275,8 @@ GpuResult run_gpu(const Case& c, const Problem& pr, AttentionKernel kernel, bool
   const DeviceArray v_dev(c.packed ? FVec{0.5f} : pr.v, c.dt);
   const DeviceArray& k_src = c.packed ? q_dev : k_dev;
   const DeviceArray& v_src = c.packed ? q_dev : v_dev;
-  const DevQkv qkv{q_dev.ptr(), k_src.ptr(pr.k_offset), v_src.ptr(pr.v_offset), pr.q_stride,
-                   pr.kv_stride};
+  const DevQkv qkv{q_dev.ptr(), k_src.ptr(pr.k_offset), v_src.ptr(pr.v_offset),
+                   pr.q_stride, pr.kv_stride,           pr.head_stride};
 
   // ---- forward ----
   DeviceArray out_dev(FVec(pr.out_ref.size(), 0.25f), c.dt);
@@ -259,17 +292,21 @@ GpuResult run_gpu(const Case& c, const Problem& pr, AttentionKernel kernel, bool
   DeviceBuffer ws(ws_bytes);
   const auto backward = [&](ConstDevPtr out, const float* lse, FVec* dq, FVec* dk, FVec* dv) {
     DeviceArray dq_dev(pr.dq0, c.dt);
-    DeviceArray dk_dev(c.packed ? FVec{0.5f} : pr.dk0, c.dt);
-    DeviceArray dv_dev(c.packed ? FVec{0.5f} : pr.dv0, c.dt);
-    const DeviceArray& dk_dst = c.packed ? dq_dev : dk_dev;
-    const DeviceArray& dv_dst = c.packed ? dq_dev : dv_dev;
-    const DevQkvGrad grad{dq_dev.ptr(0), dk_dst.ptr(pr.k_offset), dv_dst.ptr(pr.v_offset),
-                          pr.q_stride, pr.kv_stride};
+    DeviceArray dk_dev(pr.grad_packed ? FVec{0.5f} : pr.dk0, c.dt);
+    DeviceArray dv_dev(pr.grad_packed ? FVec{0.5f} : pr.dv0, c.dt);
+    const DeviceArray& dk_dst = pr.grad_packed ? dq_dev : dk_dev;
+    const DeviceArray& dv_dst = pr.grad_packed ? dq_dev : dv_dev;
+    const DevQkvGrad grad{dq_dev.ptr(0),
+                          dk_dst.ptr(pr.dk_offset),
+                          dv_dst.ptr(pr.dv_offset),
+                          pr.dq_stride,
+                          pr.dkv_stride,
+                          pr.head_stride};
     attention_backward(stream, pr.s, qkv, out, lse, dout_dev.ptr(), grad,
                        Workspace{ws.get(), ws_bytes}, kernel);
     CUDA_REQUIRE(cudaStreamSynchronize(stream));
-    *dq = dq_dev.download();  // packed: dq, dk and dv
-    if (!c.packed) {
+    *dq = dq_dev.download();  // packed gradients: dq, dk and dv
+    if (!pr.grad_packed) {
       *dk = dk_dev.download();
       *dv = dv_dev.download();
     }
@@ -313,14 +350,14 @@ void check_case(const Case& c) {
   const GpuResult got = run_gpu(c, pr, c.kernel, chained);
   require_close("out", got.out, pr.out_ref, atol, rtol);
   require_close("lse", got.lse, pr.lse_ref, lse_atol_of(c), lse_rtol_of(c));
-  require_close("dq", got.dq, pr.dq_ref, atol, rtol);  // packed: dq, dk and dv
-  if (!c.packed) {
+  require_close("dq", got.dq, pr.dq_ref, atol, rtol);  // packed gradients: dq, dk and dv
+  if (!pr.grad_packed) {
     require_close("dk", got.dk, pr.dk_ref, atol, rtol);
     require_close("dv", got.dv, pr.dv_ref, atol, rtol);
   }
   if (chained) {
     require_close("dq (chained)", got.dq_chained, pr.dq_ref, atol, rtol);
-    if (!c.packed) {
+    if (!pr.grad_packed) {
       require_close("dk (chained)", got.dk_chained, pr.dk_ref, atol, rtol);
       require_close("dv (chained)", got.dv_chained, pr.dv_ref, atol, rtol);
     }
@@ -521,6 +558,112 @@ TEST_CASE("attention tensor_core T=4096 bf16 (many key tiles, GQA, RoPE) matches
   c.kernel = AttentionKernel::tensor_core;
   c.seed = 950;
   check_case(c);
+}
+
+// ---- the attributes of every dense family -----------------------------------------------
+
+// `base` with each kernel family (tensor_core: bf16 and f16) and f32 / bf16
+// for simt, so every attribute runs forward and backward on both families.
+void both_families(Case base, uint64_t seed) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Case c = base;
+    c.dt = dt;
+    c.kernel = AttentionKernel::simt;
+    c.seed = seed++;
+    check_case(c);
+  }
+  for (DType dt : {DType::bf16, DType::f16}) {
+    Case c = base;
+    c.dt = dt;
+    c.kernel = AttentionKernel::tensor_core;
+    c.seed = seed++;
+    check_case(c);
+  }
+}
+
+TEST_CASE("attention with a sliding window matches the cpu, tiles outside it skipped") {
+  // T = 200 spans 4 tiles of 64: windows of 1 (only the diagonal), 8 (Gemma 2
+  // tiny), 63, 64 and 100 make the first key tile of late query tiles > 0 and
+  // leave rows whose first visited tile holds none of their keys.
+  uint64_t seed = 1000;
+  for (int64_t window : {1, 8, 63, 64, 100, 300}) {
+    Case c;
+    c.seq = 200;
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.head_dim = 32;
+    c.rope = true;
+    c.window = window;
+    both_families(c, seed);
+    seed += 10;
+  }
+}
+
+TEST_CASE("attention with soft-capped scores (Gemma 2) matches the cpu, forward and backward") {
+  Case c;
+  c.seq = 130;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.head_dim = 64;
+  c.rope = true;
+  c.scale = 1.0;  // scores of several units, so that a cap of 2 bends them
+  c.softcap = 2.0;
+  both_families(c, 1100);
+  c.window = 40;  // Gemma 2's sliding layers: window and cap together
+  both_families(c, 1110);
+}
+
+TEST_CASE("attention with partial rotary (GPT-NeoX's rotary_pct, Phi) matches the cpu") {
+  uint64_t seed = 1200;
+  for (int64_t rotary_dim : {2, 16, 32}) {  // of head_dim 64
+    Case c;
+    c.seq = 100;
+    c.n_head = 4;
+    c.n_kv_head = 4;
+    c.head_dim = 64;
+    c.rope = true;
+    c.rotary_dim = rotary_dim;
+    both_families(c, seed);
+    seed += 10;
+  }
+}
+
+TEST_CASE("attention on GPT-NeoX's per-head [H, 3, D] qkv with partial rotary matches the cpu") {
+  Case c;
+  c.seq = 90;
+  c.n_head = c.n_kv_head = 4;
+  c.head_dim = 32;
+  c.rope = true;
+  c.rotary_dim = 8;
+  c.packed = true;
+  c.per_head = true;
+  both_families(c, 1300);
+}
+
+TEST_CASE("attention on a packed q|k|v with grouped KV heads (Phi-3) matches the cpu") {
+  Case c;
+  c.seq = 77;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.head_dim = 48;
+  c.rope = true;
+  c.packed = true;
+  c.window = 20;  // Phi-3's window
+  both_families(c, 1400);
+}
+
+TEST_CASE("attention reading repeated k, v copies and writing packed gradients matches the cpu") {
+  // repeat_kv (plan/sdpa.h kv_copied): q and the k, v copies [B, T, H*D],
+  // the gradient strides those of the packed projection.
+  Case c;
+  c.seq = 70;
+  c.n_head = 6;
+  c.n_kv_head = 2;
+  c.head_dim = 32;
+  c.rope = true;
+  c.copied_kv = true;
+  c.window = 16;
+  both_families(c, 1500);
 }
 
 }  // namespace

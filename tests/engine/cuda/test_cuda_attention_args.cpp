@@ -93,6 +93,34 @@ TEST_CASE("attention rejects bad shapes before any CUDA call, naming the argumen
   require_both_reject([](Call& c) { c.qkv.kv_stride = c.grad.kv_stride = 31; }, "kv_stride 31");
 }
 
+TEST_CASE("attention rejects bad window, softcap, rotary_dim and head_stride, naming them") {
+  require_both_reject([](Call& c) { c.shape.sliding_window = -1; }, "sliding_window = -1 < 0");
+  require_both_reject([](Call& c) { c.shape.softcap = -2.0; }, "softcap must be finite and >= 0");
+  require_both_reject([](Call& c) { c.shape.softcap = std::numeric_limits<double>::quiet_NaN(); },
+                      "softcap must be finite");
+  require_both_reject([](Call& c) { c.shape.rotary_dim = 5; },
+                      "rope needs an even rotary_dim, got 5");
+  require_both_reject([](Call& c) { c.shape.rotary_dim = 18; },
+                      "rotary_dim 18 is not in [0, head_dim 16]");
+  require_both_reject([](Call& c) { c.qkv.head_stride = c.grad.head_stride = 8; },
+                      "head_stride 8 < head_dim 16");
+  // GPT-NeoX's per-head qkv: heads 3*D = 48 apart, so a row needs 3*48 + 16.
+  require_both_reject(
+      [](Call& c) {
+        c.qkv.head_stride = c.grad.head_stride = 48;
+        c.qkv.kv_stride = c.grad.kv_stride = 200;
+      },
+      "q_stride 64 < (n_head - 1) * head_stride + head_dim 160");
+  // Accepted: every attribute at once gets past the checks (empty batch: no CUDA).
+  Call c;
+  c.shape.batch = 0;
+  c.shape.sliding_window = 4;
+  c.shape.softcap = 50.0;
+  c.shape.rotary_dim = 4;
+  CHECK_NOTHROW(c.forward());
+  CHECK_NOTHROW(c.backward());
+}
+
 TEST_CASE("attention rejects null operands and mixed dtypes, naming the operand") {
   require_both_reject([](Call& c) { c.qkv.q.ptr = nullptr; }, "q is null");
   require_both_reject([](Call& c) { c.qkv.k.ptr = nullptr; }, "k is null");
@@ -128,8 +156,13 @@ TEST_CASE("attention_backward rejects bad gradients, strides and workspaces") {
              Contains("dout has dtype bf16"));
   CHECK_THAT(backward_message([](Call& c) { c.grad.dk.dt = DType::f16; }),
              Contains("dk has dtype f16"));
-  CHECK_THAT(backward_message([](Call& c) { c.grad.kv_stride = 96; }),
-             Contains("gradient strides"));
+  // The gradients may have their own row strides (packed gradients of
+  // [B, T, H*D] copies), checked as the inputs' are; heads are spaced alike.
+  CHECK_THAT(backward_message([](Call& c) { c.grad.kv_stride = 31; }),
+             Contains("grad.kv_stride 31 < (n_kv_head - 1) * head_stride + head_dim 32"));
+  CHECK_THAT(backward_message([](Call& c) { c.grad.q_stride = 63; }), Contains("grad.q_stride 63"));
+  CHECK_THAT(backward_message([](Call& c) { c.grad.head_stride = 48; }),
+             Contains("grad.head_stride 48 differs from the inputs' 0"));
   CHECK_THAT(backward_message([](Call& c) { c.ws.bytes -= 1; }),
              Contains("workspace") && Contains("attention_backward_workspace_bytes"));
   CHECK_THAT(backward_message([](Call& c) { c.ws.ptr = nullptr; }), Contains("workspace"));

@@ -1,5 +1,5 @@
 // The CUDA engine trains the tiny family configs whose every op it runs
-// (tests/data/: Gemma (scale, (1 + w) RMSNorm, GeGLU-tanh), Qwen2 (q/k/v
+// (tests/data/: Gemma (scale, (1 + w) RMSNorm, GeGLU-tanh), Gemma 2, Phi-3, Qwen2 (q/k/v
 // biases, grouped kv heads), Qwen3 (per-head q_norm / k_norm), OPT pre- and
 // post-LN (learned positions from row 2, padding_idx)) at world size 1 on NCCL, against the CPU
 // engine: same weights, data and schedule, so fp32 losses agree within 1e-4 relative and final
@@ -30,7 +30,12 @@ struct Family {
   const char* layer;  // the decoder layer class, one FSDP unit each
 };
 
+// Gemma 2 (sliding windows, soft-capped attention and logits) and Phi-3
+// (packed q|k|v with grouped KV heads under a window, packed gate_up) need
+// the attention attributes of engine/cuda/ops/attention_*.cu as well.
 const Family kFamilies[] = {{"gemma-tiny.json", "GemmaDecoderLayer"},
+                            {"gemma2-tiny.json", "Gemma2DecoderLayer"},
+                            {"phi3-tiny.json", "Phi3DecoderLayer"},
                             {"qwen2-tiny.json", "Qwen2DecoderLayer"},
                             {"qwen3-tiny.json", "Qwen3DecoderLayer"},
                             {"opt-tiny.json", "OPTDecoderLayer"},
