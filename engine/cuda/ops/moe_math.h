@@ -16,23 +16,19 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define SS_MOE_HD __host__ __device__
-#else
-#define SS_MOE_HD
-#endif
+#include "engine/cuda/ops/host_device.h"
 
 namespace shardscope::engine::cuda::moe {
 
 // a * b rounded once (no FMA contraction on the device).
-SS_MOE_HD inline double mul_rn(double a, double b) {
+SS_HD inline double mul_rn(double a, double b) {
 #ifdef __CUDA_ARCH__
   return __dmul_rn(a, b);
 #else
   return a * b;
 #endif
 }
-SS_MOE_HD inline float mul_rn(float a, float b) {
+SS_HD inline float mul_rn(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fmul_rn(a, b);
 #else
@@ -42,7 +38,7 @@ SS_MOE_HD inline float mul_rn(float a, float b) {
 
 // Top-k order of the CPU router: higher probability first, ties to the lower
 // expert index (a strict total order, so the top k are unique).
-SS_MOE_HD inline bool ranks_before(float pa, int64_t a, float pb, int64_t b) {
+SS_HD inline bool ranks_before(float pa, int64_t a, float pb, int64_t b) {
   return pa > pb || (pa == pb && a < b);
 }
 
@@ -50,7 +46,7 @@ SS_MOE_HD inline bool ranks_before(float pa, int64_t a, float pb, int64_t b) {
 // choice-major (s = choice * T + position), go to expert e while s <
 // ends[e], ends the cumulative per-sequence counts (ends[E-1] = T*k).
 // Returns the first e with s < ends[e] (binary search; E when s >= T*k).
-SS_MOE_HD inline int64_t forced_expert(const int64_t* ends, int64_t experts, int64_t s) {
+SS_HD inline int64_t forced_expert(const int64_t* ends, int64_t experts, int64_t s) {
   int64_t lo = 0, hi = experts;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
@@ -65,7 +61,7 @@ SS_MOE_HD inline int64_t forced_expert(const int64_t* ends, int64_t experts, int
 // The order in which cpu::moe_dispatch_forward fills an expert's rows: for
 // each sequence b, each choice j, each position t. Entry q of that order
 // (q < tokens * k) is the flat slot (b*T + t) * k + j of indices[tokens, k].
-SS_MOE_HD inline int64_t dispatch_slot(int64_t q, int64_t seq, int64_t k) {
+SS_HD inline int64_t dispatch_slot(int64_t q, int64_t seq, int64_t k) {
   const int64_t per_seq = seq * k;
   const int64_t b = q / per_seq, rem = q % per_seq;
   const int64_t j = rem / seq, t = b * seq + rem % seq;
@@ -73,7 +69,7 @@ SS_MOE_HD inline int64_t dispatch_slot(int64_t q, int64_t seq, int64_t k) {
 }
 
 // sigmoid(g) as cpu::sigmoid_gate_forward rounds it: in fp64, then to fp32.
-SS_MOE_HD inline float sigmoid_of(float g) {
+SS_HD inline float sigmoid_of(float g) {
   return static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(g))));
 }
 
@@ -82,7 +78,7 @@ SS_MOE_HD inline float sigmoid_of(float g) {
 struct SoftmaxRow {
   double max = 0, sum = 0;
   template <typename Logit>
-  SS_MOE_HD static SoftmaxRow of(Logit logit, int64_t experts) {
+  SS_HD static SoftmaxRow of(Logit logit, int64_t experts) {
     SoftmaxRow r;
     float mx = logit(0);
     for (int64_t e = 1; e < experts; ++e) {
@@ -93,7 +89,7 @@ struct SoftmaxRow {
     for (int64_t e = 0; e < experts; ++e) r.sum += exp(static_cast<double>(logit(e)) - r.max);
     return r;
   }
-  SS_MOE_HD float prob(float logit) const {
+  SS_HD float prob(float logit) const {
     return static_cast<float>(exp(static_cast<double>(logit) - max) / sum);
   }
 };
@@ -104,9 +100,9 @@ struct SoftmaxRow {
 // `normalize`. Probabilities used for the choice and the weights are the
 // unrounded fp32 values (the stored ones may be rounded to 16 bits).
 template <typename Logit, typename StoreProb, typename StoreWeight>
-SS_MOE_HD void router_forward_row(Logit logit, int64_t experts, int64_t k, bool normalize,
-                                  bool choose_topk, int64_t* idx, StoreProb store_prob,
-                                  StoreWeight store_weight) {
+SS_HD void router_forward_row(Logit logit, int64_t experts, int64_t k, bool normalize,
+                              bool choose_topk, int64_t* idx, StoreProb store_prob,
+                              StoreWeight store_weight) {
   const SoftmaxRow sm = SoftmaxRow::of(logit, experts);
   for (int64_t e = 0; e < experts; ++e) store_prob(e, sm.prob(logit(e)));
   if (choose_topk) {
@@ -140,8 +136,8 @@ SS_MOE_HD void router_forward_row(Logit logit, int64_t experts, int64_t k, bool 
 // gradient of logit e, from probs p (prob(e)), the experts idx[0..k) and the
 // weights' gradients dweight(j). Sums in fp64 in the CPU op's order.
 template <typename Prob, typename DWeight, typename AddDlogit>
-SS_MOE_HD void router_backward_row(Prob prob, const int64_t* idx, DWeight dweight, int64_t experts,
-                                   int64_t k, bool normalize, AddDlogit add_dlogit) {
+SS_HD void router_backward_row(Prob prob, const int64_t* idx, DWeight dweight, int64_t experts,
+                               int64_t k, bool normalize, AddDlogit add_dlogit) {
   // normalize: w_j = p_j / S, S = sum_m p_m, so dp_j = dw_j / S - sum_m dw_m p_m / S^2.
   double s = 0, dot_w = 0;
   if (normalize)

@@ -33,13 +33,11 @@ struct Family {
 // Gemma 2 (sliding windows, soft-capped attention and logits) and Phi-3
 // (packed q|k|v with grouped KV heads under a window, packed gate_up) need
 // the attention attributes of engine/cuda/ops/attention_*.cu as well.
-const Family kFamilies[] = {{"gemma-tiny.json", "GemmaDecoderLayer"},
-                            {"gemma2-tiny.json", "Gemma2DecoderLayer"},
-                            {"phi3-tiny.json", "Phi3DecoderLayer"},
-                            {"qwen2-tiny.json", "Qwen2DecoderLayer"},
-                            {"qwen3-tiny.json", "Qwen3DecoderLayer"},
-                            {"opt-tiny.json", "OPTDecoderLayer"},
-                            {"opt-postln-tiny.json", "OPTDecoderLayer"}};
+const Family kFamilies[] = {
+    {"gemma-tiny.json", "GemmaDecoderLayer"},   {"gemma2-tiny.json", "Gemma2DecoderLayer"},
+    {"phi3-tiny.json", "Phi3DecoderLayer"},     {"qwen2-tiny.json", "Qwen2DecoderLayer"},
+    {"qwen3-tiny.json", "Qwen3DecoderLayer"},   {"opt-tiny.json", "OPTDecoderLayer"},
+    {"opt-postln-tiny.json", "OPTDecoderLayer"}};
 
 void check_family(const Family& f, bool bf16, bool checkpointing) {
   INFO(f.file << (bf16 ? " bf16" : " fp32") << (checkpointing ? " checkpointed" : ""));
