@@ -11,6 +11,7 @@
 // and a cast, so values match the CPU engine's.
 #include <cuda_runtime.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,15 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t align_up(size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+// A refusal of the op's arguments (alignment, dtypes) as the op's ExecError.
+template <typename F>
+void as_exec_error(const plan::Op& op, F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    throw ExecError("op '" + op.name + "': " + e.what());
+  }
 }
 }  // namespace
 
@@ -78,6 +88,9 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
                       std::to_string(carved + bytes) + " it needs (start-up sizing missed it)");
     return Workspace{bytes == 0 ? nullptr : static_cast<char*>(stream_ws.ptr) + carved, bytes};
   };
+  // The stream workspace past what is carved: a cuDNN graph's (sized by
+  // CudnnAttention::prepare at start-up, checked by the op).
+  auto rest_ws = [&]() -> Workspace { return op_ws(stream_ws.bytes - carved); };
   // fp32 statistics: written by a forward (cast into the buffer afterwards) or
   // read by a backward (cast from the buffer first).
   std::vector<std::pair<float*, Operand>> stats_out;
@@ -201,6 +214,7 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       const AttentionShape shape = exec::attention_shape(o, s_.workload, "CUDA");
       const int64_t hd = shape.n_head * shape.head_dim, kvd = shape.n_kv_head * shape.head_dim;
       const bool packed = op.inputs.size() == 1;
+      const bool use_cudnn = opts_.attention_kernel == AttentionKernel::cudnn;
       std::vector<DevPtr> in;
       for (int t : op.inputs) in.push_back(dev(o.value(t, false)));
       // The kernel family's refusals at start-up sizing, before any step.
@@ -211,14 +225,35 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
           throw ExecError("op '" + op.name + "': " + e.what());
         }
       }
+      // cuDNN: this op's graph, built and cached while sizing (never in a
+      // step); its workspace (and the backward's gradient scratch) is carved
+      // from the stream workspace like every op's.
+      size_t cudnn_bytes = 0;
+      CudnnAttention* cudnn = nullptr;
+      if (use_cudnn) {
+        cudnn = cudnn_[static_cast<size_t>(sop.stream)].get();
+        if (!cudnn) throw ExecError("op '" + op.name + "': no cuDNN handle on its stream");
+        try {
+          const CudnnAttentionKey key = cudnn_attention_key(
+              "attention", shape, in.at(0).dt, packed ? 3 * hd : hd, packed ? 3 * hd : kvd,
+              backward ? CudnnDirection::backward : CudnnDirection::forward,
+              cudnn->deterministic_backward());
+          cudnn_bytes = sizing ? cudnn->prepare(key) : 0;
+        } catch (const std::invalid_argument& e) {
+          throw ExecError("op '" + op.name + "': " + e.what());
+        }
+      }
       DevQkv qkv;  // (no pointers to offset while sizing)
       if (!sizing && packed) qkv = {in[0], in[0].at(hd), in[0].at(2 * hd), 3 * hd, 3 * hd};
       if (!sizing && !packed) qkv = {in.at(0), in.at(1), in.at(2), hd, kvd};
       if (!backward) {
         const Operand out = o.value(op.outputs[0], true);
         float* lse = stat_out(o.value(op.outputs[1], true));
-        if (sizing) return carved;
-        attention_forward(s, shape, qkv, dev(out), lse, opts_.attention_kernel);
+        if (sizing) return carved + cudnn_bytes;
+        if (use_cudnn)
+          as_exec_error(op, [&] { cudnn->forward(s, shape, qkv, dev(out), lse, rest_ws()); });
+        else
+          attention_forward(s, shape, qkv, dev(out), lse, opts_.attention_kernel);
         flush_stats();
         return 0;
       }
@@ -227,15 +262,19 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       const Operand dout = need_grad(op.outputs[0]);
       std::vector<DevPtr> gin;
       for (int t : op.inputs) gin.push_back(dev(need_grad(t)));
-      const size_t bytes = attention_backward_workspace_bytes(shape);
+      const size_t bytes = use_cudnn ? cudnn_bytes : attention_backward_workspace_bytes(shape);
       if (sizing) return carved + bytes;
       DevQkvGrad grad;
       if (packed)
         grad = {gin[0], gin[0].at(hd), gin[0].at(2 * hd), 3 * hd, 3 * hd};
       else
         grad = {gin.at(0), gin.at(1), gin.at(2), hd, kvd};
-      attention_backward(s, shape, qkv, dev(out), lse, dev(dout), grad, op_ws(bytes),
-                         opts_.attention_kernel);
+      if (use_cudnn)
+        as_exec_error(
+            op, [&] { cudnn->backward(s, shape, qkv, dev(out), lse, dev(dout), grad, rest_ws()); });
+      else
+        attention_backward(s, shape, qkv, dev(out), lse, dev(dout), grad, op_ws(bytes),
+                           opts_.attention_kernel);
       return 0;
     }
     case plan::OpType::gelu:

@@ -111,6 +111,7 @@ CudaRankRun train(const CudaTrainConfig& config, const exec::RankPlan* prebuilt,
     options.device = config.device;
     options.recorder = recorder.get();
     options.attention_kernel = config.attention_kernel;
+    options.deterministic_attention = config.deterministic_attention;
     CudaRankExecutor exec(graph, config.base.policy, units, schedule, comm, data, options);
     // From here on an error aborts the communicator before exec's destructor
     // runs: that destructor synchronises the device, which would hang on a
