@@ -50,6 +50,12 @@ std::vector<int64_t> vec(const std::array<int64_t, 4>& a) {
 
 }  // namespace
 
+std::string cudnn_version_text() {
+  const size_t v = cudnnGetVersion();  // major * 10000 + minor * 100 + patch (cuDNN 9)
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+
 struct CudnnAttention::Impl {
   cudnnHandle_t handle = nullptr;
   struct Entry {
@@ -129,12 +135,18 @@ struct CudnnAttention::Impl {
         opts.set_diagonal_band_left_bound(static_cast<int>(k.sliding_window));
       auto [dq, dk, dv] = g->sdpa_backward(q, kk, v, o, dout, stats, opts);
       // Dense scratch (attention_cudnn.h): [B, T, heads * D].
-      dq->set_output(true).set_uid(kDQ).set_dim({B, H, T, D}).set_stride(
-          vec(cudnn_layout::bhtd_strides(T, D, H * D)));
-      dk->set_output(true).set_uid(kDK).set_dim({B, Hkv, T, D}).set_stride(
-          vec(cudnn_layout::bhtd_strides(T, D, Hkv * D)));
-      dv->set_output(true).set_uid(kDV).set_dim({B, Hkv, T, D}).set_stride(
-          vec(cudnn_layout::bhtd_strides(T, D, Hkv * D)));
+      dq->set_output(true)
+          .set_uid(kDQ)
+          .set_dim({B, H, T, D})
+          .set_stride(vec(cudnn_layout::bhtd_strides(T, D, H * D)));
+      dk->set_output(true)
+          .set_uid(kDK)
+          .set_dim({B, Hkv, T, D})
+          .set_stride(vec(cudnn_layout::bhtd_strides(T, D, Hkv * D)));
+      dv->set_output(true)
+          .set_uid(kDV)
+          .set_dim({B, Hkv, T, D})
+          .set_stride(vec(cudnn_layout::bhtd_strides(T, D, Hkv * D)));
     }
     cudnnHandle_t h = get_handle();
     check_fe(g->validate(), "validate", k);
@@ -198,8 +210,8 @@ void require_nonnull(const char* fn, const char* name, const void* ptr) {
 void require_dtype(const char* fn, const char* name, plan::DType dt, plan::DType expected) {
   if (dt != expected)
     throw std::invalid_argument(std::string(fn) + ": " + name + " has dtype " +
-                                plan::dtype_name(dt) + " but q has " +
-                                plan::dtype_name(expected) + " (attention tensors share one dtype)");
+                                plan::dtype_name(dt) + " but q has " + plan::dtype_name(expected) +
+                                " (attention tensors share one dtype)");
 }
 
 }  // namespace
@@ -237,9 +249,8 @@ void CudnnAttention::backward(cudaStream_t s, const AttentionShape& shape, const
                               const DevQkvGrad& grad, Workspace ws) {
   const char* fn = "attention_backward_cudnn";
   if (shape.batch == 0 || shape.seq == 0) return;
-  const CudnnAttentionKey key =
-      cudnn_attention_key(fn, shape, qkv.q.dt, qkv.q_stride, qkv.kv_stride,
-                          CudnnDirection::backward, deterministic_);
+  const CudnnAttentionKey key = cudnn_attention_key(
+      fn, shape, qkv.q.dt, qkv.q_stride, qkv.kv_stride, CudnnDirection::backward, deterministic_);
   for (const auto& [name, dt] : {std::pair<const char*, plan::DType>{"k", qkv.k.dt},
                                  {"v", qkv.v.dt},
                                  {"out", out.dt},
@@ -277,12 +288,15 @@ void CudnnAttention::backward(cudaStream_t s, const AttentionShape& shape, const
   void* dk = base + align_up(static_cast<size_t>(rows * qw) * elem);
   void* dv = static_cast<char*>(dk) + align_up(static_cast<size_t>(rows * kvw) * elem);
   NvtxRange range(fn);
-  std::unordered_map<int64_t, void*> pack{
-      {kQ, const_cast<void*>(qkv.q.ptr)}, {kK, const_cast<void*>(qkv.k.ptr)},
-      {kV, const_cast<void*>(qkv.v.ptr)}, {kO, const_cast<void*>(out.ptr)},
-      {kDO, const_cast<void*>(dout.ptr)}, {kStats, const_cast<float*>(lse)},
-      {kDQ, dq},                          {kDK, dk},
-      {kDV, dv}};
+  std::unordered_map<int64_t, void*> pack{{kQ, const_cast<void*>(qkv.q.ptr)},
+                                          {kK, const_cast<void*>(qkv.k.ptr)},
+                                          {kV, const_cast<void*>(qkv.v.ptr)},
+                                          {kO, const_cast<void*>(out.ptr)},
+                                          {kDO, const_cast<void*>(dout.ptr)},
+                                          {kStats, const_cast<float*>(lse)},
+                                          {kDQ, dq},
+                                          {kDK, dk},
+                                          {kDV, dv}};
   impl_->execute(fn, key, e, s, pack, ws.ptr);
   // Accumulate (+=) into the engine's gradients, with their own row strides.
   detail::launch_add_rows(s, ConstDevPtr{dq, key.dtype}, rows, qw, grad.dq, grad.q_stride, fn);

@@ -58,6 +58,9 @@ struct CudnnAttentionKey {
 // scale=0.125 deterministic=0": for errors and logs.
 std::string cudnn_attention_key_text(const CudnnAttentionKey& key);
 
+// The loaded libcudnn's version, "9.19.0" (cudnnGetVersion; needs no device).
+std::string cudnn_version_text();
+
 // Bytes every pointer and row handed to cuDNN must be aligned to.
 constexpr int64_t kCudnnAlignBytes = 16;
 
@@ -65,8 +68,8 @@ constexpr int64_t kCudnnAlignBytes = 16;
 // comment). `fn` prefixes the std::invalid_argument's message. `deterministic`
 // is ignored (false) for the forward. Touches no CUDA API.
 CudnnAttentionKey cudnn_attention_key(const char* fn, const AttentionShape& shape, plan::DType dt,
-                                      int64_t q_stride, int64_t kv_stride,
-                                      CudnnDirection direction, bool deterministic);
+                                      int64_t q_stride, int64_t kv_stride, CudnnDirection direction,
+                                      bool deterministic);
 
 // The refusals check_attention_kernel makes for AttentionKernel::cudnn before
 // any tensor exists (dtype bf16/f16; head_dim a multiple of 8, <= 256).

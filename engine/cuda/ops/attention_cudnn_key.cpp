@@ -54,8 +54,8 @@ std::string cudnn_attention_key_text(const CudnnAttentionKey& k) {
 }
 
 CudnnAttentionKey cudnn_attention_key(const char* fn, const AttentionShape& shape, plan::DType dt,
-                                      int64_t q_stride, int64_t kv_stride,
-                                      CudnnDirection direction, bool deterministic) {
+                                      int64_t q_stride, int64_t kv_stride, CudnnDirection direction,
+                                      bool deterministic) {
   require_cudnn_kernel(fn, dt, shape.head_dim);
   if (shape.batch < 1) fail(fn, "needs batch >= 1, got batch = " + str(shape.batch));
   if (shape.seq < 1) fail(fn, "needs seq >= 1, got seq = " + str(shape.seq));

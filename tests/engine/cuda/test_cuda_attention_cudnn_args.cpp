@@ -49,8 +49,8 @@ CudnnAttentionKey key_of(const AttentionShape& s, DType dt = DType::bf16,
   return cudnn_attention_key("attention", s, dt, q_stride, kv_stride, d, deterministic);
 }
 
-std::string key_refusal(const AttentionShape& s, DType dt = DType::bf16,
-                        int64_t q_stride = 3 * 768, int64_t kv_stride = 3 * 768) {
+std::string key_refusal(const AttentionShape& s, DType dt = DType::bf16, int64_t q_stride = 3 * 768,
+                        int64_t kv_stride = 3 * 768) {
   return message_of<std::invalid_argument>(
       [&] { key_of(s, dt, CudnnDirection::forward, false, q_stride, kv_stride); });
 }
@@ -79,10 +79,10 @@ TEST_CASE("cudnn attention takes head_dim a multiple of 8 up to 256") {
   AttentionShape s = gpt2_shape();
   s.n_head = s.n_kv_head = 1;
   s.head_dim = 60;
-  CHECK_THAT(key_refusal(s, DType::bf16, 64, 64),
-             Contains("multiple of 8, got head_dim = 60"));
+  CHECK_THAT(key_refusal(s, DType::bf16, 64, 64), Contains("multiple of 8, got head_dim = 60"));
   s.head_dim = 264;
-  CHECK_THAT(key_refusal(s, DType::bf16, 264, 264), Contains("head_dim <= 256, got head_dim = 264"));
+  CHECK_THAT(key_refusal(s, DType::bf16, 264, 264),
+             Contains("head_dim <= 256, got head_dim = 264"));
   CHECK_THAT(message_of<std::invalid_argument>([] {
                check_attention_kernel("attention", AttentionKernel::cudnn, DType::bf16, 36);
              }),
@@ -146,9 +146,8 @@ TEST_CASE("cudnn attention never builds a graph in a step: an unprepared key is 
   const AttentionShape s = gpt2_shape();
   const DevPtr base{storage, DType::bf16};  // 768 * 2 bytes apart: aligned
   const DevQkv qkv{base, base.at(768), base.at(2 * 768), 3 * 768, 3 * 768};
-  const std::string m = message_of<std::logic_error>([&] {
-    att.forward(nullptr, s, qkv, base, reinterpret_cast<float*>(storage), Workspace{});
-  });
+  const std::string m = message_of<std::logic_error>(
+      [&] { att.forward(nullptr, s, qkv, base, reinterpret_cast<float*>(storage), Workspace{}); });
   CHECK_THAT(m, Contains("no cuDNN graph was prepared for forward bf16 B=2 T=17 H=12") &&
                     Contains("start-up sizing pass"));
   CHECK(att.cached_graphs() == 0);
@@ -182,11 +181,12 @@ TEST_CASE("the graph-cache key separates what changes a graph and nothing else")
   };
   for (size_t i = 0; i < distinct.size(); ++i)
     for (size_t j = 0; j < distinct.size(); ++j) {
-      INFO(cudnn_attention_key_text(distinct[i]) << " vs " << cudnn_attention_key_text(distinct[j]));
+      INFO(cudnn_attention_key_text(distinct[i])
+           << " vs " << cudnn_attention_key_text(distinct[j]));
       CHECK((distinct[i] == distinct[j]) == (i == j));
       // A strict weak order: exactly one of <, >, == holds.
-      const int relations = (distinct[i] < distinct[j]) + (distinct[j] < distinct[i]) +
-                            (distinct[i] == distinct[j]);
+      const int relations =
+          (distinct[i] < distinct[j]) + (distinct[j] < distinct[i]) + (distinct[i] == distinct[j]);
       CHECK(relations == 1);
     }
   // A window of T or more masks nothing beyond causality: the causal graph.
@@ -246,6 +246,11 @@ TEST_CASE("attention_forward and attention_backward refuse AttentionKernel::cudn
              }),
              Contains("attention_backward") && Contains("CudnnAttention"));
   CHECK(std::string(attention_kernel_name(AttentionKernel::cudnn)) == "cudnn");
+}
+
+TEST_CASE("libcudnn loads without a driver and reports cuDNN 9") {
+  // The GPU machine's cuDNN comes with PyTorch's wheels; here the toolkit's.
+  CHECK_THAT(cudnn_version_text(), Catch::Matchers::StartsWith("9."));
 }
 
 }  // namespace
