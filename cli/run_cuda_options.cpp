@@ -55,8 +55,7 @@ CudaRunOptions cuda_run_options(const Args& args) {
     throw UsageError("--attention-kernel \"" + attention +
                      "\": expected simt (fp32 math, every dtype), tensor-core (bf16/f16 "
                      "mixed precision, head_dim a multiple of 16 up to 128) or cudnn (cuDNN's "
-                     "fused flash attention: bf16/f16, head_dim a multiple of 8 up to 256, no "
-                     "RoPE)");
+                     "fused flash attention: bf16/f16, head_dim a multiple of 8 up to 256)");
   o.attention_kernel = attention;
   o.deterministic_attention = args.has("deterministic-attention");
   if (o.deterministic_attention && attention != "cudnn")

@@ -94,9 +94,10 @@ struct CudnnAttention::Impl {
                            .set_dim({B, heads, T, D})
                            .set_stride(vec(cudnn_layout::bhtd_strides(T, D, row_stride))));
     };
-    auto q = rows("Q", kQ, H, k.q_stride);
-    auto kk = rows("K", kK, Hkv, k.kv_stride);
-    auto v = rows("V", kV, Hkv, k.kv_stride);
+    const CudnnRowStrides strides = cudnn_row_strides(k);
+    auto q = rows("Q", kQ, H, strides.q);
+    auto kk = rows("K", kK, Hkv, strides.k);
+    auto v = rows("V", kV, Hkv, strides.v);
     const std::vector<int64_t> stats_dim{B, H, T, 1};
     const std::vector<int64_t> stats_stride = vec(cudnn_layout::stats_strides(H, T));
     if (k.direction == CudnnDirection::forward) {
@@ -187,7 +188,7 @@ size_t CudnnAttention::cached_graphs() const {
 size_t CudnnAttention::prepare(const CudnnAttentionKey& key) {
   auto it = impl_->cache.find(key);
   if (it == impl_->cache.end()) it = impl_->cache.emplace(key, impl_->build(key)).first;
-  size_t bytes = align_up(it->second.cudnn_workspace);
+  size_t bytes = align_up(it->second.cudnn_workspace) + cudnn_rope_scratch_bytes(key);
   if (key.direction == CudnnDirection::backward) bytes += cudnn_backward_scratch_bytes(key);
   return bytes;
 }
@@ -201,6 +202,25 @@ void require_workspace(const char* fn, const Workspace& ws, size_t needed) {
                                 std::to_string(ws.bytes) + " bytes, the cuDNN graph needs " +
                                 std::to_string(needed));
   if (ws.ptr) require_cudnn_aligned(fn, "ws", ws.ptr);
+}
+
+// RoPE: q and k rotated into the dense scratch at `at` (q then k); returns
+// the q and k cuDNN reads (the call's own without RoPE).
+std::pair<const void*, const void*> rotated_qk(cudaStream_t s, const char* fn,
+                                               const CudnnAttentionKey& key,
+                                               const AttentionShape& shape, const DevQkv& qkv,
+                                               char* at) {
+  if (!key.rope) return {qkv.q.ptr, qkv.k.ptr};
+  const size_t elem = plan::dtype_bytes(key.dtype);
+  const int64_t rows = key.batch * key.seq;
+  void* q = at;
+  void* k = at + align_up(static_cast<size_t>(rows * key.n_head * key.head_dim) * elem);
+  const cudnn_layout::RopeTable table = cudnn_layout::rope_table(shape.rope_theta, key.head_dim);
+  detail::launch_rope_rows(s, qkv.q, qkv.q_stride, DevPtr{q, key.dtype}, rows, key.seq, key.n_head,
+                           key.head_dim, table, fn);
+  detail::launch_rope_rows(s, qkv.k, qkv.kv_stride, DevPtr{k, key.dtype}, rows, key.seq,
+                           key.n_kv_head, key.head_dim, table, fn);
+  return {q, k};
 }
 
 void require_nonnull(const char* fn, const char* name, const void* ptr) {
@@ -234,10 +254,12 @@ void CudnnAttention::forward(cudaStream_t s, const AttentionShape& shape, const 
     require_cudnn_aligned(fn, name, ptr);
   }
   const Impl::Entry& e = impl_->find(fn, key);
-  require_workspace(fn, ws, e.cudnn_workspace);
+  const size_t cudnn_bytes = align_up(e.cudnn_workspace);
+  require_workspace(fn, ws, cudnn_bytes + cudnn_rope_scratch_bytes(key));
   NvtxRange range(fn);
-  std::unordered_map<int64_t, void*> pack{{kQ, const_cast<void*>(qkv.q.ptr)},
-                                          {kK, const_cast<void*>(qkv.k.ptr)},
+  const auto [q, k] = rotated_qk(s, fn, key, shape, qkv, static_cast<char*>(ws.ptr) + cudnn_bytes);
+  std::unordered_map<int64_t, void*> pack{{kQ, const_cast<void*>(q)},
+                                          {kK, const_cast<void*>(k)},
                                           {kV, const_cast<void*>(qkv.v.ptr)},
                                           {kO, out.ptr},
                                           {kStats, lse}};
@@ -278,8 +300,10 @@ void CudnnAttention::backward(cudaStream_t s, const AttentionShape& shape, const
                                 std::to_string(grad.kv_stride) + ") are narrower than a row");
   const Impl::Entry& e = impl_->find(fn, key);
   const size_t cudnn_bytes = align_up(e.cudnn_workspace);
-  require_workspace(fn, ws, cudnn_bytes + cudnn_backward_scratch_bytes(key));
-  // Scratch after cuDNN's own workspace: dQ, then dK, then dV (dense).
+  const size_t grad_bytes = cudnn_backward_scratch_bytes(key);
+  require_workspace(fn, ws, cudnn_bytes + grad_bytes + cudnn_rope_scratch_bytes(key));
+  // Scratch after cuDNN's own workspace: dQ, then dK, then dV (dense), then
+  // the rotated q and k under RoPE.
   const size_t elem = plan::dtype_bytes(key.dtype);
   const int64_t rows = key.batch * key.seq;
   const int64_t qw = key.n_head * key.head_dim, kvw = key.n_kv_head * key.head_dim;
@@ -288,8 +312,9 @@ void CudnnAttention::backward(cudaStream_t s, const AttentionShape& shape, const
   void* dk = base + align_up(static_cast<size_t>(rows * qw) * elem);
   void* dv = static_cast<char*>(dk) + align_up(static_cast<size_t>(rows * kvw) * elem);
   NvtxRange range(fn);
-  std::unordered_map<int64_t, void*> pack{{kQ, const_cast<void*>(qkv.q.ptr)},
-                                          {kK, const_cast<void*>(qkv.k.ptr)},
+  const auto [q, k] = rotated_qk(s, fn, key, shape, qkv, base + grad_bytes);
+  std::unordered_map<int64_t, void*> pack{{kQ, const_cast<void*>(q)},
+                                          {kK, const_cast<void*>(k)},
                                           {kV, const_cast<void*>(qkv.v.ptr)},
                                           {kO, const_cast<void*>(out.ptr)},
                                           {kDO, const_cast<void*>(dout.ptr)},
@@ -299,8 +324,16 @@ void CudnnAttention::backward(cudaStream_t s, const AttentionShape& shape, const
                                           {kDV, dv}};
   impl_->execute(fn, key, e, s, pack, ws.ptr);
   // Accumulate (+=) into the engine's gradients, with their own row strides.
-  detail::launch_add_rows(s, ConstDevPtr{dq, key.dtype}, rows, qw, grad.dq, grad.q_stride, fn);
-  detail::launch_add_rows(s, ConstDevPtr{dk, key.dtype}, rows, kvw, grad.dk, grad.kv_stride, fn);
+  if (key.rope) {  // dQ, dK are w.r.t. the rotated q, k: back through R^T
+    const cudnn_layout::RopeTable table = cudnn_layout::rope_table(shape.rope_theta, key.head_dim);
+    detail::launch_add_rope_back_rows(s, ConstDevPtr{dq, key.dtype}, grad.dq, grad.q_stride, rows,
+                                      key.seq, key.n_head, key.head_dim, table, fn);
+    detail::launch_add_rope_back_rows(s, ConstDevPtr{dk, key.dtype}, grad.dk, grad.kv_stride, rows,
+                                      key.seq, key.n_kv_head, key.head_dim, table, fn);
+  } else {
+    detail::launch_add_rows(s, ConstDevPtr{dq, key.dtype}, rows, qw, grad.dq, grad.q_stride, fn);
+    detail::launch_add_rows(s, ConstDevPtr{dk, key.dtype}, rows, kvw, grad.dk, grad.kv_stride, fn);
+  }
   detail::launch_add_rows(s, ConstDevPtr{dv, key.dtype}, rows, kvw, grad.dv, grad.kv_stride, fn);
 }
 

@@ -13,10 +13,14 @@
 //  - the backward accumulates (+=) into dq/dk/dv like every engine backward:
 //    cuDNN overwrites its dQ/dK/dV, so they go to dense scratch in the
 //    workspace and are added into the gradients (their own row strides).
+//  - RoPE (rope = true, whole-head rotary): cuDNN's SDPA has no rotary
+//    embedding, so q and k are rotated (the other kernels' fp32 math) into
+//    dense scratch in the workspace, rounded to the dtype as the tensor-core
+//    kernels round them, and cuDNN attends those; the backward rotates them
+//    again and takes dQ, dK back through R^T as it adds them.
 // Refused (std::invalid_argument naming the function and the field, before
 // any CUDA call): dtype other than bf16/f16, head_dim not a multiple of 8 or
-// above 256, RoPE (cuDNN's SDPA has no rotary embedding: it runs on q and k
-// as given), partial rotary, softcap, strides or pointers not 16-byte aligned.
+// above 256, partial rotary, softcap, strides or pointers not 16-byte aligned.
 // fp32 and those shapes keep the simt / tensor_core kernels.
 //
 // Graphs are built and cached per CudnnAttentionKey (shape, strides, dtype,
@@ -47,6 +51,8 @@ struct CudnnAttentionKey {
   int64_t batch = 0, seq = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
   int64_t q_stride = 0, kv_stride = 0;  // row strides of q and of k, v (elements)
   int64_t sliding_window = 0;           // 0: causal only
+  bool rope = false;                    // q, k rotated into scratch first (theta: not a graph
+                                        // property, read from the call's shape)
   float scale = 0.0f;                   // the scale cuDNN multiplies q.k by (fp32)
   bool deterministic = false;           // backward only (false in every forward key)
 
@@ -84,6 +90,15 @@ void require_cudnn_aligned(const char* fn, const char* name, const void* ptr);
 // Scratch the backward needs besides cuDNN's workspace: dense dQ [B, T, H*D]
 // and dK, dV [B, T, Hkv*D] in the key's dtype, each 256-byte aligned.
 size_t cudnn_backward_scratch_bytes(const CudnnAttentionKey& key);
+// Scratch of the rotated q [B, T, H*D] and k [B, T, Hkv*D] (both directions)
+// when key.rope, each 256-byte aligned; 0 without RoPE.
+size_t cudnn_rope_scratch_bytes(const CudnnAttentionKey& key);
+// Row strides cuDNN reads q, k and v with: the call's, or the dense scratch
+// rows (H*D, Hkv*D) of the rotated q and k under RoPE.
+struct CudnnRowStrides {
+  int64_t q = 0, k = 0, v = 0;
+};
+CudnnRowStrides cudnn_row_strides(const CudnnAttentionKey& key);
 
 // One cuDNN handle and its graph cache; one per stream that runs attention
 // (a handle is bound to a stream at each execute). Not thread-safe.

@@ -25,7 +25,7 @@ std::string str(int64_t v) {
 
 auto tie(const CudnnAttentionKey& k) {
   return std::tie(k.direction, k.dtype, k.batch, k.seq, k.n_head, k.n_kv_head, k.head_dim,
-                  k.q_stride, k.kv_stride, k.sliding_window, k.scale, k.deterministic);
+                  k.q_stride, k.kv_stride, k.sliding_window, k.rope, k.scale, k.deterministic);
 }
 
 constexpr size_t kScratchAlign = 256;
@@ -48,7 +48,8 @@ std::string cudnn_attention_key_text(const CudnnAttentionKey& k) {
   os << (k.direction == CudnnDirection::forward ? "forward" : "backward") << ' '
      << plan::dtype_name(k.dtype) << " B=" << k.batch << " T=" << k.seq << " H=" << k.n_head
      << " Hkv=" << k.n_kv_head << " D=" << k.head_dim << " q_stride=" << k.q_stride
-     << " kv_stride=" << k.kv_stride << " window=" << k.sliding_window << " scale=" << k.scale
+     << " kv_stride=" << k.kv_stride << " window=" << k.sliding_window
+     << " rope=" << (k.rope ? 1 : 0) << " scale=" << k.scale
      << " deterministic=" << (k.deterministic ? 1 : 0);
   return os.str();
 }
@@ -65,12 +66,11 @@ CudnnAttentionKey cudnn_attention_key(const char* fn, const AttentionShape& shap
   if (shape.n_head % shape.n_kv_head != 0)
     fail(fn, "needs n_head a multiple of n_kv_head, got n_head " + str(shape.n_head) +
                  " and n_kv_head " + str(shape.n_kv_head));
-  if (shape.rope)
-    fail(fn,
-         "cannot apply RoPE (rope = true): cuDNN's SDPA attends q and k as given; RoPE "
-         "attention runs on AttentionKernel::simt or tensor_core");
-  if (shape.rotary_dim != 0)
-    fail(fn, "cannot apply partial rotary (rotary_dim = " + str(shape.rotary_dim) + ")");
+  if (shape.rope && !(shape.rope_theta > 0.0 && std::isfinite(shape.rope_theta)))
+    fail(fn, "needs a finite rope_theta > 0, got " + std::to_string(shape.rope_theta));
+  if (shape.rotary_dim != 0 && !(shape.rope && shape.rotary_dim == shape.head_dim))
+    fail(fn, "cannot apply partial rotary (rotary_dim = " + str(shape.rotary_dim) +
+                 ", head_dim = " + str(shape.head_dim) + "): the whole head rotates or none");
   if (shape.softcap != 0.0)
     fail(fn, "has no softcap (softcap = " + std::to_string(shape.softcap) +
                  "): cuDNN's SDPA graph here has no score modifier");
@@ -107,6 +107,7 @@ CudnnAttentionKey cudnn_attention_key(const char* fn, const AttentionShape& shap
   k.kv_stride = kv_stride;
   // A window of T or more masks nothing causal attention does not: one graph.
   k.sliding_window = shape.sliding_window >= shape.seq ? 0 : shape.sliding_window;
+  k.rope = shape.rope;
   k.scale = static_cast<float>(shape.scale);
   k.deterministic = direction == CudnnDirection::backward && deterministic;
   return k;
@@ -136,6 +137,19 @@ void require_cudnn_aligned(const char* fn, const char* name, const void* ptr) {
        << address % static_cast<uintptr_t>(kCudnnAlignBytes) << " bytes past a 16-byte boundary";
     fail(fn, os.str());
   }
+}
+
+size_t cudnn_rope_scratch_bytes(const CudnnAttentionKey& k) {
+  if (!k.rope) return 0;
+  const size_t elem = plan::dtype_bytes(k.dtype);
+  const size_t rows = static_cast<size_t>(k.batch * k.seq);
+  return align_up(rows * static_cast<size_t>(k.n_head * k.head_dim) * elem) +
+         align_up(rows * static_cast<size_t>(k.n_kv_head * k.head_dim) * elem);
+}
+
+CudnnRowStrides cudnn_row_strides(const CudnnAttentionKey& k) {
+  if (k.rope) return {k.n_head * k.head_dim, k.n_kv_head * k.head_dim, k.kv_stride};
+  return {k.q_stride, k.kv_stride, k.kv_stride};
 }
 
 size_t cudnn_backward_scratch_bytes(const CudnnAttentionKey& k) {

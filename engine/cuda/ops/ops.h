@@ -108,7 +108,8 @@ struct DevQkvGrad {
 // <= 128; anything else throws std::invalid_argument (never falls back).
 // Both read and write the same layouts, lse and workspace, so a forward of
 // one family pairs with a backward of the other. cudnn: cuDNN 9's fused flash
-// attention (bf16/f16, head_dim a multiple of 8 <= 256, no RoPE): not through
+// attention (bf16/f16, head_dim a multiple of 8 <= 256, whole-head RoPE
+// applied before it, no partial rotary or softcap): not through
 // attention_forward/backward (which refuse it) but CudnnAttention
 // (attention_cudnn.h), which owns a cuDNN handle and its graphs; its lse is
 // the same, its workspace its own.

@@ -10,4 +10,4 @@ shardscope_test(test_cuda_attention_args test_cuda_attention_args.cpp
 shardscope_gpu_test(test_cuda_attention_cudnn test_cuda_attention_cudnn.cpp
   LIBS shardscope_engine_cuda_ops shardscope_engine_cpu)
 shardscope_test(test_cuda_attention_cudnn_args test_cuda_attention_cudnn_args.cpp
-  LIBS shardscope_engine_cuda_ops)
+  LIBS shardscope_engine_cuda_ops shardscope_engine_cpu)

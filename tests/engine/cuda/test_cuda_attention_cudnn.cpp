@@ -7,8 +7,9 @@
 // prefilled buffers (the engine's += contract), from the CPU's out and lse
 // and again from the GPU forward's own (chained, as a training step runs
 // them). Layouts: packed GPT-2 qkv [B, T, 3*H*D]; separate q/k/v with grouped
-// KV heads; a sliding window. The deterministic backward gives bitwise equal
-// gradients in two runs.
+// KV heads; RoPE (Llama: q and k rotated into 16-bit scratch first, as the
+// tensor-core kernels round their roped tiles); a sliding window. The deterministic backward gives
+// bitwise equal gradients in two runs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@ struct Case {
   bool packed = false;  // GPT-2 c_attn output [B, T, 3*H*D] (n_head == n_kv_head)
   DType dt = DType::bf16;
   int64_t window = 0;
+  bool rope = false;  // q, k rotated into scratch before cuDNN (Llama)
   uint32_t seed = 1;
 };
 
@@ -43,7 +45,7 @@ std::string describe(const Case& c) {
   std::ostringstream o;
   o << "B=" << c.batch << " T=" << c.seq << " H=" << c.n_head << " Hkv=" << c.n_kv_head
     << " D=" << c.head_dim << " packed=" << c.packed << " dtype=" << plan::dtype_name(c.dt)
-    << " window=" << c.window;
+    << " window=" << c.window << " rope=" << c.rope;
   return o.str();
 }
 
@@ -66,6 +68,8 @@ Problem make_problem(const Case& c) {
   pr.s.head_dim = c.head_dim;
   pr.s.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   pr.s.sliding_window = c.window;
+  pr.s.rope = c.rope;
+  pr.s.rope_theta = 10000.0;
   pr.rows = c.batch * c.seq;
   pr.hd = c.n_head * c.head_dim;
   const int64_t kvd = c.n_kv_head * c.head_dim;
@@ -209,6 +213,24 @@ TEST_CASE("cuDNN attention: grouped KV heads, head_dim 128, bf16 and fp16") {
     c.seed = 7;
     check_case(c);
   }
+}
+
+TEST_CASE("cuDNN attention: RoPE with grouped KV heads (Llama), head_dim 64 and 128") {
+  for (int64_t d : {64, 128}) {
+    Case c;
+    c.n_head = 8;
+    c.n_kv_head = 2;
+    c.head_dim = d;
+    c.seq = 100;
+    c.rope = true;
+    c.seed = 13;
+    check_case(c);
+  }
+  Case packed;  // RoPE on a packed projection: v keeps the packed stride
+  packed.packed = true;
+  packed.rope = true;
+  packed.dt = DType::f16;
+  check_case(packed);
 }
 
 TEST_CASE("cuDNN attention: a sliding window equals the CPU's t - W < j <= t") {

@@ -3,6 +3,7 @@
 // key, std::logic_error) before the first CUDA or cuDNN call. The pointers
 // below are never dereferenced.
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "engine/cpu/ops.h"
 #include "engine/cuda/ops/attention_cudnn.h"
 #include "engine/cuda/ops/attention_cudnn_layout.h"
 #include "engine/cuda/ops/ops.h"
@@ -89,13 +91,18 @@ TEST_CASE("cudnn attention takes head_dim a multiple of 8 up to 256") {
              Contains("got head_dim = 36"));
 }
 
-TEST_CASE("cudnn attention refuses RoPE, partial rotary, softcap and a negative window") {
+TEST_CASE("cudnn attention refuses partial rotary, softcap, a bad theta and a negative window") {
   AttentionShape s = gpt2_shape();
   s.rope = true;
-  CHECK_THAT(key_refusal(s), Contains("cannot apply RoPE (rope = true)"));
-  s = gpt2_shape();
+  CHECK(key_of(s).rope);  // whole-head RoPE: q and k rotated into scratch first
+  s.rotary_dim = 64;      // = head_dim: the whole head, accepted
+  CHECK_NOTHROW(key_of(s));
   s.rotary_dim = 32;
-  CHECK_THAT(key_refusal(s), Contains("rotary_dim = 32"));
+  CHECK_THAT(key_refusal(s), Contains("partial rotary (rotary_dim = 32, head_dim = 64)"));
+  s = gpt2_shape();
+  s.rope = true;
+  s.rope_theta = 0.0;
+  CHECK_THAT(key_refusal(s), Contains("rope_theta > 0"));
   s = gpt2_shape();
   s.softcap = 50.0;
   CHECK_THAT(key_refusal(s), Contains("has no softcap (softcap = 50"));
@@ -169,6 +176,8 @@ TEST_CASE("the graph-cache key separates what changes a graph and nothing else")
   longer.seq = 18;
   AttentionShape gqa = s;
   gqa.n_kv_head = 4;
+  AttentionShape roped = s;
+  roped.rope = true;
   const std::vector<CudnnAttentionKey> distinct = {
       fwd,
       bwd,
@@ -178,6 +187,7 @@ TEST_CASE("the graph-cache key separates what changes a graph and nothing else")
       key_of(longer),
       key_of(gqa, DType::bf16, CudnnDirection::forward, false, 768, 256),
       key_of(s, DType::bf16, CudnnDirection::forward, false, 768, 3 * 768),
+      key_of(roped),
   };
   for (size_t i = 0; i < distinct.size(); ++i)
     for (size_t j = 0; j < distinct.size(); ++j) {
@@ -194,8 +204,12 @@ TEST_CASE("the graph-cache key separates what changes a graph and nothing else")
   wide.sliding_window = 17;
   CHECK(key_of(wide) == fwd);
   CHECK(cudnn_attention_key_text(bwd_det) ==
-        "backward bf16 B=2 T=17 H=12 Hkv=12 D=64 q_stride=2304 kv_stride=2304 window=0 "
+        "backward bf16 B=2 T=17 H=12 Hkv=12 D=64 q_stride=2304 kv_stride=2304 window=0 rope=0 "
         "scale=0.125 deterministic=1");
+  // theta is the call's, not the graph's: one key for every theta.
+  AttentionShape other_theta = roped;
+  other_theta.rope_theta = 500000.0;
+  CHECK(key_of(other_theta) == key_of(roped));
 }
 
 TEST_CASE("cudnn attention's backward scratch and strides, by hand") {
@@ -218,6 +232,21 @@ TEST_CASE("cudnn attention's backward scratch and strides, by hand") {
   CHECK(cudnn_backward_scratch_bytes(
             key_of(s, DType::f16, CudnnDirection::backward, false, 24, 8)) == 3 * 256);
 
+  // RoPE: the rotated q [34, 256] and k [34, 128] in bf16, 17408 + 8704 bytes;
+  // cuDNN then reads them dense, v with the call's stride.
+  s = gpt2_shape();
+  s.n_head = 4;
+  s.n_kv_head = 2;
+  s.rope = true;
+  const CudnnAttentionKey roped =
+      key_of(s, DType::bf16, CudnnDirection::forward, false, 3 * 256, 3 * 256);
+  CHECK(cudnn_rope_scratch_bytes(roped) == 17408 + 8704);
+  CHECK(cudnn_rope_scratch_bytes(key_of(gpt2_shape())) == 0);
+  const CudnnRowStrides rs = cudnn_row_strides(roped);
+  CHECK((rs.q == 256 && rs.k == 128 && rs.v == 768));
+  const CudnnRowStrides plain = cudnn_row_strides(key_of(gpt2_shape()));
+  CHECK((plain.q == 2304 && plain.k == 2304 && plain.v == 2304));
+
   using cudnn_layout::bhtd_strides;
   using cudnn_layout::stats_strides;
   using cudnn_layout::strided_row_offset;
@@ -228,6 +257,98 @@ TEST_CASE("cudnn attention's backward scratch and strides, by hand") {
   CHECK(strided_row_offset(5, 4, 12) == 13);
   CHECK(strided_row_offset(3, 4, 12) == 3);
   CHECK(strided_row_offset(8, 4, 4) == 8);  // dense into dense: identity
+}
+
+TEST_CASE("RoPE math of the cuDNN path by hand: a rotation and its transpose") {
+  using cudnn_layout::rope_rotate;
+  using cudnn_layout::rope_rotate_back;
+  const float c = std::cos(0.5f), s = std::sin(0.5f);
+  float y1 = 0, y2 = 0;
+  rope_rotate(1.0f, 0.0f, c, s, &y1, &y2);  // (1, 0) by 0.5 rad
+  CHECK(y1 == Approx(c));
+  CHECK(y2 == Approx(s));
+  rope_rotate(0.0f, 1.0f, c, s, &y1, &y2);  // (0, 1) by 0.5 rad
+  CHECK(y1 == Approx(-s));
+  CHECK(y2 == Approx(c));
+  float z1 = 0, z2 = 0;
+  rope_rotate(0.3f, -0.7f, c, s, &y1, &y2);
+  rope_rotate_back(y1, y2, c, s, &z1, &z2);
+  CHECK(z1 == Approx(0.3f).margin(1e-6));
+  CHECK(z2 == Approx(-0.7f).margin(1e-6));
+  const cudnn_layout::RopeTable t = cudnn_layout::rope_table(10000.0, 64);
+  CHECK(t.inv_freq[0] == 1.0f);
+  CHECK(t.inv_freq[1] == static_cast<float>(1.0 / std::pow(10000.0, 2.0 / 64.0)));
+  CHECK(t.inv_freq[31] == static_cast<float>(1.0 / std::pow(10000.0, 62.0 / 64.0)));
+  CHECK(t.inv_freq[32] == 0.0f);  // past D/2: unused
+}
+
+// The decomposition the cuDNN path runs, checked on the CPU twin: attention
+// with RoPE equals attention without it on q, k rotated by rope_rotate and
+// rope_table (forward), and the backward's dq, dk equal R^T of the unroped
+// backward's (rope_rotate_back), dv unchanged.
+TEST_CASE("RoPE outside the attention equals cpu::attention's own RoPE, forward and backward") {
+  AttentionShape s;
+  s.batch = 2;
+  s.seq = 9;
+  s.n_head = 4;
+  s.n_kv_head = 2;
+  s.head_dim = 16;
+  s.scale = 0.25;
+  s.rope_theta = 10000.0;
+  const int64_t rows = s.batch * s.seq, qw = s.n_head * s.head_dim, kw = s.n_kv_head * s.head_dim;
+  std::vector<float> q(static_cast<size_t>(rows * qw)), k(static_cast<size_t>(rows * kw)),
+      v(k.size()), dout(q.size());
+  uint32_t state = 12345;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) / 16777216.0f - 0.5f;  // [-0.5, 0.5)
+  };
+  for (auto* x : {&q, &k, &v, &dout})
+    for (float& e : *x) e = next();
+  const cudnn_layout::RopeTable table = cudnn_layout::rope_table(s.rope_theta, s.head_dim);
+  const int64_t half = s.head_dim / 2;
+  // Rotates (back = false) or rotates back (back = true) every head of rows x width.
+  auto rotate = [&](const std::vector<float>& x, int64_t width, bool back) {
+    std::vector<float> y(x.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < width / s.head_dim; ++h)
+        for (int64_t i = 0; i < half; ++i) {
+          const float angle = static_cast<float>(r % s.seq) * table.inv_freq[i];
+          const float c = std::cos(angle), sn = std::sin(angle);
+          const size_t a = static_cast<size_t>(r * width + h * s.head_dim + i);
+          const size_t b = a + static_cast<size_t>(half);
+          if (back)
+            cudnn_layout::rope_rotate_back(x[a], x[b], c, sn, &y[a], &y[b]);
+          else
+            cudnn_layout::rope_rotate(x[a], x[b], c, sn, &y[a], &y[b]);
+        }
+    return y;
+  };
+  const std::vector<float> qr = rotate(q, qw, false), kr = rotate(k, kw, false);
+  std::vector<float> out_rope(q.size()), lse_rope(static_cast<size_t>(rows * s.n_head));
+  std::vector<float> out_pre(q.size()), lse_pre(lse_rope.size());
+  AttentionShape roped = s;
+  roped.rope = true;
+  cpu::attention_forward(roped, {q.data(), k.data(), v.data(), qw, kw}, out_rope.data(),
+                         lse_rope.data());
+  cpu::attention_forward(s, {qr.data(), kr.data(), v.data(), qw, kw}, out_pre.data(),
+                         lse_pre.data());
+  for (size_t i = 0; i < out_rope.size(); ++i)
+    REQUIRE(out_pre[i] == Approx(out_rope[i]).margin(1e-5));
+  for (size_t i = 0; i < lse_rope.size(); ++i)
+    REQUIRE(lse_pre[i] == Approx(lse_rope[i]).margin(1e-5));
+
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+  cpu::attention_backward(roped, {q.data(), k.data(), v.data(), qw, kw}, out_rope.data(),
+                          lse_rope.data(), dout.data(), {dq.data(), dk.data(), dv.data(), qw, kw});
+  std::vector<float> dqr(q.size()), dkr(k.size()), dvr(v.size());
+  cpu::attention_backward(s, {qr.data(), kr.data(), v.data(), qw, kw}, out_rope.data(),
+                          lse_rope.data(), dout.data(),
+                          {dqr.data(), dkr.data(), dvr.data(), qw, kw});
+  const std::vector<float> dq_back = rotate(dqr, qw, true), dk_back = rotate(dkr, kw, true);
+  for (size_t i = 0; i < dq.size(); ++i) REQUIRE(dq_back[i] == Approx(dq[i]).margin(1e-5));
+  for (size_t i = 0; i < dk.size(); ++i) REQUIRE(dk_back[i] == Approx(dk[i]).margin(1e-5));
+  for (size_t i = 0; i < dv.size(); ++i) REQUIRE(dvr[i] == Approx(dv[i]).margin(1e-5));
 }
 
 TEST_CASE("attention_forward and attention_backward refuse AttentionKernel::cudnn") {
