@@ -1,6 +1,6 @@
 // GPU kernels of the CUDA engine at GPT-2 small shapes (bf16, B = 8,
 // T = 1024, 12 heads of 64, width 768, vocabulary 50257): achieved TFLOP/s
-// of the attention kernel families (simt, tensor_core) forward and backward,
+// of the attention kernel families (simt, tensor_core, cudnn) forward and backward,
 // and of the cuBLASLt linear layers, to see where a step's time goes against
 // PyTorch eager. Prints one table; results go to docs/cuda.md.
 //
@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,7 @@
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/device_query.h"
+#include "engine/cuda/ops/attention_cudnn.h"
 #include "engine/cuda/ops/ops.h"
 
 using namespace shardscope::engine::cuda;
@@ -138,6 +140,27 @@ int main(int argc, char** argv) {
       });
       row(("attention backward, " + name).c_str(), bwd, 5 * product);
     }
+    // cuDNN's fused flash attention, its graphs built before timing as the
+    // engine's sizing pass builds them; the backward includes the adds of
+    // dQ, dK, dV into the gradients (the engine's += contract).
+    CudnnAttention cudnn;
+    const auto key = [&](CudnnDirection d) {
+      return cudnn_attention_key("bench_cuda_kernels", shape, DType::bf16, 3 * width, 3 * width, d,
+                                 false);
+    };
+    const size_t cudnn_bytes = std::max(cudnn.prepare(key(CudnnDirection::forward)),
+                                        cudnn.prepare(key(CudnnDirection::backward)));
+    DeviceBytes cudnn_ws(std::max<size_t>(cudnn_bytes, 1));
+    const Workspace cws{cudnn_ws.ptr, cudnn_bytes};
+    const double fwd = time_ms(stream, iters, [&] {
+      cudnn.forward(stream, shape, in, out.dev(), static_cast<float*>(lse.ptr), cws);
+    });
+    row("attention forward, cudnn", fwd, 2 * product);
+    const double bwd = time_ms(stream, iters, [&] {
+      cudnn.backward(stream, shape, in, out.dev(), static_cast<const float*>(lse.ptr), dout.dev(),
+                     grad, cws);
+    });
+    row("attention backward, cudnn (+= into dq, dk, dv)", bwd, 5 * product);
   }
 
   // The linear layers of one block (c_attn, attn c_proj, c_fc, mlp c_proj) and lm_head.

@@ -49,7 +49,7 @@ const char* kUsage =
     "               [--steps S] [--data FILE] [--trace OUT] [--json] [--ranks-as-threads]\n"
     "               [--timeout S]\n"
     "               [--emulate-world N --rank R [--hw H]] [--profile] [--cuda-graph]\n"
-    "               [--attention-kernel simt|tensor-core]\n\n"
+    "               [--attention-kernel simt|tensor-core|cudnn [--deterministic-attention]]\n\n"
     "  --backend cpu       CPU ranks (default)\n"
     "  --backend cuda      one process per GPU, collectives through NCCL\n"
     "  --nproc N           ranks (default 2 on cpu, every visible GPU on cuda); each a process\n"
@@ -82,9 +82,12 @@ const char* kUsage =
     "  --hw H              hardware model of the emulated collectives (default h100-sxm)\n"
     "  --profile           record the GPU's activity with CUPTI (kernels, copies, NCCL)\n"
     "  --cuda-graph        capture the step as a CUDA graph\n"
-    "  --attention-kernel K  simt (default: fp32 math on the CUDA cores, every dtype) or\n"
+    "  --attention-kernel K  simt (default: fp32 math on the CUDA cores, every dtype),\n"
     "                      tensor-core (WMMA, bf16/f16 param dtype, head_dim a multiple of 16\n"
-    "                      up to 128; refused otherwise)\n"
+    "                      up to 128) or cudnn (cuDNN 9 fused flash attention, bf16/f16,\n"
+    "                      head_dim a multiple of 8 up to 256, no partial rotary or softcap);\n"
+    "                      refused otherwise\n"
+    "  --deterministic-attention  with cudnn: cuDNN's deterministic backward\n"
     "Under torchrun, srun or mpirun (RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK set)\n"
     "this process is one rank (on GPU LOCAL_RANK with --backend cuda) and rendezvouses at\n"
     "MASTER_ADDR:MASTER_PORT.";
@@ -161,7 +164,8 @@ void refuse_expandable_segments(const PlanInputs& in) {
 }
 
 int run_cpu(const Args& args, int argc, char** argv) {
-  for (const char* flag : {"emulate-world", "rank", "profile", "cuda-graph", "attention-kernel"})
+  for (const char* flag : {"emulate-world", "rank", "profile", "cuda-graph", "attention-kernel",
+                           "deterministic-attention"})
     if (args.has(flag)) throw UsageError(std::string("--") + flag + " needs --backend cuda");
   if (args.has("hw"))
     throw UsageError("--hw: the CPU backend measures; it takes no hardware model");
@@ -244,6 +248,7 @@ int cmd_run(int argc, char** argv) {
                               {"profile", false},
                               {"cuda-graph", false},
                               {"attention-kernel"},
+                              {"deterministic-attention", false},
                               {"trace"},
                               {"json", false},
                               {"save"},

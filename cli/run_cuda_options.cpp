@@ -51,11 +51,18 @@ CudaRunOptions cuda_run_options(const Args& args) {
   o.profile = args.has("profile");
   o.cuda_graph = args.has("cuda-graph");
   const std::string attention = args.get("attention-kernel", "simt");
-  if (attention != "simt" && attention != "tensor-core")
+  if (attention != "simt" && attention != "tensor-core" && attention != "cudnn")
     throw UsageError("--attention-kernel \"" + attention +
-                     "\": expected simt (fp32 math, every dtype) or tensor-core (bf16/f16 "
-                     "mixed precision, head_dim a multiple of 16 up to 128)");
-  o.attention_tensor_core = attention == "tensor-core";
+                     "\": expected simt (fp32 math, every dtype), tensor-core (bf16/f16 "
+                     "mixed precision, head_dim a multiple of 16 up to 128) or cudnn (cuDNN's "
+                     "fused flash attention: bf16/f16, head_dim a multiple of 8 up to 256)");
+  o.attention_kernel = attention;
+  o.deterministic_attention = args.has("deterministic-attention");
+  if (o.deterministic_attention && attention != "cudnn")
+    throw UsageError(
+        "--deterministic-attention selects cuDNN's deterministic backward: it needs "
+        "--attention-kernel cudnn (got " +
+        attention + ")");
   if (emulate) {
     o.emulate_world = static_cast<int>(args.get_int("emulate-world", 0, 1, 1 << 20));
     const int64_t rank = args.get_int("rank", 0, INT64_MIN, INT64_MAX);
@@ -69,15 +76,15 @@ CudaRunOptions cuda_run_options(const Args& args) {
   return o;
 }
 
-// The tensor-core attention kernels take 16-bit operands only: refused
-// before any device is touched (the executor also checks each attention op's
-// head_dim when it is made).
+// The tensor-core and cuDNN attention kernels take 16-bit operands only:
+// refused before any device is touched (the executor also checks each
+// attention op's head_dim, RoPE and strides when it is made).
 void require_attention_kernel_fits(const PlanInputs& in, const CudaRunOptions& opt) {
   const plan::DType dt = in.policy.mixed_precision.param_dtype;
-  if (opt.attention_tensor_core && dt != plan::DType::bf16 && dt != plan::DType::f16)
-    throw UsageError(
-        "--attention-kernel tensor-core needs mixed_precision.param_dtype bf16 or fp16 (the "
-        "policy's is fp32); fp32 attention runs on --attention-kernel simt");
+  if (opt.attention_kernel != "simt" && dt != plan::DType::bf16 && dt != plan::DType::f16)
+    throw UsageError("--attention-kernel " + opt.attention_kernel +
+                     " needs mixed_precision.param_dtype bf16 or fp16 (the policy's is fp32); "
+                     "fp32 attention runs on --attention-kernel simt");
 }
 
 }  // namespace shardscope::cli

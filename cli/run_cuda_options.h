@@ -22,7 +22,7 @@ using CudaRunOptions = engine::run::CudaOptions;
 // --ranks-as-threads (one process per GPU).
 CudaRunOptions cuda_run_options(const Args& args);
 
-// --attention-kernel tensor-core takes 16-bit operands only: UsageError
+// --attention-kernel tensor-core / cudnn take 16-bit operands only: UsageError
 // naming mixed_precision.param_dtype when the policy's is fp32. Every build
 // (a usage error does not depend on a device).
 void require_attention_kernel_fits(const PlanInputs& in, const CudaRunOptions& options);

@@ -49,11 +49,13 @@ enum class Role : uint8_t { launcher, rank, threads, emulated };
 struct CudaOptions {
   bool profile = false;     // CUPTI recording
   bool cuda_graph = false;  // the step captured as a CUDA graph
-  // engine/cuda/ops/ops.h AttentionKernel: tensor-core (true) or simt
-  bool attention_tensor_core = false;
-  int emulate_world = 0;  // Role::emulated: N (0: real ranks, one process per GPU)
-  int emulate_rank = 0;   // Role::emulated: R, in [0, N)
-  sim::HardwareModel hw;  // Role::emulated: collective times of the emulated peers
+  // engine/cuda/ops/ops.h AttentionKernel, as run's --attention-kernel spells
+  // it: "simt", "tensor-core" or "cudnn"
+  std::string attention_kernel = "simt";
+  bool deterministic_attention = false;  // cudnn only: cuDNN's deterministic backward
+  int emulate_world = 0;                 // Role::emulated: N (0: real ranks, one process per GPU)
+  int emulate_rank = 0;                  // Role::emulated: R, in [0, N)
+  sim::HardwareModel hw;                 // Role::emulated: collective times of the emulated peers
 };
 
 // Rank 0's progress after each step.

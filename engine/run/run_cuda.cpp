@@ -24,6 +24,14 @@ namespace shardscope::engine::run::detail {
 
 namespace {
 
+// run's --attention-kernel spelling (validated by the CLI) as the engine's enum.
+cuda::AttentionKernel attention_kernel(const std::string& name) {
+  if (name == "tensor-core") return cuda::AttentionKernel::tensor_core;
+  if (name == "cudnn") return cuda::AttentionKernel::cudnn;
+  if (name == "simt") return cuda::AttentionKernel::simt;
+  throw std::invalid_argument("unknown attention kernel \"" + name + "\"");
+}
+
 cuda::CudaTrainConfig train_config(const RunRequest& request, int device) {
   cuda::CudaTrainConfig c;
   c.base.graph = request.graph;
@@ -35,8 +43,8 @@ cuda::CudaTrainConfig train_config(const RunRequest& request, int device) {
   c.device = device;
   c.profile = request.cuda.profile;
   c.cuda_graph = request.cuda.cuda_graph;
-  c.attention_kernel = request.cuda.attention_tensor_core ? cuda::AttentionKernel::tensor_core
-                                                          : cuda::AttentionKernel::simt;
+  c.attention_kernel = attention_kernel(request.cuda.attention_kernel);
+  c.deterministic_attention = request.cuda.deterministic_attention;
   return c;
 }
 
@@ -50,7 +58,9 @@ BackendReport cuda_report(const cuda::CudaRankRun& r, const CudaOptions& opt,
   rep.extra["collectives"] = collectives;
   rep.extra["profiled"] = opt.profile;
   rep.extra["cuda_graph"] = opt.cuda_graph;
-  rep.extra["attention_kernel"] = opt.attention_tensor_core ? "tensor-core" : "simt";
+  rep.extra["attention_kernel"] = opt.attention_kernel;
+  if (opt.attention_kernel == "cudnn")
+    rep.extra["deterministic_attention"] = opt.deterministic_attention;
   rep.extra["allocator_peak_reserved_bytes"] = r.peak_reserved_bytes;  // rank 0's allocator
   if (opt.profile) {
     rep.extra["other_device_bytes"] = r.other_device_bytes;
@@ -58,7 +68,8 @@ BackendReport cuda_report(const cuda::CudaRankRun& r, const CudaOptions& opt,
   }
   rep.notes = "device " + r.device_name + ", collectives " + collectives +
               (opt.profile ? ", CUPTI recording" : "") + (opt.cuda_graph ? ", CUDA graph" : "") +
-              ", attention kernel " + (opt.attention_tensor_core ? "tensor-core" : "simt") + "\n";
+              ", attention kernel " + opt.attention_kernel +
+              (opt.deterministic_attention ? " (deterministic backward)" : "") + "\n";
   return rep;
 }
 

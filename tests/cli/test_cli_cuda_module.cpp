@@ -46,7 +46,8 @@ std::vector<std::string> needed(const std::string& file) {
 }
 
 bool is_cuda_library(const std::string& soname) {
-  for (const char* prefix : {"libcublas", "libcudart", "libcupti", "libnccl", "libcuda."})
+  for (const char* prefix :
+       {"libcublas", "libcudart", "libcupti", "libnccl", "libcuda.", "libcudnn", "libnvrtc"})
     if (soname.rfind(prefix, 0) == 0) return true;
   return false;
 }
@@ -88,6 +89,8 @@ TEST_CASE("the CUDA module beside the executable links the CUDA libraries and ex
   CHECK(has("libcublasLt"));
   CHECK(has("libnccl"));
   CHECK(has("libcupti"));
+  CHECK(has("libcudnn.so.9"));   // the cuDNN attention (a shared library: no driver to load)
+  CHECK_FALSE(has("libcuda."));  // the driver never
   // The version script (engine/run/cuda_module.map): the entry point only.
   const std::string symbols =
       command_output("nm -D --defined-only '" + module.string() + "' | awk '{print $3}'");

@@ -121,6 +121,13 @@ TEST_CASE("run --backend cuda flag errors exit 2 naming the flag, before any dev
       // fp32 params (the default policy): the tensor-core kernels take 16-bit operands.
       {"--backend cuda --emulate-world 2 --rank 0 --attention-kernel tensor-core",
        "mixed_precision.param_dtype"},
+      // cuDNN's attention too; its deterministic backward only with it, cuda only.
+      {"--backend cuda --emulate-world 2 --rank 0 --attention-kernel cudnn",
+       "--attention-kernel cudnn needs mixed_precision.param_dtype"},
+      {"--backend cuda --deterministic-attention", "--deterministic-attention"},
+      {"--backend cuda --attention-kernel tensor-core --deterministic-attention",
+       "needs --attention-kernel cudnn"},
+      {"--backend cpu --deterministic-attention", "--deterministic-attention"},
       {"--backend cuda --emulate-world 8 --rank 0 --hw no-such-gpu", "--hw"},
       {"--backend cuda --save /tmp/shardscope-never-written", "--save"},
       {"--backend cuda --load /tmp/shardscope-never-read", "--load"},

@@ -110,6 +110,7 @@ void CudaRankExecutor::release_resources() noexcept {
   events_.reset();
   backing_.reset();
   blas_.clear();
+  cudnn_.clear();
   for (cudaEvent_t e : start_evt_)
     if (e) (void)cudaEventDestroy(e);
   for (cudaEvent_t e : done_evt_)
@@ -201,6 +202,15 @@ void CudaRankExecutor::create_streams_and_events() {
       continue;
     auto& b = blas_[static_cast<size_t>(op.stream)];
     if (!b) b = std::make_unique<Blas>();
+  }
+  // One cuDNN attention (handle + graphs) per stream that runs attention.
+  cudnn_.resize(ns);
+  for (const plan::ScheduleOp& op : s_.ops) {
+    if (opts_.attention_kernel != AttentionKernel::cudnn || op.graph_op < 0 ||
+        g_.ops[static_cast<size_t>(op.graph_op)].type != plan::OpType::attention)
+      continue;
+    auto& c = cudnn_[static_cast<size_t>(op.stream)];
+    if (!c) c = std::make_unique<CudnnAttention>(opts_.deterministic_attention);
   }
   // Per op: completion (waits, host waits, timing end) and, without CUPTI, start.
   const bool timing = opts_.recorder == nullptr;

@@ -11,6 +11,7 @@
 // and a cast, so values match the CPU engine's.
 #include <cuda_runtime.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,15 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t align_up(size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+// A refusal of the op's arguments (alignment, dtypes) as the op's ExecError.
+template <typename F>
+void as_exec_error(const plan::Op& op, F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    throw ExecError("op '" + op.name + "': " + e.what());
+  }
 }
 }  // namespace
 
@@ -80,6 +90,9 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
                       std::to_string(carved + bytes) + " it needs (start-up sizing missed it)");
     return Workspace{bytes == 0 ? nullptr : static_cast<char*>(stream_ws.ptr) + carved, bytes};
   };
+  // The stream workspace past what is carved: a cuDNN graph's (sized by
+  // CudnnAttention::prepare at start-up, checked by the op).
+  auto rest_ws = [&]() -> Workspace { return op_ws(stream_ws.bytes - carved); };
   // fp32 statistics: written by a forward (cast into the buffer afterwards) or
   // read by a backward (cast from the buffer first).
   std::vector<std::pair<float*, Operand>> stats_out;
@@ -242,6 +255,11 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       if (q_in_roped && (per_head || op.outputs.size() < 4))
         throw ExecError("op '" + op.name + "': repeated k and v need a q_roped output");
       const int64_t rows = s_.workload.batch * s_.workload.seq;
+      const bool use_cudnn = opts_.attention_kernel == AttentionKernel::cudnn;
+      if (use_cudnn && per_head)
+        throw ExecError("op '" + op.name +
+                        "': the cudnn attention kernel does not read GPT-NeoX's per-head qkv "
+                        "layout (qkv_per_head; use --attention-kernel simt or tensor-core)");
       std::vector<DevPtr> in;
       if (!backward || !repeated) {
         for (int t : op.inputs) in.push_back(dev(o.value(t, false)));
@@ -256,6 +274,29 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       if (sizing) {
         try {
           check_attention_kernel("attention", opts_.attention_kernel, in.at(0).dt, shape.head_dim);
+        } catch (const std::invalid_argument& e) {
+          throw ExecError("op '" + op.name + "': " + e.what());
+        }
+      }
+      // cuDNN: this op's graph, built and cached while sizing (never in a
+      // step); its workspace (and the backward's gradient scratch) is carved
+      // from the stream workspace like every op's.
+      size_t cudnn_bytes = 0;
+      CudnnAttention* cudnn = nullptr;
+      if (use_cudnn) {
+        cudnn = cudnn_[static_cast<size_t>(sop.stream)].get();
+        if (!cudnn) throw ExecError("op '" + op.name + "': no cuDNN handle on its stream");
+        try {
+          // The strides qkv gets below, in this direction.
+          const int64_t q_stride = backward && repeated ? (packed && !q_in_roped ? row : hd)
+                                   : packed             ? row
+                                                        : hd;
+          const int64_t kv_stride = backward && repeated ? hd : packed ? row : kvd;
+          const CudnnAttentionKey key = cudnn_attention_key(
+              "attention", shape, in.at(0).dt, q_stride, kv_stride,
+              backward ? CudnnDirection::backward : CudnnDirection::forward,
+              cudnn->deterministic_backward());
+          cudnn_bytes = sizing ? cudnn->prepare(key) : 0;
         } catch (const std::invalid_argument& e) {
           throw ExecError("op '" + op.name + "': " + e.what());
         }
@@ -276,8 +317,11 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
         const Operand out = o.value(op.outputs[0], true);
         float* lse = stat_out(o.value(op.outputs[1], true));
         const Operand q_copy = q_in_roped ? o.value(op.outputs[2], true) : Operand{};
-        if (sizing) return carved;
-        attention_forward(s, shape, qkv, dev(out), lse, opts_.attention_kernel);
+        if (sizing) return carved + cudnn_bytes;
+        if (use_cudnn)
+          as_exec_error(op, [&] { cudnn->forward(s, shape, qkv, dev(out), lse, rest_ws()); });
+        else
+          attention_forward(s, shape, qkv, dev(out), lse, opts_.attention_kernel);
         flush_stats();
         // Strided device-to-device row copies: `width` elements of each of
         // `rows` rows, from rows `src_stride` apart to rows `dst_stride` apart.
@@ -304,15 +348,19 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       const Operand dout = need_grad(op.outputs[0]);
       std::vector<DevPtr> gin;
       for (int t : op.inputs) gin.push_back(dev(need_grad(t)));
-      const size_t bytes = attention_backward_workspace_bytes(shape);
+      const size_t bytes = use_cudnn ? cudnn_bytes : attention_backward_workspace_bytes(shape);
       if (sizing) return carved + bytes;
       DevQkvGrad grad;
       if (packed)
         grad = {gin[0], gin[0].at(k_off), gin[0].at(v_off), row, row, head_stride};
       else
         grad = {gin.at(0), gin.at(1), gin.at(2), hd, kvd, 0};
-      attention_backward(s, shape, qkv, dev(out), lse, dev(dout), grad, op_ws(bytes),
-                         opts_.attention_kernel);
+      if (use_cudnn)
+        as_exec_error(
+            op, [&] { cudnn->backward(s, shape, qkv, dev(out), lse, dev(dout), grad, rest_ws()); });
+      else
+        attention_backward(s, shape, qkv, dev(out), lse, dev(dout), grad, op_ws(bytes),
+                           opts_.attention_kernel);
       return 0;
     }
     case plan::OpType::gelu:

@@ -51,6 +51,7 @@
 #include "engine/cuda/comm/device_communicator.h"
 #include "engine/cuda/exec/exec_kernels.h"
 #include "engine/cuda/memory/cuda_backing.h"
+#include "engine/cuda/ops/attention_cudnn.h"
 #include "engine/cuda/ops/ops.h"
 #include "engine/exec/data.h"
 #include "engine/exec/exec_error.h"
@@ -78,6 +79,10 @@ struct CudaExecOptions {
   // Kernel family of the attention ops (engine/cuda/ops/ops.h); checked
   // against every attention op's dtype and head_dim when the executor is made.
   AttentionKernel attention_kernel = AttentionKernel::simt;
+  // AttentionKernel::cudnn only: cuDNN's deterministic backward (run's
+  // --deterministic-attention); the other families are deterministic already
+  // in their dk/dv sums or not selectable this way.
+  bool deterministic_attention = false;
 };
 
 class CudaRankExecutor : private exec::RunnerBackend {
@@ -223,6 +228,9 @@ class CudaRankExecutor : private exec::RunnerBackend {
   // device resources (destroyed in reverse)
   std::vector<cudaStream_t> streams_;  // [0] = host: nullptr
   std::vector<std::unique_ptr<Blas>> blas_;
+  // AttentionKernel::cudnn: one cuDNN handle + graph cache per stream that
+  // runs attention; graphs built by the sizing pass (size_workspaces).
+  std::vector<std::unique_ptr<CudnnAttention>> cudnn_;
   std::vector<Workspace> workspaces_;  // per stream
   std::vector<void*> own_device_;      // cudaMalloc'd by the executor
   std::vector<void*> own_pinned_;      // cudaHostAlloc'd by the executor

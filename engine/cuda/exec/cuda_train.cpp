@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "engine/cuda/check.h"
@@ -111,6 +112,7 @@ CudaRankRun train(const CudaTrainConfig& config, const exec::RankPlan* prebuilt,
     options.device = config.device;
     options.recorder = recorder.get();
     options.attention_kernel = config.attention_kernel;
+    options.deterministic_attention = config.deterministic_attention;
     CudaRankExecutor exec(graph, config.base.policy, units, schedule, comm, data, options);
     // From here on an error aborts the communicator before exec's destructor
     // runs: that destructor synchronises the device, which would hang on a
@@ -123,6 +125,15 @@ CudaRankRun train(const CudaTrainConfig& config, const exec::RankPlan* prebuilt,
       trace.meta.world_size = config.base.world_size;
       trace.meta.hardware = out.device_name;
       trace.meta.tool_versions["communicator"] = communicator_kind_name(comm.kind());
+      // Which attention kernel ran (its NVTX ranges name it too:
+      // attention_forward_cudnn, attention_backward_cudnn).
+      trace.meta.tool_versions["attention_kernel"] =
+          std::string(attention_kernel_name(config.attention_kernel)) +
+          (config.attention_kernel == AttentionKernel::cudnn && config.deterministic_attention
+               ? " (deterministic backward)"
+               : "");
+      if (config.attention_kernel == AttentionKernel::cudnn)
+        trace.meta.tool_versions["cudnn"] = cudnn_version_text();
       exec.init_weights(seed);
 
       for (int64_t step = 0; step < config.base.steps; ++step) {

@@ -30,6 +30,7 @@ struct CudaTrainConfig {
   int device = 0;        // CUDA ordinal (cudaSetDevice before anything else)
   bool profile = false;  // record with CUPTI (profiler/cupti): trace events are the GPU's
   AttentionKernel attention_kernel = AttentionKernel::simt;  // CudaExecOptions::attention_kernel
+  bool deterministic_attention = false;  // CudaExecOptions::deterministic_attention (cudnn)
   bool cuda_graph = false;  // capture the step as a CUDA graph (refused when the policy
                             // needs host synchronisation: fsdp1 limit_all_gathers, fp16
                             // dynamic loss scaling, CPU offload)

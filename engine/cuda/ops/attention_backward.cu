@@ -32,6 +32,7 @@
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops/attention_common.cuh"
+#include "engine/cuda/ops/attention_cudnn.h"
 #include "engine/cuda/ops/attention_tc.cuh"
 #include "engine/cuda/ops/nvtx_range.h"
 #include "engine/cuda/ops/ops.h"
@@ -397,6 +398,7 @@ void attention_backward(cudaStream_t s, const AttentionShape& shape, const DevQk
                         Workspace ws, AttentionKernel kernel) {
   using namespace attention_detail;
   const char* fn = "attention_backward";
+  require_not_cudnn(fn, kernel);
   AttentionParams p =
       make_attention_params(fn, shape, qkv.q_stride, qkv.kv_stride, qkv.head_stride);
   if (grad.head_stride != qkv.head_stride)

@@ -11,6 +11,7 @@
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops/attention_common.cuh"
+#include "engine/cuda/ops/attention_cudnn.h"
 #include "engine/cuda/ops/attention_tc.cuh"
 #include "engine/cuda/ops/ops.h"
 
@@ -150,10 +151,19 @@ void check_attention_kernel(const char* fn, AttentionKernel kernel, plan::DType 
                             int64_t head_dim) {
   if (kernel == AttentionKernel::tensor_core)
     attention_detail::require_tensor_core(fn, dt, head_dim);
+  if (kernel == AttentionKernel::cudnn) require_cudnn_kernel(fn, dt, head_dim);
 }
 
 const char* attention_kernel_name(AttentionKernel kernel) {
-  return kernel == AttentionKernel::tensor_core ? "tensor-core" : "simt";
+  switch (kernel) {
+    case AttentionKernel::tensor_core:
+      return "tensor-core";
+    case AttentionKernel::cudnn:
+      return "cudnn";
+    case AttentionKernel::simt:
+      break;
+  }
+  return "simt";
 }
 
 }  // namespace shardscope::engine::cuda

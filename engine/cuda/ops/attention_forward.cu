@@ -24,6 +24,7 @@
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops/attention_common.cuh"
+#include "engine/cuda/ops/attention_cudnn.h"
 #include "engine/cuda/ops/attention_tc.cuh"
 #include "engine/cuda/ops/nvtx_range.h"
 #include "engine/cuda/ops/ops.h"
@@ -229,6 +230,7 @@ void attention_forward(cudaStream_t s, const AttentionShape& shape, const DevQkv
                        float* lse, AttentionKernel kernel) {
   using namespace attention_detail;
   const char* fn = "attention_forward";
+  require_not_cudnn(fn, kernel);
   const AttentionParams p =
       make_attention_params(fn, shape, qkv.q_stride, qkv.kv_stride, qkv.head_stride);
   const int64_t rows = shape.batch * shape.seq;

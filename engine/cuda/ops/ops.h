@@ -122,9 +122,14 @@ struct DevQkvGrad {
 // accumulation, sm_80+) for bf16/f16 tensors and head_dim a multiple of 16,
 // <= 128; anything else throws std::invalid_argument (never falls back).
 // Both read and write the same layouts, lse and workspace, so a forward of
-// one family pairs with a backward of the other.
-enum class AttentionKernel { simt, tensor_core };
-// "simt" / "tensor-core" (the spelling of run's --attention-kernel).
+// one family pairs with a backward of the other. cudnn: cuDNN 9's fused flash
+// attention (bf16/f16, head_dim a multiple of 8 <= 256, whole-head RoPE
+// applied before it, no partial rotary or softcap): not through
+// attention_forward/backward (which refuse it) but CudnnAttention
+// (attention_cudnn.h), which owns a cuDNN handle and its graphs; its lse is
+// the same, its workspace its own.
+enum class AttentionKernel { simt, tensor_core, cudnn };
+// "simt" / "tensor-core" / "cudnn" (the spelling of run's --attention-kernel).
 const char* attention_kernel_name(AttentionKernel kernel);
 // Throws std::invalid_argument naming `fn` when `kernel` cannot run q of dtype
 // `dt` with `head_dim` (the refusals of attention_forward/backward, checked

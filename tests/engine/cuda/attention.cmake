@@ -9,3 +9,9 @@ shardscope_test(test_cuda_attention_args test_cuda_attention_args.cpp
 # (attention_math.h, plain C++ too) against cpu::attention on the host.
 shardscope_test(test_attention_math test_attention_math.cpp
   LIBS shardscope_engine_cpu)
+# cuDNN's fused attention (engine/cuda/ops/attention_cudnn.h): against the CPU
+# twin on the GPU, and its refusals, cache key and index math everywhere.
+shardscope_gpu_test(test_cuda_attention_cudnn test_cuda_attention_cudnn.cpp
+  LIBS shardscope_engine_cuda_ops shardscope_engine_cpu)
+shardscope_test(test_cuda_attention_cudnn_args test_cuda_attention_cudnn_args.cpp
+  LIBS shardscope_engine_cuda_ops shardscope_engine_cpu)

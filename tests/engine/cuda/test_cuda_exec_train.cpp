@@ -25,7 +25,8 @@ struct Runs {
 };
 
 Runs train_both(const plan::Graph& g, const std::vector<std::string>& sets,
-                engine::cuda::AttentionKernel attention = engine::cuda::AttentionKernel::simt) {
+                engine::cuda::AttentionKernel attention = engine::cuda::AttentionKernel::simt,
+                bool deterministic_attention = false) {
   engine::exec::TrainConfig base;
   base.graph = &g;
   base.policy = test::make_policy(sets);
@@ -40,6 +41,7 @@ Runs train_both(const plan::Graph& g, const std::vector<std::string>& sets,
   engine::cuda::CudaTrainConfig config;
   config.base = base;
   config.attention_kernel = attention;
+  config.deterministic_attention = deterministic_attention;
   runs.gpu = engine::cuda::train_cuda_rank(config, nccl.comm, hooks);
   return runs;
 }
@@ -154,4 +156,60 @@ TEST_CASE("cuda executor refuses the tensor-core attention kernels on fp32, nami
   CHECK_THROWS_WITH(
       engine::cuda::train_cuda_rank(config, nccl.comm, {}),
       Catch::Contains("AttentionKernel::tensor_core needs bf16 or f16") && Catch::Contains("op '"));
+}
+
+TEST_CASE("cuda gpt2-tiny bf16 on cuDNN's fused attention matches the CPU engine, same peak",
+          "[cuda][exec]") {
+  const plan::Graph g = plan::load_model("gpt2-tiny");
+  std::vector<std::string> sets = kBase;
+  sets.push_back("mixed_precision={\"param_dtype\":\"bf16\",\"reduce_dtype\":\"fp32\"}");
+  const Runs r = train_both(g, sets, engine::cuda::AttentionKernel::cudnn, true);
+  REQUIRE(r.gpu.run.losses.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    INFO("step " << i << " cuda " << r.gpu.run.losses[i] << " cpu " << r.cpu.losses[i]);
+    CHECK(std::abs(r.gpu.run.losses[i] - r.cpu.losses[i]) <= 2e-2 * std::abs(r.cpu.losses[i]));
+  }
+  // cuDNN's workspace is carved from the stream workspace, outside the
+  // caching allocator: the allocator's peak is the plan's, as on the CPU.
+  CHECK(r.gpu.run.peak_allocated_bytes == r.cpu.peak_allocated_bytes);
+  const auto& tools = r.gpu.run.trace.meta.tool_versions;
+  REQUIRE(tools.count("attention_kernel") == 1);
+  CHECK(tools.at("attention_kernel") == "cudnn (deterministic backward)");
+  CHECK(tools.count("cudnn") == 1);
+  // The deterministic backward: a second run gives the same losses, bit for bit.
+  const Runs again = train_both(g, sets, engine::cuda::AttentionKernel::cudnn, true);
+  CHECK(again.gpu.run.losses == r.gpu.run.losses);
+}
+
+TEST_CASE(
+    "cuda llama-tiny bf16 on cuDNN's fused attention (RoPE outside it) matches the CPU engine",
+    "[cuda][exec]") {
+  const plan::Graph g = plan::load_model("llama-tiny");
+  const std::vector<std::string> sets = {
+      "batch_size=2", "seq_len=16", "optimizer={\"type\":\"sgd\",\"lr\":0.05,\"momentum\":0.9}",
+      "mixed_precision={\"param_dtype\":\"bf16\",\"reduce_dtype\":\"fp32\"}"};
+  const Runs r = train_both(g, sets, engine::cuda::AttentionKernel::cudnn);
+  REQUIRE(r.gpu.run.losses.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    INFO("step " << i << " cuda " << r.gpu.run.losses[i] << " cpu " << r.cpu.losses[i]);
+    CHECK(std::abs(r.gpu.run.losses[i] - r.cpu.losses[i]) <= 2e-2 * std::abs(r.cpu.losses[i]));
+  }
+  CHECK(r.gpu.run.peak_allocated_bytes == r.cpu.peak_allocated_bytes);
+}
+
+TEST_CASE("cuda executor refuses cuDNN attention on fp32, naming the op", "[cuda][exec]") {
+  const plan::Graph g = plan::load_model("gpt2-tiny");
+  engine::exec::TrainConfig base;
+  base.graph = &g;
+  base.policy = test::make_policy(kBase);
+  base.world_size = 1;
+  base.steps = 1;
+  base.model_name = "gpt2-tiny";
+  test::NcclWorldOne nccl(engine::exec::comm_groups(g, base.policy, 1));
+  engine::cuda::CudaTrainConfig config;
+  config.base = base;
+  config.attention_kernel = engine::cuda::AttentionKernel::cudnn;
+  CHECK_THROWS_WITH(
+      engine::cuda::train_cuda_rank(config, nccl.comm, {}),
+      Catch::Contains("AttentionKernel::cudnn needs bf16 or f16") && Catch::Contains("op '"));
 }
