@@ -178,6 +178,8 @@ const char* buffer_role_name(BufferRole role) {
       return "kernel_saved";
     case BufferRole::module_buffer:
       return "module_buffer";
+    case BufferRole::optimizer_temp:
+      return "optimizer_temp";
   }
   return "?";
 }
@@ -210,6 +212,7 @@ BufferCategory buffer_role_category(BufferRole role) {
     case BufferRole::kernel_saved:
       return BufferCategory::activations;
     case BufferRole::workspace:
+    case BufferRole::optimizer_temp:
       return BufferCategory::workspace;
   }
   return BufferCategory::activations;

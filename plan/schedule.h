@@ -133,6 +133,9 @@ enum class BufferRole : uint8_t {
   module_buffer,    // a module buffer of an exported graph (Graph::buffers): persistent,
                     // unsharded, on every rank, in its tensor's dtype; names the tensor
                     // ("module_buffer"); counted with the parameters
+  optimizer_temp,   // fsdp2, foreach AdamW: exp_avg_sq_sqrt of one parameter's shard (fp32),
+                    // live through the optimizer step; names the parameter
+                    // ("optimizer_temp"); no op reads it (it holds the memory PyTorch holds)
 };
 const char* buffer_role_name(BufferRole role);  // the <what> of buffer_name
 BufferCategory buffer_role_category(BufferRole role);

@@ -445,6 +445,26 @@ void Builder::optimizer_step() {
     int clip = launch_simple(OpKind::grad_scale, opt_stream, -1, all_grads, {}, total_shard * 8);
     s_.ops[clip].purpose = OpPurpose::clip;
   }
+  // FSDP2's parameters are one sharded tensor each, and foreach AdamW
+  // (torch/optim/adam.py, _multi_tensor_adam, not capturable) allocates
+  // exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs): one fp32 tensor of
+  // each parameter's shard, in parameter order, live until the step returns
+  // (the H200 snapshots: the step's last allocations, one per parameter,
+  // sub-MiB blocks of the small pool on small models). Shard sizes are rank
+  // 0's (the padded ceil(dim0 / N) rows of every parameter). Not modelled:
+  // fsdp1 (use_orig_params: each rank's slices of the flat shard), SGD's
+  // weight-decay temporaries, the host optimizer of cpu_offload.
+  std::vector<int> opt_temps;
+  if (fsdp2_ && !offload_ && p_.optimizer.type == OptimizerType::adamw)
+    for (size_t p = 0; p < g_.params.size(); ++p) {
+      const int u = up_.param_unit[p];
+      if (u < 0) continue;
+      const int b = alloc(BufferRole::optimizer_temp, fsdp2_shard_numel(g_.params[p].shape, n_) * 4,
+                          opt_stream, u);
+      if (b < 0) continue;
+      s_.buffers[static_cast<size_t>(b)].param = static_cast<int>(p);
+      opt_temps.push_back(b);
+    }
   const int states = p_.optimizer.state_tensors();
   for (int u : fwd_order_) {
     const int64_t s = shard(u);
@@ -452,6 +472,7 @@ void Builder::optimizer_step() {
     launch_simple(OpKind::optimizer, opt_stream, u,
                   {param_shard_[u], grad_shard_[u], opt_state_[u]}, {}, s * 4 * (3 + 2 * states));
   }
+  for (int b : opt_temps) free_buf(b);
   // optimizer.zero_grad(set_to_none=True): the gradients are dropped.
   if (transient_grads_)
     for (int u : fwd_order_) {

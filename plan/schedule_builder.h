@@ -75,6 +75,7 @@ class Builder {
       case BufferRole::optimizer_state:
       case BufferRole::h2d_shard:
       case BufferRole::kernel_saved:
+      case BufferRole::optimizer_temp:
         return DType::f32;
       case BufferRole::rs_in:
       case BufferRole::rs_out:

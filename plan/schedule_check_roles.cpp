@@ -74,6 +74,11 @@ void check_roles(const Graph& g, const Schedule& s, const std::function<void(std
                              g.tensors[static_cast<size_t>(b.tensor)].precision == Precision::fp32;
     // kernel_saved: fp32 (math SDPA) or, below, its unit's compute dtype (fused SDPA).
     if (b.role == BufferRole::kernel_saved && b.dtype == DType::f32) continue;
+    if (b.role == BufferRole::optimizer_temp) {
+      if (b.dtype != DType::f32) err(name + " is " + dtype_name(b.dtype) + ", not f32");
+      if (b.param < 0) err(name + " names no parameter");
+      continue;
+    }
     // Module buffers are persistent in their tensor's dtype (checked below).
     if ((is_persistent_role(b.role) && b.role != BufferRole::module_buffer) ||
         b.role == BufferRole::h2d_shard || fp32_tensor) {

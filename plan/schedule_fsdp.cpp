@@ -57,10 +57,25 @@ void Builder::unshard(int u) {
   }
 
   if (fsdp2_) {
-    // The all-gather input is this rank's slice of the output: one allocation.
-    int out = alloc(BufferRole::ag_out, full_bytes, copy_in_, u);
     const int64_t in_elems = backward_slice ? n_ * s / k_of(u) : s;
     const int64_t src_bytes = backward_slice ? b_p : 4;
+    // Mixed precision (a param dtype other than fp32, no offload): FSDP2's
+    // _get_param_all_gather_inputs first casts the shards into one flat
+    // param-dtype tensor of its own (torch.empty, then _foreach_copy_), and
+    // only then allocates the all-gather output, whose rank slice
+    // all_gather_copy_in fills from it
+    // (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py,
+    // foreach_all_gather): a block of the copy-in stream's pool (the H200
+    // snapshots: a 2 MiB small segment on that stream beside the outputs'
+    // large one). It lives until foreach_all_gather returns, after the
+    // all-gather is issued (`del param_all_gather_inputs` drops one
+    // reference; the local all_gather_inputs still holds views of it). The
+    // cast writes the output directly here: no op reads this buffer, it
+    // holds the memory PyTorch holds.
+    const int flat_in =
+        b_p != 4 && !offload_ ? alloc(BufferRole::lowp_shard, in_elems * b_p, copy_in_, u) : -1;
+    // The all-gather input is this rank's slice of the output.
+    int out = alloc(BufferRole::ag_out, full_bytes, copy_in_, u);
     // The copy-in stream waits for compute's write of the kept slice (FSDP2's
     // copy-in stream waits on the current stream before copying in).
     SmallVector<int, 4> copy_waits;
@@ -69,6 +84,7 @@ void Builder::unshard(int u) {
                              in_elems * (src_bytes + b_p), pdt);
     free_buf(h2d_buf);
     st.ag_op = collective(OpKind::all_gather, ag_, u, group, full_bytes, pdt, {out}, {copy});
+    free_buf(flat_in);
     st.ag_out_buf = out;
     st.ready_op = -1;
     return;

@@ -358,15 +358,12 @@ TEST_CASE("shardscope matches the PyTorch FSDP references recorded on an H200",
 // (max_memory_allocated >= 1e8 B): max_memory_allocated against simulate's
 // peak_allocated_with_workspaces_bytes (tensors plus the cuBLAS workspaces
 // the caching allocator holds), max_memory_reserved against
-// peak_reserved_bytes, each within 5% (issue 32). Known reserved gaps: the
-// small pool (2 MiB segments of sub-MiB tensors shardscope does not model,
-// docs/accuracy.md) on llama-h256-l4, 6-8 MiB of about 146 MiB.
+// peak_reserved_bytes, each within 5% (issue 32), with no exception since
+// FSDP2's flat mixed-precision all-gather input is its own block (the three
+// llama-h256-l4 runs were -5.5% to -5.7%: a 2 MiB small segment of the
+// copy-in stream missing, docs/accuracy.md).
 TEST_CASE("simulate predicts torch.cuda's allocated and reserved peaks on the H200 references",
           "[cli][reference]") {
-  static const std::map<std::string, double> reserved_gaps = {
-      {"llama-h256-l4-gqa4-fsdp2-bf16-w8-b2-t256-rafT-ac0", 0.06},
-      {"llama-h256-l4-gqa4-fsdp2-bf16-w8-b2-t256-rafT-ac0-ovLastKeep", 0.06},
-      {"llama-h256-l4-gqa4-fsdp2-bf16-w8-b2-t256-rafT-acE2o1", 0.06}};
   int checked = 0, large = 0;
   for (const auto& path : references("reference/cuda")) {
     const json ref = read_json(path.string());
@@ -396,8 +393,7 @@ TEST_CASE("simulate predicts torch.cuda's allocated and reserved peaks on the H2
     const double reserved_err = j.at("peak_reserved_bytes").get<double>() / reserved - 1;
     CAPTURE(alloc_err, reserved_err);
     CHECK(std::fabs(alloc_err) <= 0.05);
-    const auto gap = reserved_gaps.find(name);
-    CHECK(std::fabs(reserved_err) <= (gap == reserved_gaps.end() ? 0.05 : gap->second));
+    CHECK(std::fabs(reserved_err) <= 0.05);
   }
   CHECK(checked >= 57);
   CHECK(large >= 10);  // the four gpt2-small runs (4.6-13.0 GiB) and six of 100-140 MB

@@ -130,6 +130,10 @@ TEST_CASE("simulate predicts the H200 runs' peak allocated and reserved bytes",
     // Until they are re-recorded on a GPU (the engine replays the plan's
     // requests on the same allocator policy, so equality should return):
     // allocated within 0.05%, reserved 6-8% below (bf16; fp32 is unchanged).
+    // Since 2026-11-29 the plan also holds foreach AdamW's per-parameter
+    // temporaries through the optimizer step (docs/schedule.md), which the
+    // recording's plan did not: on fp32 one 8 MiB segment more (+0.06%),
+    // allocated unchanged (its peak is in backward).
     const double allocated = predicted["peak_allocated_bytes"].get<double>() /
                                  printed["peak_allocated_bytes"].get<double>() -
                              1;
@@ -139,7 +143,8 @@ TEST_CASE("simulate predicts the H200 runs' peak allocated and reserved bytes",
     CAPTURE(allocated, reserved);
     if (policy == "fp32") {  // no cast in the loss backward: the same blocks as recorded
       CHECK(predicted["peak_allocated_bytes"] == printed["peak_allocated_bytes"]);
-      CHECK(predicted["peak_reserved_bytes"] == printed["peak_reserved_bytes"]);
+      CHECK(reserved >= 0);
+      CHECK(reserved <= 0.001);
     } else {
       CHECK(std::fabs(allocated) <= 0.0005);
       CHECK(reserved <= -0.06);

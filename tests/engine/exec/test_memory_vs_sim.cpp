@@ -377,7 +377,14 @@ TEST_CASE("engine: k and v repeated for SDPA train exactly like their KV-head fo
         REQUIRE(repeated.at(0).losses.size() == 2);
         CHECK(repeated.at(0).losses == plain.at(0).losses);
         // Qwen2-MoE keeps 2 x B*T*(H - Hkv)*D more elements per layer; Phi-3
-        // trades its packed projection and roped k for them.
-        if (m == 1) CHECK(repeated.at(0).peak_allocated_bytes > plain.at(0).peak_allocated_bytes);
+        // trades its packed projection and roped k for them. In bf16 with
+        // full checkpointing the tiny model's peak is the optimizer step
+        // (shards, gradients, state and foreach AdamW's per-parameter
+        // temporaries, docs/schedule.md), where no attention tensor is live.
+        const bool optimizer_peak = ckpt && dtype == "bf16";
+        if (m == 1 && !optimizer_peak)
+          CHECK(repeated.at(0).peak_allocated_bytes > plain.at(0).peak_allocated_bytes);
+        if (m == 1 && optimizer_peak)
+          CHECK(repeated.at(0).peak_allocated_bytes == plain.at(0).peak_allocated_bytes);
       }
 }
