@@ -292,10 +292,10 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
                                    : packed             ? row
                                                         : hd;
           const int64_t kv_stride = backward && repeated ? hd : packed ? row : kvd;
-          const CudnnAttentionKey key = cudnn_attention_key(
-              "attention", shape, in.at(0).dt, q_stride, kv_stride,
-              backward ? CudnnDirection::backward : CudnnDirection::forward,
-              cudnn->deterministic_backward());
+          const CudnnAttentionKey key =
+              cudnn_attention_key("attention", shape, in.at(0).dt, q_stride, kv_stride,
+                                  backward ? CudnnDirection::backward : CudnnDirection::forward,
+                                  cudnn->deterministic_backward());
           cudnn_bytes = sizing ? cudnn->prepare(key) : 0;
         } catch (const std::invalid_argument& e) {
           throw ExecError("op '" + op.name + "': " + e.what());

@@ -225,12 +225,10 @@ std::pair<const void*, const void*> rotated_qk(cudaStream_t s, const char* fn,
 
 // cuDNN's graphs read the heads of a row head_dim apart: GPT-NeoX's per-head
 // [H, 3, D] rows (head_stride 3 * D) are refused, never read wrongly.
-void require_dense_heads(const char* fn, const char* name, int64_t head_stride,
-                         int64_t head_dim) {
+void require_dense_heads(const char* fn, const char* name, int64_t head_stride, int64_t head_dim) {
   if (head_stride != 0 && head_stride != head_dim)
-    throw std::invalid_argument(std::string(fn) + ": " + name + " " +
-                                std::to_string(head_stride) + " (heads not head_dim " +
-                                std::to_string(head_dim) +
+    throw std::invalid_argument(std::string(fn) + ": " + name + " " + std::to_string(head_stride) +
+                                " (heads not head_dim " + std::to_string(head_dim) +
                                 " apart, GPT-NeoX's per-head qkv) is not read by cuDNN's graphs");
 }
 
