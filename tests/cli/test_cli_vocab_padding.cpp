@@ -97,7 +97,7 @@ TEST_CASE("bad vocab_pad_to values exit 2 naming the key", "[cli][vocab_padding]
   CHECK_THAT(r.output, Catch::Contains("vocab_pad_to") && Catch::Contains("not in the grid"));
 }
 
-TEST_CASE("run: a padded gpt2-tiny has the unpadded losses; a resume needs the same padding",
+TEST_CASE("run: a padded gpt2-tiny has the unpadded losses, and a resume needs the same padding",
           "[cli][vocab_padding][run]") {
   const std::string common = "run --model gpt2-tiny --nproc 2 --ranks-as-threads --set seq_len=16";
   const json plain = cli_json(common + " --steps 3");

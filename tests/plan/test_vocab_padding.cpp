@@ -117,7 +117,7 @@ TEST_CASE("vocab padding: gpt2-tiny 512 -> 576: the tied table and the logits at
   check_same_as_built(g, gpt2_tiny(576), 512, 576);
 }
 
-TEST_CASE("vocab padding: llama-tiny pads lm_head only; its embed_tokens keeps 512 rows",
+TEST_CASE("vocab padding: llama-tiny pads lm_head only, its embed_tokens keeps 512 rows",
           "[plan][vocab_padding]") {
   const plan::Graph g = plan::pad_vocabulary(plan::load_model("llama-tiny"), 100);  // 600
   CHECK(g.params[static_cast<size_t>(g.find_param("lm_head.weight"))].shape ==
