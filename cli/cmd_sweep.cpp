@@ -23,6 +23,7 @@
 #include "cli/sweep_progress.h"
 #include "io/output_stream.h"
 #include "plan/models.h"
+#include "plan/vocab_padding.h"
 #include "sim/sweep.h"
 
 namespace shardscope::cli {
@@ -211,11 +212,16 @@ int cmd_sweep(int argc, char** argv) {
   } catch (const sim::Error& e) {
     throw UsageError(std::string("--grid: ") + e.what());
   }
-  const plan::Graph graph = plan::load_model(model);
-
   sim::SweepOptions options;
   options.worlds = worlds;
   options.base_policy = load_policy_doc(args);
+  // The vocabulary is padded once, by the base policy (the grid may not vary
+  // vocab_pad_to: plan/policy_keys.cpp); its key alone is read here, the
+  // whole policy with each configuration.
+  int64_t vocab_pad_to = 1;
+  if (const auto it = options.base_policy.find("vocab_pad_to"); it != options.base_policy.end())
+    vocab_pad_to = plan::policy_from_json({{"vocab_pad_to", *it}}).vocab_pad_to;
+  const plan::Graph graph = plan::pad_vocabulary(plan::load_model(model), vocab_pad_to);
   options.memory_limit_bytes = mem_limit;
   options.threads = threads;
   options.keep = top;

@@ -5,6 +5,7 @@
 #include "plan/error.h"
 #include "plan/json_input.h"
 #include "plan/models.h"
+#include "plan/vocab_padding.h"
 
 namespace shardscope::cli {
 
@@ -28,6 +29,7 @@ PlanInputs load_plan_inputs(const Args& args, int64_t world_size) {
   in.graph = plan::load_model(args.require("model"));
   in.policy_doc = load_policy_doc(args);
   in.policy = plan::policy_from_json(in.policy_doc);
+  in.graph = plan::pad_vocabulary(std::move(in.graph), in.policy.vocab_pad_to);
   in.world = plan::validate_policy(in.policy, in.graph, world_size);
   return in;
 }

@@ -184,8 +184,8 @@ auto attr_tuple(const OpAttrs& a) {
                   a.weight_offset, a.n_head, a.n_kv_head, a.head_dim, a.scale, a.rope, a.rope_theta,
                   a.rope_scaling, a.sliding_window, a.softcap, a.causal, a.qkv_packed,
                   a.qkv_per_head, a.rotary_dim, a.rope_cat, a.repeat_kv, a.approximate,
-                  a.activation, a.packed, a.broadcast, a.classes, a.reduction, a.num_experts,
-                  a.top_k, a.expert, a.norm_topk_prob, a.aten, a.kind);
+                  a.activation, a.packed, a.broadcast, a.classes, a.valid_classes, a.reduction,
+                  a.num_experts, a.top_k, a.expert, a.norm_topk_prob, a.aten, a.kind);
 }
 
 }  // namespace
@@ -366,6 +366,11 @@ void Graph::validate() const {
       if (!op.attrs.kind) fail(label + ": an aten op needs attrs.kind (gemm, attention or memory)");
       parse_aten_kind(*op.attrs.kind, label + ": attrs.kind");
     }
+    if (op.attrs.valid_classes && (*op.attrs.valid_classes < 1 || !op.attrs.classes ||
+                                   *op.attrs.valid_classes > *op.attrs.classes))
+      fail(label + ": valid_classes " + std::to_string(*op.attrs.valid_classes) +
+           " must be in [1, classes " +
+           (op.attrs.classes ? std::to_string(*op.attrs.classes) : std::string("(absent)")) + "]");
     for (int t : op.inputs) {
       if (!in_range(t, tensors.size()))
         fail(label + ": input tensor index " + std::to_string(t) + " out of range");

@@ -178,7 +178,11 @@ struct OpAttrs {
   // residual
   std::optional<bool> broadcast;  // b has fewer dims than a (set only if true)
   // cross_entropy
-  std::optional<int64_t> classes;        // size of the logits' last dim
+  std::optional<int64_t> classes;  // size of the logits' last dim
+  // The first valid_classes columns are the real vocabulary V; the rest, up
+  // to classes (Vp), are padding (policy vocab_pad_to, plan/vocab_padding.h):
+  // no label names them and the softmax excludes them. Absent: classes.
+  std::optional<int64_t> valid_classes;
   std::optional<std::string> reduction;  // "mean"
   // moe_router, moe_dispatch, moe_combine
   std::optional<int64_t> num_experts;  // E

@@ -85,16 +85,16 @@ Poly GraphBuilder::rows(int tensor) const {
   return n;
 }
 
-Op& GraphBuilder::add_op(Op op, const Poly* param_traffic) {
-  auto tensor_bytes = [this](int t) {
-    const Tensor& tensor = g_.tensors[t];
+void set_op_byte_costs(const Graph& g, Op& op, const Poly* param_traffic) {
+  auto tensor_bytes = [&g](int t) {
+    const Tensor& tensor = g.tensors[t];
     return tensor.numel() * (is_floating(tensor.dtype) ? 4 : dtype_bytes(tensor.dtype));
   };
   Poly params_elems;
   if (param_traffic) {
     params_elems = *param_traffic;
   } else {
-    for (int p : op.params) params_elems += dim(g_.params[p].numel());
+    for (int p : op.params) params_elems += dim(g.params[p].numel());
   }
   Poly fwd = params_elems * 4;
   for (int t : op.inputs) fwd += tensor_bytes(t);
@@ -105,11 +105,15 @@ Op& GraphBuilder::add_op(Op op, const Poly* param_traffic) {
   for (int t : op.saved) bwd += tensor_bytes(t);
   for (int t : op.inputs) {
     const bool from_data =
-        std::find(g_.inputs.begin(), g_.inputs.end(), t) != g_.inputs.end();  // no gradient
-    if (is_floating(g_.tensors[t].dtype) && !from_data) bwd += tensor_bytes(t);
+        std::find(g.inputs.begin(), g.inputs.end(), t) != g.inputs.end();  // no gradient
+    if (is_floating(g.tensors[t].dtype) && !from_data) bwd += tensor_bytes(t);
   }
   op.fwd_bytes = fwd;
   op.bwd_bytes = bwd;
+}
+
+Op& GraphBuilder::add_op(Op op, const Poly* param_traffic) {
+  set_op_byte_costs(g_, op, param_traffic);
   g_.ops.push_back(std::move(op));
   return g_.ops.back();
 }

@@ -89,6 +89,12 @@ using Shape = std::vector<Poly>;
 
 enum class WeightLayout { out_in, in_out };  // nn.Linear [out, in] | HF Conv1D [in, out]
 
+// Sets op.fwd_bytes and op.bwd_bytes from its tensors and parameters in `g`
+// (the byte rule of the file comment); `param_traffic` overrides the parameter
+// elements read/written (an embedding's gathered rows). GraphBuilder's layers
+// and graph rewrites (plan/vocab_padding.h) share it.
+void set_op_byte_costs(const Graph& g, Op& op, const Poly* param_traffic = nullptr);
+
 // Emits modules, parameters, tensors and ops in forward order. Layer methods
 // add one op in `module` (named after the module, or "<module>.<suffix>"),
 // declare the parameters they own on that module, and return the index of the

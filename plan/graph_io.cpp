@@ -96,6 +96,7 @@ void for_each_attr(OpType type, A& a, F&& f) {
       return;
     case OpType::cross_entropy:
       f("classes", a.classes, v);
+      f("valid_classes", a.valid_classes, v);
       f("reduction", a.reduction, v);
       return;
     case OpType::scale:

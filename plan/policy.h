@@ -143,6 +143,11 @@ struct Policy {
   std::vector<UnitOverride> overrides;  // per-unit settings, in order (later wins)
   TokenBalanceSpec token_balance;       // mixture of experts only
   MoeRouting moe_routing = MoeRouting::forced;
+  // vocab_pad_to: the vocabulary padded to a multiple of it (1: none), as
+  // llm.c pads GPT-2's 50257 to 50304 (plan/vocab_padding.h). Applied to the
+  // graph before planning (pad_vocabulary); validate_policy checks that the
+  // graph it is given is padded so.
+  int64_t vocab_pad_to = 1;
   // attention.sdpa_backend: PyTorch's own SDPA kernel choice, or one backend
   // forced (torch.nn.attention.sdpa_kernel); plan/sdpa.h.
   SdpaBackend sdpa_backend = SdpaBackend::automatic;

@@ -7,6 +7,7 @@
 #include "plan/error.h"
 #include "plan/json_input.h"
 #include "plan/policy_values.h"
+#include "plan/vocab_padding.h"
 
 namespace shardscope::plan {
 
@@ -55,6 +56,19 @@ void check_seq_len(const Policy& p, const Graph& graph, const World&) {
   if (seq > graph.max_seq_len)
     fail("seq_len", std::to_string(seq) + " exceeds the model's maximum of " +
                         std::to_string(graph.max_seq_len));
+}
+
+// The graph must be padded as the policy says (pad_vocabulary before planning:
+// cli/plan_inputs.cpp); a graph padded already (graph JSON) plans with 1.
+void check_vocab_pad_to(const Policy& p, const Graph& graph, const World&) {
+  if (p.vocab_pad_to == 1) return;
+  const VocabPadding vp = vocab_padding(graph);
+  const int64_t want = padded_vocab(vp.valid, p.vocab_pad_to);
+  if (vp.valid == 0 || vp.padded != want)
+    fail("vocab_pad_to", std::to_string(p.vocab_pad_to) + ": graph '" + graph.model_name +
+                             "' has " + std::to_string(vp.padded) + " logit columns, not " +
+                             std::to_string(want) +
+                             " (plan::pad_vocabulary pads it before planning)");
 }
 
 // Before any size is evaluated: B x T bounds every activation's elements.
@@ -360,6 +374,24 @@ std::vector<PolicyKey> make_policy_keys() {
       [](const Policy& p, json& d) {
         d["allocator"] = {{"expandable_segments", p.expandable_segments}};
       });
+  // Written only when it pads (1 is no padding), so that other policies keep their JSON.
+  PolicyKey& pad = add(
+      "vocab_pad_to",
+      [](const json& v, const std::string& k, Policy& p) {
+        p.vocab_pad_to = v.is_null() ? 1 : get_int(v, k, 1);
+        if (p.vocab_pad_to > kMaxVocabPadTo)
+          fail(k, std::to_string(p.vocab_pad_to) + " exceeds the limit " +
+                      std::to_string(kMaxVocabPadTo) +
+                      " (1: no padding; llm.c pads GPT-2's vocabulary to a multiple of 128)");
+      },
+      [](const Policy& p, json& d) {
+        if (p.vocab_pad_to != 1) d["vocab_pad_to"] = p.vocab_pad_to;
+      },
+      check_vocab_pad_to);
+  pad.sweepable = false;
+  pad.sweep_note =
+      "the model is padded once per sweep: give vocab_pad_to with --policy or --set, not in the "
+      "grid";
   // Written only when a backend is forced (torch.nn.attention.sdpa_kernel).
   add("attention", read_attention, [](const Policy& p, json& d) {
     if (p.sdpa_backend != SdpaBackend::automatic)

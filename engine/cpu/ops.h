@@ -155,15 +155,19 @@ void residual_forward(const float* a, const float* b, float* y, int64_t n, int64
 void residual_backward(const float* dy, float* da, float* db, int64_t n, int64_t b_n);
 
 // ---- loss ------------------------------------------------------------------------------
-// Mean cross entropy of logits [N, V] against labels [N] (each in [0, V), checked;
-// N >= 1: the mean of no rows is an error, not NaN).
-// Writes log_probs [N, V] (kept for backward) and returns the loss (double sum
-// of the rows' losses, in row order, divided by N).
+// Mean cross entropy of logits [N, V] against labels [N] (N >= 1: the mean of
+// no rows is an error, not NaN). V is the row stride; the classes are the
+// first `valid` columns (a padded vocabulary, plan/vocab_padding.h; -1: all V;
+// else in [1, V], checked), each label in [0, valid) (checked), and the
+// softmax runs over them only: the loss is the unpadded rows' to the bit.
+// Writes log_probs [N, V] (kept for backward; -inf in the padded columns) and
+// returns the loss (double sum of the rows' losses, in row order, divided by N).
 double cross_entropy_forward(const float* logits, const int64_t* labels, float* log_probs,
-                             int64_t n, int64_t v);
-// dlogits += dloss * (softmax - onehot) / N.
+                             int64_t n, int64_t v, int64_t valid = -1);
+// dlogits += dloss * (softmax - onehot) / N over the first `valid` columns;
+// the padded ones are left unchanged (no gradient).
 void cross_entropy_backward(const float* log_probs, const int64_t* labels, float dloss,
-                            float* dlogits, int64_t n, int64_t v);
+                            float* dlogits, int64_t n, int64_t v, int64_t valid = -1);
 
 // ---- mixture of experts (ops_moe.cpp) ---------------------------------------------------
 // Router over n tokens and E experts: probs[n, E] = softmax(logits) (in

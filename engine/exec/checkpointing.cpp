@@ -185,6 +185,10 @@ CheckpointState load_checkpoint(const std::string& path, RankExecutor& exec,
   // SGD, SGD's momentum nothing to AdamW. A checkpoint holding state of
   // another kind is refused; its model.safetensors loads the weights alone
   // (this run's optimizer then starts fresh, as from a weights-only file).
+  // The saved run's vocab_pad_to (1 when the checkpoint names no policy): a
+  // padded vocabulary is stored padded ([Vp, C], docs/models.md), so a resume
+  // with another Vp is refused below, naming both paddings.
+  int64_t saved_vocab_pad_to = 1;
   if (const auto it = reader.metadata().find("policy"); it != reader.metadata().end()) {
     plan::Policy saved;
     try {
@@ -192,6 +196,7 @@ CheckpointState load_checkpoint(const std::string& path, RankExecutor& exec,
     } catch (const std::exception& e) {
       throw ExecError(target + ": its metadata policy is unreadable: " + e.what());
     }
+    saved_vocab_pad_to = saved.vocab_pad_to;
     const std::vector<std::string> saved_states = state_names(saved);
     // Only a checkpoint that holds optimizer state (a step directory, not
     // its model.safetensors) carries it over.
@@ -221,9 +226,23 @@ CheckpointState load_checkpoint(const std::string& path, RankExecutor& exec,
       if (!reader.has(param.name))
         throw ExecError(target + ": no tensor '" + param.name + "' (model " + graph.model_name +
                         ")");
-      if (reader.shape(param.name) != param.shape)
-        throw ExecError(target + ": tensor '" + param.name +
-                        "' has another shape than the model's");
+      if (reader.shape(param.name) != param.shape) {
+        const auto text = [](const std::vector<int64_t>& shape) {
+          std::string t = "[";
+          for (size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
+          return t + "]";
+        };
+        std::string why;
+        if (saved_vocab_pad_to != policy.vocab_pad_to)
+          why =
+              ": the checkpoint was saved with vocab_pad_to = " +
+              std::to_string(saved_vocab_pad_to) +
+              ", this run has vocab_pad_to = " + std::to_string(policy.vocab_pad_to) +
+              " (a padded vocabulary is stored padded; resume with the padding it was saved with)";
+        throw ExecError(target + ": tensor '" + param.name + "' is " +
+                        text(reader.shape(param.name)) + ", the model's is " + text(param.shape) +
+                        why);
+      }
       const Range r = lay.held_range(pp, q);
       const int64_t off = lay.held_shard_offset(pp, q);
       reader.read(param.name, r.begin, r.end, exec.param_shard(static_cast<int>(u)) + off);

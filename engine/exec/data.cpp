@@ -13,6 +13,7 @@
 
 #include "engine/exec/f32_view.h"
 #include "engine/exec/normal_ziggurat.h"
+#include "plan/vocab_padding.h"
 
 namespace shardscope::engine::exec {
 
@@ -44,9 +45,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
-}  // namespace
 
-ParamInit param_init(const plan::Graph& g, int param) {
+ParamInit unpadded_param_init(const plan::Graph& g, int param) {
   const plan::Param& p = g.params[static_cast<size_t>(param)];
   const plan::Op* op = first_user(g, param);
   ParamInit init;
@@ -70,7 +70,19 @@ ParamInit param_init(const plan::Graph& g, int param) {
   return init;
 }
 
+}  // namespace
+
+ParamInit param_init(const plan::Graph& g, int param) {
+  ParamInit init = unpadded_param_init(g, param);
+  const plan::VocabPadding vp = plan::vocab_padding(g);
+  const plan::Param& p = g.params[static_cast<size_t>(param)];
+  if (std::find(vp.params.begin(), vp.params.end(), param) != vp.params.end())
+    init.zero_from = vp.valid * (p.numel() / p.shape[0]);  // row-major: rows [V, Vp) after
+  return init;
+}
+
 float ParamInit::value(int64_t index, uint64_t seed) const {
+  if (index >= zero_from) return 0.0f;
   switch (kind) {
     case Kind::zero:
       return 0.0f;
@@ -87,14 +99,16 @@ void ParamInit::fill(int64_t first, int64_t count, uint64_t seed, float* out) co
   switch (kind) {
     case Kind::zero:
       std::fill(out, out + count, 0.0f);
-      return;
+      break;
     case Kind::one:
       std::fill(out, out + count, 1.0f);
-      return;
+      break;
     case Kind::normal:
+      fill_normal(mix64(seed ^ mix64(stream)), static_cast<uint64_t>(first), count, std, out);
       break;
   }
-  fill_normal(mix64(seed ^ mix64(stream)), static_cast<uint64_t>(first), count, std, out);
+  if (zero_from < first + count)
+    std::fill(out + std::max<int64_t>(zero_from - first, 0), out + count, 0.0f);
 }
 
 float initial_value(const plan::Graph& g, int param, int64_t index, uint64_t seed) {

@@ -61,6 +61,10 @@ struct ParamInit {
   enum class Kind : uint8_t { zero, one, normal } kind = Kind::normal;
   double std = 0.02;    // Kind::normal: standard deviation
   uint64_t stream = 0;  // Kind::normal: hash_name(the parameter's name)
+  // Elements from this index on are 0 whatever the kind: the padded rows
+  // [V, Vp) of a padded vocabulary's parameters (plan/vocab_padding.h), so
+  // that rows [0, V) are the unpadded model's values, element for element.
+  int64_t zero_from = INT64_MAX;
   float value(int64_t index, uint64_t seed) const;
   // out[j] = value(first + j, seed) for j in [0, count).
   void fill(int64_t first, int64_t count, uint64_t seed, float* out) const;

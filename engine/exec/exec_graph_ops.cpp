@@ -310,11 +310,13 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
     case plan::OpType::cross_entropy: {
       const int logits_t = op.inputs[0], labels_t = op.inputs[1];
       const int64_t v = o.attr_i(op.attrs.classes, "classes"), n = numel(logits_t) / v;
+      const int64_t valid = op.attrs.valid_classes.value_or(v);  // padded vocabulary: V of Vp
       const int64_t* labels = ids(labels_t);
       if (!backward) {
         F32View logits = value(logits_t, false);
         F32View logp = value(op.outputs[1], true);
-        const double loss = cpu::cross_entropy_forward(logits.data(), labels, logp.data(), n, v);
+        const double loss =
+            cpu::cross_entropy_forward(logits.data(), labels, logp.data(), n, v, valid);
         F32View out = value(op.outputs[0], true);
         out.data()[0] = static_cast<float>(loss);
         if (sop.kind == plan::OpKind::forward) micro_loss_sum_ += loss;
@@ -322,7 +324,7 @@ void RankExecutor::run_graph_op(const Task& task, const plan::ScheduleOp& sop) {
         F32View logp = value(op.outputs[1], false);
         auto dl = grad(logits_t);
         if (!dl) throw missing("the gradient of the logits");
-        cpu::cross_entropy_backward(logp.data(), labels, dloss_, dl->data(), n, v);
+        cpu::cross_entropy_backward(logp.data(), labels, dloss_, dl->data(), n, v, valid);
       }
       return;
     }

@@ -23,8 +23,9 @@ TEST_CASE("policy_to_json writes exactly the rows that are written at their defa
   CHECK(plan::find_policy_key("bogus") == nullptr);
   const json written = plan::policy_to_json(plan::default_policy(plan::Flavor::fsdp2));
   for (const auto& [key, value] : written.items()) CHECK(rows.count(key) == 1);
-  // The four written only when set: every other row is in the default's JSON.
-  std::set<std::string> only_when_set{"overrides", "token_balance", "moe_routing", "attention"};
+  // The five written only when set: every other row is in the default's JSON.
+  std::set<std::string> only_when_set{"overrides", "token_balance", "moe_routing", "attention",
+                                      "vocab_pad_to"};
   for (const std::string& r : rows) CHECK(written.contains(r) == (only_when_set.count(r) == 0));
   CHECK(rows.size() == written.size() + only_when_set.size());
 }
@@ -53,7 +54,8 @@ TEST_CASE("every row reads back what it writes, set or not", "[policy][keys]") {
               {"token_balance", {{"weights", {0.25, 0.75}}}},
               {"moe_routing", "topk"},
               {"attention", {{"sdpa_backend", "math"}}},
-              {"allocator", {{"expandable_segments", true}}}};
+              {"allocator", {{"expandable_segments", true}}},
+              {"vocab_pad_to", 128}};
   const json once = plan::policy_to_json(plan::policy_from_json(doc));
   for (const plan::PolicyKey& k : plan::policy_keys()) {
     INFO(k.name);
@@ -103,13 +105,17 @@ TEST_CASE("a key a flavor lacks may state only that flavor's default", "[policy]
                     "policy: limit_all_gathers: applies to fsdp1 only");
 }
 
-TEST_CASE("only world_size is not sweepable, and says where worlds come from", "[policy][keys]") {
+TEST_CASE("only world_size and vocab_pad_to are not sweepable, and say why", "[policy][keys]") {
   for (const plan::PolicyKey& k : plan::policy_keys()) {
     INFO(k.name);
-    CHECK(k.sweepable == (std::string(k.name) != "world_size"));
+    const std::string name = k.name;
+    CHECK(k.sweepable == (name != "world_size" && name != "vocab_pad_to"));
     CHECK(k.read != nullptr);
     CHECK(k.write != nullptr);
   }
   CHECK(std::string(plan::find_policy_key("world_size")->sweep_note) ==
         "give the worlds with --world N[,N...]");
+  // The model is padded once per sweep, before any configuration.
+  CHECK_THAT(plan::find_policy_key("vocab_pad_to")->sweep_note,
+             Catch::Contains("give vocab_pad_to with --policy or --set"));
 }

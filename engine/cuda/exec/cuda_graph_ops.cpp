@@ -476,6 +476,7 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
     case plan::OpType::cross_entropy: {
       const int logits_t = op.inputs[0], labels_t = op.inputs[1];
       const int64_t v = o.attr_i(op.attrs.classes, "classes"), n = o.numel(logits_t) / v;
+      const int64_t valid = op.attrs.valid_classes.value_or(v);  // padded vocabulary: V of Vp
       const int64_t* labels = ids(labels_t);
       if (!backward) {
         const Operand logits = o.value(logits_t, false);
@@ -488,7 +489,7 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
         double* micro = &scalars_->ce_micro[sop.stream];
         SS_CUDA_CHECK(cudaMemsetAsync(micro, 0, sizeof(double), s));
         cross_entropy_forward(s, dev(logits), labels, dev(logp), n, v, micro, flags_ + index,
-                              op_ws(bytes));
+                              op_ws(bytes), valid);
         finish_cross_entropy(s, micro, dev(loss),
                              sop.kind == plan::OpKind::forward ? &scalars_->loss_sum : nullptr);
         return 0;
@@ -497,7 +498,7 @@ size_t CudaRankExecutor::graph_op(int index, const plan::ScheduleOp& sop,
       auto dl = o.grad(logits_t);
       if (!dl) throw o.missing("the gradient of the logits");
       if (sizing) return 0;
-      cross_entropy_backward(s, dev(logp), labels, dloss_, dev(*dl), n, v);
+      cross_entropy_backward(s, dev(logp), labels, dloss_, dev(*dl), n, v, valid);
       return 0;
     }
     case plan::OpType::scale: {

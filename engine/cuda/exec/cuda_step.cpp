@@ -304,8 +304,12 @@ void CudaRankExecutor::check_error_flags() const {
       throw ExecError(message + ": " + moe_flag_message(op, flag));
     const bool labels = gop.type == plan::OpType::cross_entropy;
     const int tensor = labels ? gop.inputs.at(1) : gop.inputs.at(0);
+    // A label must name a class of the vocabulary: the first valid_classes
+    // columns of a padded one (plan/vocab_padding.h).
     const int64_t limit =
-        (labels ? gop.attrs.classes : gop.attrs.num_embeddings).value_or(int64_t{0});
+        (labels ? (gop.attrs.valid_classes ? gop.attrs.valid_classes : gop.attrs.classes)
+                : gop.attrs.num_embeddings)
+            .value_or(int64_t{0});
     std::string value;
     for (int b : op.buffers) {
       const void* staging = input_staging_[static_cast<size_t>(b)];

@@ -1,8 +1,11 @@
-// Mean cross entropy over rows of logits [n, v] (cpu::ops_loss twin). One
-// block per row: one pass for the online max / sum-exp, one pass writing the
-// log-probabilities. Row losses go to the workspace (double [n]); one block
-// then sums them in a fixed order, so the loss is the same bits every run.
+// Mean cross entropy over rows of logits [n, v] (cpu::ops_loss twin), the
+// classes being the first `valid` columns of each row (a padded vocabulary,
+// plan/vocab_padding.h: v = Vp is the row stride, valid = V). One block per
+// row: one pass for the online max / sum-exp over the valid columns, one pass
+// writing the log-probabilities (-inf in the padded columns). Row losses go to the workspace
+// (double [n]); one block then sums them in a fixed order, so the loss is the same bits every run.
 #include <cfloat>
+#include <cmath>
 #include <string>
 
 #include "engine/cuda/check.h"
@@ -27,8 +30,8 @@ constexpr int kSumThreads = 1024;
 template <typename A>
 __global__ void __launch_bounds__(kLossThreads)
     cross_entropy_forward_kernel(const void* logits, ElemType tlogits, const int64_t* labels,
-                                 void* log_probs, ElemType tlog_probs, int64_t v, double* row_loss,
-                                 int* error_flag) {
+                                 void* log_probs, ElemType tlog_probs, int64_t v, int64_t valid,
+                                 double* row_loss, int* error_flag) {
   constexpr int W = A::kWidth;
   __shared__ detail::MaxSumExp scratch[32];
   const int64_t row = blockIdx.x;
@@ -41,6 +44,7 @@ __global__ void __launch_bounds__(kLossThreads)
     al.load(logits, base + j, x);
 #pragma unroll
     for (int e = 0; e < W; ++e) {
+      if (j + e >= valid) break;  // padded columns: outside the softmax
       if (x[e] > stats.max) {
         stats.sum = stats.sum * __expf(stats.max - x[e]) + 1.0f;
         stats.max = x[e];
@@ -56,13 +60,13 @@ __global__ void __launch_bounds__(kLossThreads)
     float x[W];
     al.load(logits, base + j, x);
 #pragma unroll
-    for (int e = 0; e < W; ++e) x[e] -= log_norm;
+    for (int e = 0; e < W; ++e) x[e] = j + e < valid ? x[e] - log_norm : -INFINITY;
     ap.store(log_probs, base + j, x);
   }
   if (threadIdx.x == 0) {
     const int64_t label = labels[row];
     double loss = 0.0;
-    if (label < 0 || label >= v) {
+    if (label < 0 || label >= valid) {
       if (error_flag != nullptr) detail::record_bad_row(error_flag, row);
     } else {
       loss = -static_cast<double>(al.load1(logits, base + label) - log_norm);
@@ -81,11 +85,13 @@ __global__ void __launch_bounds__(kSumThreads)
   if (threadIdx.x == 0) *loss_acc += sum / static_cast<double>(n);
 }
 
-// dlogits += g * (exp(log_probs) - onehot(label)), g = dloss / n.
+// dlogits += g * (exp(log_probs) - onehot(label)), g = dloss / n, over the
+// first `valid` columns; the padded ones are left as they are.
 template <typename A>
 __global__ void __launch_bounds__(kLossThreads)
     cross_entropy_backward_kernel(const void* log_probs, ElemType tlog_probs, const int64_t* labels,
-                                  float g, void* dlogits, ElemType tdlogits, int64_t v) {
+                                  float g, void* dlogits, ElemType tdlogits, int64_t v,
+                                  int64_t valid) {
   constexpr int W = A::kWidth;
   const int64_t row = blockIdx.x;
   const int64_t base = row * v;
@@ -96,15 +102,22 @@ __global__ void __launch_bounds__(kLossThreads)
     ap.load(log_probs, base + j, lp);
     ad.load(dlogits, base + j, d);
 #pragma unroll
-    for (int e = 0; e < W; ++e) d[e] += g * expf(lp[e]) - (j + e == label ? g : 0.0f);
+    for (int e = 0; e < W; ++e)
+      if (j + e < valid) d[e] += g * expf(lp[e]) - (j + e == label ? g : 0.0f);
     ad.store(dlogits, base + j, d);
   }
 }
 
-void check_rows(const char* fn, int64_t n, int64_t v) {
+// Returns the valid columns (valid < 0: all v), checked in [1, v].
+int64_t check_rows(const char* fn, int64_t n, int64_t v, int64_t valid) {
   require(n >= 1, fn, "n = " + std::to_string(n) + " rows: the mean needs at least one");
   require(n <= 0x7fffffff, fn, "n = " + std::to_string(n) + " exceeds the grid's row range");
   require(v >= 1, fn, "v = " + std::to_string(v) + " < 1");
+  if (valid < 0) return v;
+  require(
+      valid >= 1 && valid <= v, fn,
+      "valid = " + std::to_string(valid) + " columns outside [1, v = " + std::to_string(v) + "]");
+  return valid;
 }
 
 bool rows_packed(ElemType a, ElemType b, int64_t v, const void* pa, const void* pb) {
@@ -119,9 +132,9 @@ size_t cross_entropy_forward_workspace_bytes(int64_t n, int64_t /*v*/) {
 
 void cross_entropy_forward(cudaStream_t s, ConstDevPtr logits, const int64_t* labels,
                            DevPtr log_probs, int64_t n, int64_t v, double* loss_acc,
-                           int32_t* error_flag, Workspace ws) {
+                           int32_t* error_flag, Workspace ws, int64_t valid) {
   const char* fn = "cross_entropy_forward";
-  check_rows(fn, n, v);
+  const int64_t cols = check_rows(fn, n, v, valid);
   const ElemType tl = require_operand(fn, "logits", logits, n * v);
   require_ptr(fn, "labels", labels, n);
   const ElemType tp = require_operand(fn, "log_probs", log_probs, n * v);
@@ -132,7 +145,7 @@ void cross_entropy_forward(cudaStream_t s, ConstDevPtr logits, const int64_t* la
   detail::with_access(rows_packed(tl, tp, v, logits.ptr, log_probs.ptr), tl, [&](auto proto) {
     using A = decltype(proto);
     cross_entropy_forward_kernel<A><<<static_cast<unsigned>(n), kLossThreads, 0, s>>>(
-        logits.ptr, tl, labels, log_probs.ptr, tp, v, row_loss, error_flag);
+        logits.ptr, tl, labels, log_probs.ptr, tp, v, cols, row_loss, error_flag);
   });
   SS_CUDA_CHECK_LAUNCH(fn);
   mean_loss_kernel<<<1, kSumThreads, 0, s>>>(row_loss, n, loss_acc);
@@ -140,9 +153,9 @@ void cross_entropy_forward(cudaStream_t s, ConstDevPtr logits, const int64_t* la
 }
 
 void cross_entropy_backward(cudaStream_t s, ConstDevPtr log_probs, const int64_t* labels,
-                            float dloss, DevPtr dlogits, int64_t n, int64_t v) {
+                            float dloss, DevPtr dlogits, int64_t n, int64_t v, int64_t valid) {
   const char* fn = "cross_entropy_backward";
-  check_rows(fn, n, v);
+  const int64_t cols = check_rows(fn, n, v, valid);
   const ElemType tp = require_operand(fn, "log_probs", log_probs, n * v);
   require_ptr(fn, "labels", labels, n);
   const ElemType td = require_operand(fn, "dlogits", dlogits, n * v);
@@ -151,7 +164,7 @@ void cross_entropy_backward(cudaStream_t s, ConstDevPtr log_probs, const int64_t
   detail::with_access(rows_packed(tp, td, v, log_probs.ptr, dlogits.ptr), td, [&](auto proto) {
     using A = decltype(proto);
     cross_entropy_backward_kernel<A><<<static_cast<unsigned>(n), kLossThreads, 0, s>>>(
-        log_probs.ptr, tp, labels, g, dlogits.ptr, td, v);
+        log_probs.ptr, tp, labels, g, dlogits.ptr, td, v, cols);
   });
   SS_CUDA_CHECK_LAUNCH(fn);
 }

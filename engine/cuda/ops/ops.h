@@ -180,14 +180,19 @@ void softcap_backward(cudaStream_t s, ConstDevPtr th, ConstDevPtr dy, DevPtr dx,
 
 // ---- loss (loss.cu) --------------------------------------------------------------------------
 // Writes log_probs [n, v] and adds (sum of the rows' losses) / n to *loss_acc
-// (device double), deterministic (fixed-order reduction). A label outside
-// [0, v) sets *error_flag (when non-null) to 1 + its row.
+// (device double), deterministic (fixed-order reduction). v is the row
+// stride; the classes are the first `valid` columns (a padded vocabulary,
+// plan/vocab_padding.h; -1: all v, else in [1, v], checked on the host): the
+// softmax runs over them, the padded log-probabilities are -inf. A label
+// outside [0, valid) sets *error_flag (when non-null) to 1 + its row.
 void cross_entropy_forward(cudaStream_t s, ConstDevPtr logits, const int64_t* labels,
                            DevPtr log_probs, int64_t n, int64_t v, double* loss_acc,
-                           int32_t* error_flag, Workspace ws);
+                           int32_t* error_flag, Workspace ws, int64_t valid = -1);
 size_t cross_entropy_forward_workspace_bytes(int64_t n, int64_t v);
+// dlogits += dloss * (softmax - onehot) / n over the first `valid` columns;
+// the padded columns of dlogits are left unchanged.
 void cross_entropy_backward(cudaStream_t s, ConstDevPtr log_probs, const int64_t* labels,
-                            float dloss, DevPtr dlogits, int64_t n, int64_t v);
+                            float dloss, DevPtr dlogits, int64_t n, int64_t v, int64_t valid = -1);
 
 // ---- mixture of experts (moe.cu): cpu::moe_* and sigmoid_gate_* twins -----------------
 // indices and slots are device int64 arrays. No host synchronisation: the

@@ -1,6 +1,7 @@
 // Embedding (token ids with repeats, positions) and mean cross entropy against
 // float64 references, central differences and closed forms; range checks.
 #include <cmath>
+#include <limits>
 #include <random>
 #include <stdexcept>
 
@@ -139,6 +140,57 @@ TEST_CASE("cross_entropy label out of range throws out_of_range naming the label
   FVec d(2 * 3, 0.0f);
   CHECK_THROWS_AS(cross_entropy_backward(log_probs.data(), labels.data(), 1.0f, d.data(), 2, 3),
                   std::out_of_range);
+}
+
+TEST_CASE(
+    "cross_entropy over the first valid columns: the unpadded loss to the bit, padding inert") {
+  // A padded vocabulary (plan/vocab_padding.h): rows of Vp = 8 columns whose
+  // first V = 5 are the classes. The padded logits are the largest, so that
+  // letting them into the softmax would change every value.
+  const int64_t n = 3, valid = 5, vp = 8;
+  std::mt19937_64 rng(17);
+  const FVec packed = random_values(rng, n * valid);
+  FVec padded(static_cast<size_t>(n * vp), 9.0f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < valid; ++j) padded[i * vp + j] = packed[i * valid + j];
+  const std::vector<int64_t> labels = {4, 0, 2};
+  FVec lp_packed(packed.size()), lp_padded(padded.size());
+  const double loss_packed =
+      cross_entropy_forward(packed.data(), labels.data(), lp_packed.data(), n, valid);
+  const double loss_padded =
+      cross_entropy_forward(padded.data(), labels.data(), lp_padded.data(), n, vp, valid);
+  CHECK(loss_padded == loss_packed);  // bitwise: the same loop over the same values
+  FVec d_packed(packed.size(), 0.0f), d_padded(padded.size(), 0.25f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < valid; ++j) d_padded[i * vp + j] = 0.0f;
+  cross_entropy_backward(lp_packed.data(), labels.data(), 0.5f, d_packed.data(), n, valid);
+  cross_entropy_backward(lp_padded.data(), labels.data(), 0.5f, d_padded.data(), n, vp, valid);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < vp; ++j) {
+      if (j < valid) {
+        CHECK(lp_padded[i * vp + j] == lp_packed[i * valid + j]);
+        CHECK(d_padded[i * vp + j] == d_packed[i * valid + j]);
+      } else {
+        CHECK(lp_padded[i * vp + j] == -std::numeric_limits<float>::infinity());
+        CHECK(d_padded[i * vp + j] == 0.25f);  // no gradient: left as it was
+      }
+    }
+}
+
+TEST_CASE("cross_entropy with valid columns: a label in the padding and a bad count throw") {
+  const FVec logits(2 * 8, 0.5f);
+  FVec log_probs(2 * 8), d(2 * 8, 0.0f);
+  const std::vector<int64_t> labels = {0, 5};  // 5: a padded column of 5 valid
+  CHECK_THROWS_WITH(cross_entropy_forward(logits.data(), labels.data(), log_probs.data(), 2, 8, 5),
+                    Catch::Contains("label 5 at index 1"));
+  CHECK_THROWS_WITH(
+      cross_entropy_backward(log_probs.data(), labels.data(), 1.0f, d.data(), 2, 8, 5),
+      Catch::Contains("label 5 at index 1"));
+  const std::vector<int64_t> ok = {0, 1};
+  CHECK_THROWS_WITH(cross_entropy_forward(logits.data(), ok.data(), log_probs.data(), 2, 8, 9),
+                    Catch::Contains("valid = 9 columns outside [1, v = 8]"));
+  CHECK_THROWS_WITH(cross_entropy_backward(log_probs.data(), ok.data(), 1.0f, d.data(), 2, 8, 0),
+                    Catch::Contains("valid = 0 columns outside [1, v = 8]"));
 }
 
 }  // namespace shardscope::engine::cpu::test

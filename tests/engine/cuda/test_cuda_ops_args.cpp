@@ -138,6 +138,13 @@ TEST_CASE("cross entropy launchers reject empty shapes, null pointers and a smal
                     Contains("40 bytes"));
   CHECK_THROWS_WITH(cross_entropy_backward(kStream, f32(1), labels, 1.0f, f32(2), 5, 0),
                     Contains("cross_entropy_backward") && Contains("v = 0 < 1"));
+  // A padded vocabulary's valid columns: in [1, v].
+  CHECK_THROWS_WITH(
+      cross_entropy_forward(kStream, f32(1), labels, f32(2), 5, 7, loss, nullptr,
+                            Workspace{fake(5), 64}, 8),
+      Contains("cross_entropy_forward") && Contains("valid = 8") && Contains("[1, v = 7]"));
+  CHECK_THROWS_WITH(cross_entropy_backward(kStream, f32(1), labels, 1.0f, f32(2), 5, 7, 0),
+                    Contains("cross_entropy_backward") && Contains("valid = 0"));
 }
 
 TEST_CASE("optimizer launchers reject bad hyperparameters, steps and missing state") {

@@ -1,7 +1,8 @@
 // embedding and cross entropy against cpu on the same inputs: repeated ids,
 // the positions form (ids null), fp32 (atomic) and 16-bit (workspace)
 // backward, error flags for out-of-range ids and labels, the loss accumulated
-// into a device double deterministically.
+// into a device double deterministically; rows padded past their valid
+// columns (a padded vocabulary).
 #include <cmath>
 #include <cstring>
 
@@ -122,6 +123,91 @@ TEST_CASE("cross entropy forward and backward match cpu", "[gpu]") {
       CHECK(flag.download()[0] == 0);
       check_close(dlogits_d.download(), dlogits_ref, tol_for(dt, 1.0), "dlogits");
     }
+}
+
+TEST_CASE("cross entropy over the first valid columns of padded rows matches cpu", "[gpu]") {
+  // A padded vocabulary (plan/vocab_padding.h): rows of v = Vp columns, the
+  // classes the first `valid`. The padded logits are large, so that a kernel
+  // that let them into the softmax would move every log-probability.
+  struct Case {
+    int64_t n, valid, v;
+  };
+  uint32_t seed = 70;
+  for (const Case c :
+       {Case{4, 7, 8}, Case{3, 61, 64}, Case{5, 1000, 1024}, Case{2, 2053, 2112}, Case{3, 1, 8}})
+    for (const DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      INFO("cross entropy n " << c.n << " valid " << c.valid << " of " << c.v << " "
+                              << dtype_label(dt));
+      std::mt19937 rng(++seed);
+      FVec logits = random_values(rng, c.n * c.v, dt, -4.0f, 4.0f);
+      for (int64_t i = 0; i < c.n; ++i)
+        for (int64_t j = c.valid; j < c.v; ++j) logits[static_cast<size_t>(i * c.v + j)] = 8.0f;
+      std::vector<int64_t> labels(static_cast<size_t>(c.n));
+      for (int64_t i = 0; i < c.n; ++i) labels[i] = (i * 7 + 3) % c.valid;
+      FVec lp_ref(logits.size());
+      const double loss_ref = cpu::cross_entropy_forward(logits.data(), labels.data(),
+                                                         lp_ref.data(), c.n, c.v, c.valid);
+      const float dloss = 0.75f;
+      const FVec dlogits0 = random_values(rng, c.n * c.v, dt);
+      const FVec lp_stored = rounded(lp_ref, dt);
+      FVec dlogits_ref = dlogits0;
+      cpu::cross_entropy_backward(lp_stored.data(), labels.data(), dloss, dlogits_ref.data(), c.n,
+                                  c.v, c.valid);
+
+      Stream s;
+      const DeviceArray logits_d(logits, dt);
+      const DeviceVector<int64_t> labels_d(labels);
+      DeviceArray lp_d(FVec(logits.size(), 1.0f), dt), dlogits_d(dlogits0, dt);
+      DeviceVector<double> loss(std::vector<double>{0.0});
+      DeviceVector<int32_t> flag(std::vector<int32_t>{0});
+      const size_t ws_bytes = cross_entropy_forward_workspace_bytes(c.n, c.v);
+      DeviceBuffer ws(ws_bytes);
+      cross_entropy_forward(s.get(), logits_d.cptr(), labels_d.get(), lp_d.ptr(), c.n, c.v,
+                            loss.get(), flag.get(), Workspace{ws.get(), ws_bytes}, c.valid);
+      cross_entropy_backward(s.get(), lp_d.cptr(), labels_d.get(), dloss, dlogits_d.ptr(), c.n, c.v,
+                             c.valid);
+      s.sync();
+      const FVec lp = lp_d.download(), dl = dlogits_d.download();
+      FVec lp_valid, lp_valid_ref, dl_valid, dl_valid_ref;
+      for (int64_t i = 0; i < c.n; ++i)
+        for (int64_t j = 0; j < c.v; ++j) {
+          const auto k = static_cast<size_t>(i * c.v + j);
+          if (j < c.valid) {
+            lp_valid.push_back(lp[k]);
+            lp_valid_ref.push_back(lp_ref[k]);
+            dl_valid.push_back(dl[k]);
+            dl_valid_ref.push_back(dlogits_ref[k]);
+          } else {
+            CHECK(std::isinf(lp[k]));  // log of probability 0
+            CHECK(lp[k] < 0.0f);
+            CHECK(dl[k] == dlogits0[k]);  // no gradient: left as it was
+            CHECK(dlogits_ref[k] == dlogits0[k]);
+          }
+        }
+      check_close(lp_valid, lp_valid_ref, tol_for(dt, 16.0), "log_probs");
+      CHECK(std::fabs(loss.download()[0] - loss_ref) <= 1e-5 * (1.0 + loss_ref));
+      CHECK(flag.download()[0] == 0);
+      check_close(dl_valid, dl_valid_ref, tol_for(dt, 1.0), "dlogits");
+    }
+}
+
+TEST_CASE("cross entropy flags a label in the padded columns", "[gpu]") {
+  const int64_t n = 3, valid = 5, v = 8;
+  std::mt19937 rng(9);
+  const FVec logits = random_values(rng, n * v, DType::f32);
+  const std::vector<int64_t> labels{0, 4, 5};  // row 2 names a padded column
+  Stream s;
+  const DeviceArray logits_d(logits, DType::f32);
+  const DeviceVector<int64_t> labels_d(labels);
+  DeviceArray lp_d(FVec(logits.size(), 0.0f), DType::f32);
+  DeviceVector<double> loss(std::vector<double>{0.0});
+  DeviceVector<int32_t> flag(std::vector<int32_t>{0});
+  const size_t ws_bytes = cross_entropy_forward_workspace_bytes(n, v);
+  DeviceBuffer ws(ws_bytes);
+  cross_entropy_forward(s.get(), logits_d.cptr(), labels_d.get(), lp_d.ptr(), n, v, loss.get(),
+                        flag.get(), Workspace{ws.get(), ws_bytes}, valid);
+  s.sync();
+  CHECK(flag.download()[0] == 3);  // 1 + row 2
 }
 
 TEST_CASE("cross entropy loss is the same bits on every run and flags a bad label", "[gpu]") {
