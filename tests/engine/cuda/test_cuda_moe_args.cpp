@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "engine/cuda/ops/ops.h"
+#include "tests/engine/cuda/fake_device_ptrs.h"
 
 namespace shardscope::engine::cuda {
 namespace {
@@ -15,20 +16,7 @@ namespace {
 using Catch::Contains;
 using plan::DType;
 
-// Fake device addresses, never dereferenced (every call throws first).
-void* fake(uintptr_t slot) {
-  return reinterpret_cast<void*>(uintptr_t{0x7f0000000000} + slot * 256);
-}
-DevPtr f32(uintptr_t slot) {
-  return {fake(slot), DType::f32};
-}
-DevPtr bf16(uintptr_t slot) {
-  return {fake(slot), DType::bf16};
-}
-int64_t* i64(uintptr_t slot) {
-  return static_cast<int64_t*>(fake(slot));
-}
-const cudaStream_t kStream = nullptr;
+using namespace test;  // fake device addresses (fake_device_ptrs.h)
 
 }  // namespace
 

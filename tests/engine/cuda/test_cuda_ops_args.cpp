@@ -8,6 +8,7 @@
 
 #include "engine/cuda/ops/linear_checks.h"
 #include "engine/cuda/ops/ops.h"
+#include "tests/engine/cuda/fake_device_ptrs.h"
 
 namespace shardscope::engine::cuda {
 namespace {
@@ -15,21 +16,7 @@ namespace {
 using Catch::Contains;
 using plan::DType;
 
-// Fake device addresses: never dereferenced, since every call throws first.
-// 256-byte aligned like cudaMalloc's.
-void* fake(uintptr_t slot) {
-  return reinterpret_cast<void*>(uintptr_t{0x7f0000000000} + slot * 256);
-}
-DevPtr f32(uintptr_t slot) {
-  return {fake(slot), DType::f32};
-}
-DevPtr bf16(uintptr_t slot) {
-  return {fake(slot), DType::bf16};
-}
-float* fptr(uintptr_t slot) {
-  return static_cast<float*>(fake(slot));
-}
-const cudaStream_t kStream = nullptr;
+using namespace test;  // fake device addresses (fake_device_ptrs.h)
 
 }  // namespace
 
