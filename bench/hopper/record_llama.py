@@ -55,7 +55,9 @@ import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "torch_reference"))
+TORCH_REFERENCE = os.path.join(HERE, "..", "torch_reference")
+sys.path.insert(0, TORCH_REFERENCE)
+import harness  # noqa: E402  (stdlib imports only: its checkpoint wrappers)
 import kineto_record  # noqa: E402
 
 POLICIES = ("none", "sac", "full", "noreshard")
@@ -85,19 +87,11 @@ def config(layers, seq, tiny):
 
 
 def ac_wrapper(policy):
-    """checkpoint_wrapper as torchtitan applies it (non-reentrant; SAC with
-    torchtitan's op list and early_stop=False)."""
-    import functools
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl, checkpoint_wrapper)
-    if policy == "sac":
-        import torchtitan_sac
-        return functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
-                                 context_fn=torchtitan_sac.context_fn(cpu_sdpa_as_gpu=True),
-                                 early_stop=False)
-    if policy == "full":
-        return functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
-    return None
+    """checkpoint_wrapper as the reference harness applies it (torchtitan's
+    non-reentrant wrapper; SAC with its op list), or None."""
+    if policy not in ("sac", "full"):
+        return None
+    return harness.ac_wrapper(TORCH_REFERENCE, "torchtitan" if policy == "sac" else "full")
 
 
 def build(policy, layers, seq, device, tiny, fused):
