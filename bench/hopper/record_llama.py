@@ -67,12 +67,11 @@ POLICIES = ("none", "sac", "full", "noreshard")
 EAGER = "eager"
 MAX_LAYERS = 32  # Llama-3-8B's own count
 
-LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
-                 num_key_value_heads=8, vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0,
-                 rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                               "high_freq_factor": 4.0,
-                               "original_max_position_embeddings": 8192},
-                 tie_word_embeddings=False)
+# Meta-Llama-3-8B's shape without its layer count (Hugging Face config keys),
+# shared with bench/recorded/predict_hopper.py and scripts/device-check.
+with open(os.path.join(HERE, "llama3-8b-shape.json")) as _f:
+    LLAMA3_8B = {k: v for k, v in json.load(_f).items()
+                 if k not in ("model_type", "architectures", "max_position_embeddings")}
 TINY = dict(hidden_size=64, intermediate_size=160, num_attention_heads=4, num_key_value_heads=2,
             vocab_size=512, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False)
 

@@ -29,13 +29,9 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# record_llama.py's LLAMA3_8B, as a Hugging Face config.json.
-LLAMA3_8B = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
-             "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-             "vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
-             "rope_theta": 500000.0, "tie_word_embeddings": False,
-             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+# record_llama.py's model: Meta-Llama-3-8B's shape, layers set per run.
+with open(os.path.join(ROOT, "bench", "hopper", "llama3-8b-shape.json")) as _f:
+    LLAMA3_8B = json.load(_f)
 COMMON = ["wrap.type=class", 'wrap.classes=["LlamaDecoderLayer"]',
           "mixed_precision.param_dtype=bf16", "mixed_precision.reduce_dtype=fp32"]
 POLICY_SETS = {
